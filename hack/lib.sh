@@ -1,0 +1,89 @@
+# Shared helpers for the hack/ scripts. Source it; do not run it.
+# shellcheck shell=bash
+
+KUBELET_RS_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+KUBELET_RS_NAMESPACE="${KUBELET_RS_NAMESPACE:-kubelet-rs}"
+KUBELET_RS_CACHE="${KUBELET_RS_CACHE:-/var/cache/kubelet-rs}"
+CONTAINERD_SOCKET="${CONTAINERD_SOCKET:-/run/containerd/containerd.sock}"
+export KUBELET_RS_ROOT KUBELET_RS_NAMESPACE KUBELET_RS_CACHE CONTAINERD_SOCKET
+
+# rustup installs into ~/.cargo/bin, which a fresh root shell (or sudo) may not have on PATH.
+if [[ -d "${CARGO_HOME:-$HOME/.cargo}/bin" && ":$PATH:" != *":${CARGO_HOME:-$HOME/.cargo}/bin:"* ]]; then
+	export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+fi
+
+log() { printf '[%s] %s\n' "$(basename "$0")" "$*"; }
+warn() { printf '[%s] WARNING: %s\n' "$(basename "$0")" "$*" >&2; }
+die() {
+	printf '[%s] ERROR: %s\n' "$(basename "$0")" "$*" >&2
+	exit 1
+}
+
+require_root() {
+	[[ "$(id -u)" -eq 0 ]] || die "must run as root (containerd, CNI and /etc need it); try: sudo $0"
+}
+
+require_cmd() {
+	local cmd
+	for cmd in "$@"; do
+		command -v "$cmd" >/dev/null 2>&1 || die "'$cmd' not found; run hack/setup-node.sh first"
+	done
+}
+
+require_cargo() {
+	command -v cargo >/dev/null 2>&1 || die "cargo not found. Install Rust with rustup:
+    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal -c rustfmt,clippy
+    . \"\$HOME/.cargo/env\"
+then run this script again."
+}
+
+# The one ctr invocation every script uses: our namespace, our socket, and a bounded wait, so a
+# dead socket is an error after a few seconds rather than a hang.
+ctr_ns() {
+	ctr --address "$CONTAINERD_SOCKET" --connect-timeout 5s -n "$KUBELET_RS_NAMESPACE" "$@"
+}
+
+containerd_answers() {
+	ctr --address "$CONTAINERD_SOCKET" --connect-timeout 2s --timeout 5s version >/dev/null 2>&1
+}
+
+require_containerd() {
+	containerd_answers || die "containerd is not answering on $CONTAINERD_SOCKET; run hack/setup-node.sh first"
+}
+
+# sha256 of stdin, hex only.
+sha256_stdin() { sha256sum | cut -d' ' -f1; }
+sha256_file() { sha256sum "$1" | cut -d' ' -f1; }
+
+# The OCI name of this machine's architecture.
+oci_arch() {
+	case "$(uname -m)" in
+	x86_64) echo amd64 ;;
+	aarch64) echo arm64 ;;
+	armv7l) echo arm ;;
+	ppc64le) echo ppc64le ;;
+	s390x) echo s390x ;;
+	riscv64) echo riscv64 ;;
+	*) die "unsupported architecture $(uname -m)" ;;
+	esac
+}
+
+# JSON string literal for a value that may contain quotes or backslashes.
+json_str() {
+	local s="$1"
+	s="${s//\\/\\\\}"
+	s="${s//\"/\\\"}"
+	s="${s//$'\t'/\\t}"
+	s="${s//$'\n'/\\n}"
+	printf '"%s"' "$s"
+}
+
+# JSON array of strings from the arguments.
+json_str_array() {
+	local out="[" sep="" a
+	for a in "$@"; do
+		out+="$sep$(json_str "$a")"
+		sep=","
+	done
+	printf '%s]' "$out"
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Runs every check and test on a real node: node set-up and test images first (integration
+# tests need containerd, runc, CNI and the images), then formatting, clippy, unit, integration
+# and doc tests. KUBELET_RS_TEST_THREADS overrides the test parallelism.
+set -euo pipefail
+
+# shellcheck source=hack/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+# Integration tests start real pods; more than a few at once only makes them slower and
+# flakier on small machines.
+default_threads="$(nproc)"
+((default_threads <= 4)) || default_threads=4
+TEST_THREADS="${KUBELET_RS_TEST_THREADS:-$default_threads}"
+
+timings=()
+step() {
+	local name="$1" start=$SECONDS
+	shift
+	log "==> $name"
+	"$@" || die "step '$name' failed after $((SECONDS - start))s: $*"
+	timings+=("$(printf '%-14s %4ss' "$name" $((SECONDS - start)))")
+}
+
+require_root
+require_cargo
+cargo fmt --version >/dev/null 2>&1 && cargo clippy --version >/dev/null 2>&1 ||
+	die "rustfmt and clippy are needed: rustup component add rustfmt clippy"
+cd "$KUBELET_RS_ROOT"
+
+export RUST_BACKTRACE=1
+step setup-node hack/setup-node.sh
+step build-images hack/build-images.sh
+step fmt cargo fmt --all -- --check
+step clippy cargo clippy --all-targets -- -D warnings
+# With KUBELET_RS_INTEGRATION=1 the integration tests run for real; a missing containerd or
+# image is a failure there, never a skip.
+step tests env KUBELET_RS_INTEGRATION=1 cargo test --all-targets -- --test-threads="$TEST_THREADS"
+step doc-tests cargo test --doc
+
+log "all passed in ${SECONDS}s:"
+printf '    %s\n' "${timings[@]}"

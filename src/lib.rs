@@ -1,0 +1,11 @@
+//! kubelet-rs: a Kubernetes node agent that drives containerd over its native gRPC API.
+//! The module map and data flow are described in DESIGN.md (shared with the project).
+
+pub mod config;
+pub mod logs;
+pub mod network;
+pub mod pod;
+pub mod quantity;
+pub mod runtime;
+pub mod server;
+pub mod source;

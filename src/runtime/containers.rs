@@ -1,0 +1,495 @@
+//! Containers and tasks in containerd: create, start, stop, observe, remove.
+//!
+//! A containerd *container* record (with its snapshot) outlives its task: after a task
+//! exits, the agent writes how it ended into the record's labels and deletes the task, so
+//! the record stands for a dead container (upstream keeps dead containers too) and the
+//! next agent start can read restart counts and last states back from containerd.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use containerd_client::services::v1::container::Runtime;
+use containerd_client::services::v1::snapshots::{
+    MountsRequest, PrepareSnapshotRequest, RemoveSnapshotRequest,
+};
+use containerd_client::services::v1::{
+    Container, CreateContainerRequest, CreateTaskRequest, DeleteContainerRequest,
+    DeleteTaskRequest, GetRequest, KillRequest, ListContainersRequest, StartRequest,
+    UpdateContainerRequest, WaitRequest,
+};
+use containerd_client::types::v1::Status as TaskStatus;
+use containerd_client::types::Mount;
+use prost_types::{Any, FieldMask, Timestamp};
+use tracing::debug;
+
+use super::client::{call, CALL_TIMEOUT};
+use super::images::{ImageInfo, SNAPSHOTTER};
+use super::labels::{self, Kind, PodRef};
+use super::{Containerd, Result, RuntimeError};
+
+const RUNC_V2: &str = "io.containerd.runc.v2";
+const SPEC_TYPE_URL: &str = "types.containerd.io/opencontainers/runtime-spec/1/Spec";
+
+/// How a container ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExitInfo {
+    pub exit_code: i32,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// Completed, Error, OOMKilled, StartError (upstream's terminated reasons).
+    pub reason: String,
+    pub message: String,
+}
+
+/// The observed state of one container record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    /// The record exists, its task was never started (or was created and not started).
+    Created,
+    Running {
+        pid: u32,
+        started_at: Option<DateTime<Utc>>,
+    },
+    /// Dead. `finalized` is false while the exited task still exists in containerd.
+    Exited { info: ExitInfo, finalized: bool },
+}
+
+/// One container record of a pod, as containerd holds it.
+#[derive(Debug, Clone)]
+pub struct ContainerRecord {
+    pub id: String,
+    pub pod: PodRef,
+    pub kind: Kind,
+    pub name: String,
+    pub attempt: u32,
+    pub image: String,
+    pub image_ref: String,
+    pub created_at: Option<DateTime<Utc>>,
+    pub labels: HashMap<String, String>,
+    pub state: State,
+}
+
+impl ContainerRecord {
+    pub fn is_running(&self) -> bool {
+        matches!(self.state, State::Running { .. })
+    }
+
+    pub fn exit(&self) -> Option<&ExitInfo> {
+        match &self.state {
+            State::Exited { info, .. } => Some(info),
+            _ => None,
+        }
+    }
+}
+
+/// What `create_container` needs.
+pub struct NewContainer<'a> {
+    pub id: &'a str,
+    pub pod: &'a PodRef,
+    pub kind: Kind,
+    pub name: &'a str,
+    pub attempt: u32,
+    pub image: &'a ImageInfo,
+    /// The image reference as the pod spec wrote it.
+    pub image_spec: &'a str,
+    pub spec: &'a oci_spec::runtime::Spec,
+    pub extra_labels: HashMap<String, String>,
+}
+
+pub fn ts_to_chrono(ts: &Timestamp) -> Option<DateTime<Utc>> {
+    if ts.seconds <= 0 {
+        return None;
+    }
+    Utc.timestamp_opt(ts.seconds, ts.nanos.max(0) as u32)
+        .single()
+}
+
+fn parse_time(s: Option<&String>) -> Option<DateTime<Utc>> {
+    s.and_then(|s| DateTime::parse_from_rfc3339(s).ok())
+        .map(|t| t.with_timezone(&Utc))
+}
+
+pub fn format_time(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
+}
+
+/// Reason for a terminated container that did not OOM: upstream says Completed for exit 0.
+pub fn exit_reason(code: i32) -> &'static str {
+    if code == 0 {
+        "Completed"
+    } else {
+        "Error"
+    }
+}
+
+impl Containerd {
+    /// Every record of one pod, with its task state.
+    pub async fn pod_containers(&self, uid: &str) -> Result<Vec<ContainerRecord>> {
+        self.list_records(vec![labels::pod_filter(uid)]).await
+    }
+
+    /// Every record the agent manages, for rebuilding state on start.
+    pub async fn all_containers(&self) -> Result<Vec<ContainerRecord>> {
+        self.list_records(vec![labels::managed_filter()]).await
+    }
+
+    async fn list_records(&self, filters: Vec<String>) -> Result<Vec<ContainerRecord>> {
+        let list = call(
+            "list containers",
+            filters.join(","),
+            CALL_TIMEOUT,
+            self.client()
+                .containers()
+                .list(self.req(ListContainersRequest { filters })),
+        )
+        .await?;
+        let mut out = Vec::with_capacity(list.containers.len());
+        for c in list.containers {
+            if let Some(r) = self.record(c).await? {
+                out.push(r);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn record(&self, c: Container) -> Result<Option<ContainerRecord>> {
+        let l = &c.labels;
+        let (Some(pod), Some(kind)) = (
+            PodRef::from_labels(l),
+            l.get(labels::KIND).and_then(|k| Kind::parse(k)),
+        ) else {
+            return Ok(None);
+        };
+        let started_label = parse_time(l.get(labels::STARTED_AT));
+        let task = self.task(&c.id).await?;
+        let state = match task {
+            Some(p) => match TaskStatus::try_from(p.status).unwrap_or(TaskStatus::Unknown) {
+                TaskStatus::Running | TaskStatus::Paused | TaskStatus::Pausing => State::Running {
+                    pid: p.pid,
+                    started_at: started_label
+                        .or_else(|| c.updated_at.as_ref().and_then(ts_to_chrono)),
+                },
+                TaskStatus::Stopped => {
+                    let code = p.exit_status as i32;
+                    State::Exited {
+                        info: ExitInfo {
+                            exit_code: code,
+                            started_at: started_label,
+                            finished_at: p.exited_at.as_ref().and_then(ts_to_chrono),
+                            reason: exit_reason(code).to_string(),
+                            message: String::new(),
+                        },
+                        finalized: false,
+                    }
+                }
+                _ => State::Created,
+            },
+            None => match l.get(labels::EXIT_CODE).and_then(|c| c.parse::<i32>().ok()) {
+                Some(code) => State::Exited {
+                    info: ExitInfo {
+                        exit_code: code,
+                        started_at: started_label,
+                        finished_at: parse_time(l.get(labels::FINISHED_AT)),
+                        reason: l
+                            .get(labels::REASON)
+                            .cloned()
+                            .unwrap_or_else(|| exit_reason(code).to_string()),
+                        message: l.get(labels::MESSAGE).cloned().unwrap_or_default(),
+                    },
+                    finalized: true,
+                },
+                None => State::Created,
+            },
+        };
+        Ok(Some(ContainerRecord {
+            attempt: l
+                .get(labels::ATTEMPT)
+                .and_then(|a| a.parse().ok())
+                .unwrap_or(0),
+            name: l.get(labels::CONTAINER_NAME).cloned().unwrap_or_default(),
+            image: l
+                .get(labels::IMAGE)
+                .cloned()
+                .unwrap_or_else(|| c.image.clone()),
+            image_ref: l.get(labels::IMAGE_REF).cloned().unwrap_or_default(),
+            created_at: c.created_at.as_ref().and_then(ts_to_chrono),
+            labels: c.labels.clone(),
+            id: c.id,
+            pod,
+            kind,
+            state,
+        }))
+    }
+
+    /// The task of a container, `None` when it has none.
+    pub async fn task(&self, id: &str) -> Result<Option<containerd_client::types::v1::Process>> {
+        let got = call(
+            "get task",
+            id,
+            CALL_TIMEOUT,
+            self.client().tasks().get(self.req(GetRequest {
+                container_id: id.to_string(),
+                exec_id: String::new(),
+            })),
+        )
+        .await;
+        match got {
+            Ok(r) => Ok(r.process),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Creates the snapshot and the container record. Idempotent: an existing snapshot or
+    /// record with this id is kept.
+    pub async fn create_container(&self, n: NewContainer<'_>) -> Result<()> {
+        let prepare = call(
+            "prepare snapshot",
+            n.id,
+            CALL_TIMEOUT,
+            self.client()
+                .snapshots()
+                .prepare(self.req(PrepareSnapshotRequest {
+                    snapshotter: SNAPSHOTTER.into(),
+                    key: n.id.to_string(),
+                    parent: n.image.chain_id.clone(),
+                    labels: HashMap::new(),
+                })),
+        )
+        .await;
+        match prepare {
+            Ok(_) => {}
+            Err(e) if e.is_already_exists() => {}
+            Err(e) => return Err(e),
+        }
+        let mut l = n.pod.labels();
+        l.insert(labels::KIND.into(), n.kind.as_str().into());
+        l.insert(labels::CONTAINER_NAME.into(), n.name.into());
+        l.insert(labels::ATTEMPT.into(), n.attempt.to_string());
+        l.insert(labels::IMAGE.into(), n.image_spec.into());
+        l.insert(labels::IMAGE_REF.into(), n.image.image_ref.clone());
+        l.extend(n.extra_labels);
+        let spec = serde_json::to_vec(n.spec).map_err(|e| RuntimeError::Spec {
+            container: n.name.to_string(),
+            field: "spec".into(),
+            reason: e.to_string(),
+        })?;
+        let created = call(
+            "create container",
+            n.id,
+            CALL_TIMEOUT,
+            self.client()
+                .containers()
+                .create(self.req(CreateContainerRequest {
+                    container: Some(Container {
+                        id: n.id.to_string(),
+                        labels: l,
+                        image: n.image.name.clone(),
+                        runtime: Some(Runtime {
+                            name: RUNC_V2.into(),
+                            options: None,
+                        }),
+                        spec: Some(Any {
+                            type_url: SPEC_TYPE_URL.into(),
+                            value: spec,
+                        }),
+                        snapshotter: SNAPSHOTTER.into(),
+                        snapshot_key: n.id.to_string(),
+                        ..Default::default()
+                    }),
+                })),
+        )
+        .await;
+        match created {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_already_exists() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Creates and starts the container's task; stdout and stderr go to `io_uri` (a
+    /// `binary://` logger, or "" for /dev/null). Returns the task's pid.
+    pub async fn start_task(&self, id: &str, io_uri: &str) -> Result<u32> {
+        let existing = self.task(id).await?;
+        if let Some(p) = &existing {
+            if TaskStatus::try_from(p.status) == Ok(TaskStatus::Running) {
+                return Ok(p.pid);
+            }
+        }
+        if existing.is_none() {
+            let mounts: Vec<Mount> = call(
+                "snapshot mounts",
+                id,
+                CALL_TIMEOUT,
+                self.client().snapshots().mounts(self.req(MountsRequest {
+                    snapshotter: SNAPSHOTTER.into(),
+                    key: id.to_string(),
+                })),
+            )
+            .await?
+            .mounts;
+            call(
+                "create task",
+                id,
+                Duration::from_secs(120),
+                self.client().tasks().create(self.req(CreateTaskRequest {
+                    container_id: id.to_string(),
+                    rootfs: mounts,
+                    stdin: String::new(),
+                    stdout: io_uri.to_string(),
+                    stderr: io_uri.to_string(),
+                    ..Default::default()
+                })),
+            )
+            .await?;
+        }
+        call(
+            "start task",
+            id,
+            Duration::from_secs(120),
+            self.client().tasks().start(self.req(StartRequest {
+                container_id: id.to_string(),
+                exec_id: String::new(),
+            })),
+        )
+        .await
+        .map(|r| r.pid)
+    }
+
+    /// Sets labels on a record (other labels are kept).
+    pub async fn set_labels(&self, id: &str, set: HashMap<String, String>) -> Result<()> {
+        let paths = set.keys().map(|k| format!("labels.{k}")).collect();
+        call(
+            "update container",
+            id,
+            CALL_TIMEOUT,
+            self.client()
+                .containers()
+                .update(self.req(UpdateContainerRequest {
+                    container: Some(Container {
+                        id: id.to_string(),
+                        labels: set,
+                        ..Default::default()
+                    }),
+                    update_mask: Some(FieldMask { paths }),
+                })),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Sends a signal to the task's init process. A missing task is not an error.
+    pub async fn kill(&self, id: &str, signal: u32) -> Result<()> {
+        let r = call(
+            "kill task",
+            id,
+            CALL_TIMEOUT,
+            self.client().tasks().kill(self.req(KillRequest {
+                container_id: id.to_string(),
+                exec_id: String::new(),
+                signal,
+                all: false,
+            })),
+        )
+        .await;
+        match r {
+            Err(e) if e.is_not_found() => Ok(()),
+            // containerd answers FailedPrecondition/NotFound-like errors for a process that
+            // already exited; the caller only cares that it is not running.
+            Err(RuntimeError::Call { status, .. })
+                if status.message().contains("process already finished")
+                    || status.message().contains("not found") =>
+            {
+                Ok(())
+            }
+            other => other.map(|_| ()),
+        }
+    }
+
+    /// Waits up to `timeout` for the task to exit; `Some(exit status)` when it did.
+    pub async fn wait_exit(&self, id: &str, timeout: Duration) -> Result<Option<u32>> {
+        let mut tasks = self.client().tasks();
+        let fut = tasks.wait(self.req(WaitRequest {
+            container_id: id.to_string(),
+            exec_id: String::new(),
+        }));
+        match tokio::time::timeout(timeout, fut).await {
+            Ok(Ok(r)) => Ok(Some(r.into_inner().exit_status)),
+            Ok(Err(status)) if status.code() == tonic::Code::NotFound => Ok(Some(0)),
+            Ok(Err(status)) => Err(RuntimeError::Call {
+                op: "wait task",
+                object: id.to_string(),
+                status: Box::new(status),
+            }),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// Deletes an exited task (the record stays). Missing task: Ok.
+    pub async fn delete_task(&self, id: &str) -> Result<()> {
+        let r = call(
+            "delete task",
+            id,
+            Duration::from_secs(60),
+            self.client().tasks().delete(self.req(DeleteTaskRequest {
+                container_id: id.to_string(),
+            })),
+        )
+        .await;
+        match r {
+            Err(e) if e.is_not_found() => Ok(()),
+            other => other.map(|_| ()),
+        }
+    }
+
+    /// Removes a container entirely: SIGKILL if still running, then task, record and
+    /// snapshot. Every step tolerates an already-missing object.
+    pub async fn remove_container(&self, id: &str) -> Result<()> {
+        if let Some(p) = self.task(id).await? {
+            if TaskStatus::try_from(p.status) != Ok(TaskStatus::Stopped) {
+                self.kill(id, libc::SIGKILL as u32).await?;
+                self.wait_exit(id, Duration::from_secs(10)).await?;
+            }
+            self.delete_task(id).await?;
+        }
+        let r = call(
+            "delete container",
+            id,
+            CALL_TIMEOUT,
+            self.client()
+                .containers()
+                .delete(self.req(DeleteContainerRequest { id: id.to_string() })),
+        )
+        .await;
+        match r {
+            Err(e) if !e.is_not_found() => return Err(e),
+            _ => {}
+        }
+        let r = call(
+            "remove snapshot",
+            id,
+            CALL_TIMEOUT,
+            self.client()
+                .snapshots()
+                .remove(self.req(RemoveSnapshotRequest {
+                    snapshotter: SNAPSHOTTER.into(),
+                    key: id.to_string(),
+                })),
+        )
+        .await;
+        match r {
+            Err(e) if !e.is_not_found() => Err(e),
+            _ => {
+                debug!(container_id = id, "container removed");
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A fresh container id: 64 hex characters, as containerd's CRI plugin makes them.
+pub fn new_container_id() -> String {
+    let bytes: [u8; 32] = rand::random();
+    hex::encode(bytes)
+}
