@@ -1,1 +1,80 @@
-//! (being written)
+//! containerd's task event stream turned into pod-worker wake-ups: an exit or OOM of a
+//! task wakes the worker of the pod it belongs to. The stream is the fast path; workers
+//! also re-check on their own timer, so a lost event only delays, never loses, a change.
+
+use std::time::Duration;
+
+use containerd_client::events::{TaskExit, TaskOom};
+use containerd_client::services::v1::{GetContainerRequest, SubscribeRequest};
+use prost::Message;
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+use super::client::{call, CALL_TIMEOUT};
+use super::labels;
+use super::Containerd;
+
+/// Subscribes (re-subscribing with back-off) and sends the pod UID of every task that
+/// exited or hit OOM; an empty UID after a reconnect asks every worker to look again.
+pub fn spawn_task_events(rt: Containerd, tx: mpsc::Sender<String>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut delay = Duration::from_millis(500);
+        loop {
+            let filter = format!(
+                "namespace=={},topic~=\"^/tasks/(exit|oom)\"",
+                rt.namespace()
+            );
+            let mut events = rt.client().events();
+            // subscribe() resolves only once the first event arrives, so it lives here,
+            // in its own task, never inline in a sync.
+            match events.subscribe(SubscribeRequest { filters: vec![filter] }).await {
+                Ok(resp) => {
+                    delay = Duration::from_millis(500);
+                    let _ = tx.send(String::new()).await;
+                    let mut stream = resp.into_inner();
+                    loop {
+                        match stream.message().await {
+                            Ok(Some(env)) => {
+                                let Some(ev) = env.event else { continue };
+                                let id = match env.topic.as_str() {
+                                    "/tasks/exit" => TaskExit::decode(ev.value.as_slice()).ok().map(|e| e.container_id),
+                                    "/tasks/oom" => TaskOom::decode(ev.value.as_slice()).ok().map(|e| e.container_id),
+                                    _ => None,
+                                };
+                                let Some(id) = id else { continue };
+                                if let Some(uid) = pod_of(&rt, &id).await {
+                                    debug!(container_id = %id, pod_uid = %uid, topic = %env.topic, "task event");
+                                    if tx.send(uid).await.is_err() {
+                                        return;
+                                    }
+                                }
+                            }
+                            Ok(None) => break,
+                            Err(e) => {
+                                warn!(error = %e, "containerd event stream broke");
+                                break;
+                            }
+                        }
+                    }
+                }
+                Err(e) => warn!(error = %e, retry_in = ?delay, "cannot subscribe to containerd events"),
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(10));
+        }
+    })
+}
+
+async fn pod_of(rt: &Containerd, container_id: &str) -> Option<String> {
+    let got = call(
+        "get container",
+        container_id,
+        CALL_TIMEOUT,
+        rt.client().containers().get(rt.req(GetContainerRequest {
+            id: container_id.to_string(),
+        })),
+    )
+    .await
+    .ok()?;
+    got.container?.labels.get(labels::POD_UID).cloned()
+}

@@ -1,0 +1,196 @@
+//! kubelet-rs: the node agent's entry point. `anyhow` lives here only.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use kubelet_rs::config::{self, Config, ConfigError};
+use kubelet_rs::network::cni::Cni;
+use kubelet_rs::pod::worker::Shared;
+use kubelet_rs::pod::{PodManager, StatusStore};
+use kubelet_rs::runtime::events::spawn_task_events;
+use kubelet_rs::runtime::Containerd;
+use kubelet_rs::source::{spawn_file_source, spawn_http_source, SourceKind};
+use kubelet_rs::{logs, server};
+use tokio::sync::mpsc;
+use tracing::{error, info, warn};
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    // containerd's shim starts this same binary as each container's log writer.
+    if logs::is_logger_invocation(&args) {
+        std::process::exit(logs::run_logger(&args));
+    }
+    let cfg = match config::load_from_args(&args) {
+        Ok(c) => c,
+        Err(ConfigError::Help(text)) => {
+            println!("{text}");
+            std::process::exit(0);
+        }
+        Err(e) => {
+            eprintln!("kubelet-rs: {e}");
+            std::process::exit(e.exit_code());
+        }
+    };
+    init_tracing(&cfg);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("kubelet-rs: cannot start the async runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = runtime.block_on(run(cfg)) {
+        error!("{e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn init_tracing(cfg: &Config) {
+    let level = match cfg.verbosity {
+        0..=2 => "info",
+        3..=4 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("KUBELET_RS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("kubelet_rs={level},kubelet_rs::runtime=info,warn")));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if cfg.logging_format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn run(cfg: Config) -> anyhow::Result<()> {
+    let cfg = Arc::new(cfg);
+    info!(node = %cfg.node_name, root_dir = %cfg.root_dir.display(), "kubelet-rs starting");
+    std::fs::create_dir_all(&cfg.root_dir)
+        .with_context(|| format!("creating root dir {}", cfg.root_dir.display()))?;
+
+    let statuses: StatusStore = Default::default();
+    // Health first: the healthz port answers while containerd is still coming up.
+    if cfg.healthz_port != 0 {
+        server::serve_healthz(SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port)).await?;
+    }
+    if cfg.read_only_port != 0 {
+        server::serve_read_only(
+            SocketAddr::new(IpAddr::from([0, 0, 0, 0]), cfg.read_only_port),
+            statuses.clone(),
+        )
+        .await?;
+    }
+
+    let rt = Containerd::connect_with_backoff(&cfg.container_runtime_endpoint, &cfg.containerd_namespace).await;
+    let cni = Cni::new(&cfg.cni_conf_dir, cfg.cni_bin_dirs.clone(), Duration::from_secs(60))
+        .with_result_cache(cfg.root_dir.join("cni-results"));
+    let shared = Arc::new(Shared {
+        rt: rt.clone(),
+        cni,
+        cfg: cfg.clone(),
+        statuses,
+        exe: std::env::current_exe().context("finding the agent's own executable")?,
+        host_ip: host_ip().map(|i| i.to_string()).unwrap_or_else(|| "127.0.0.1".into()),
+        memory_capacity: memory_capacity().unwrap_or(i64::MAX),
+        oom_score_adj_min: oom_score_adj_min(),
+    });
+
+    let (tx, rx) = mpsc::channel(64);
+    let mut expected = Vec::new();
+    if let Some(dir) = &cfg.static_pod_path {
+        expected.push(SourceKind::File);
+        spawn_file_source(dir.clone(), cfg.node_name.clone(), cfg.file_check_frequency, tx.clone());
+    }
+    if let Some(url) = &cfg.static_pod_url {
+        expected.push(SourceKind::Http);
+        spawn_http_source(
+            url.clone(),
+            cfg.static_pod_url_header.clone(),
+            cfg.node_name.clone(),
+            cfg.http_check_frequency,
+            tx.clone(),
+        );
+    }
+    if expected.is_empty() {
+        warn!("no pod source configured (--pod-manifest-path, --manifest-url): the node runs no pods");
+    }
+
+    let mut manager = PodManager::new(shared, &expected);
+    manager.recover().await;
+    let (ev_tx, ev_rx) = mpsc::channel(256);
+    spawn_task_events(rt, ev_tx);
+
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = manager.run(rx, ev_rx) => {}
+        _ = sigterm.recv() => info!("SIGTERM: exiting; pods keep running"),
+        _ = tokio::signal::ctrl_c() => info!("interrupted: exiting; pods keep running"),
+    }
+    drop(tx);
+    Ok(())
+}
+
+/// The node's address: the IPv4 address of the interface holding the default route, else
+/// the first non-loopback IPv4 address.
+fn host_ip() -> Option<IpAddr> {
+    let routes = std::fs::read_to_string("/proc/net/route").unwrap_or_default();
+    let default_if = routes
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() > 2 && f[1] == "00000000").then(|| f[0].to_string())
+        })
+        .next();
+    let addrs: Vec<(String, IpAddr)> = nix::ifaddrs::getifaddrs()
+        .ok()?
+        .filter_map(|a| {
+            let ip = a.address?.as_sockaddr_in()?.ip();
+            Some((a.interface_name, IpAddr::V4(ip)))
+        })
+        .filter(|(_, ip)| !ip.is_loopback())
+        .collect();
+    default_if
+        .and_then(|d| addrs.iter().find(|(n, _)| *n == d).map(|(_, ip)| *ip))
+        .or_else(|| addrs.first().map(|(_, ip)| *ip))
+}
+
+fn memory_capacity() -> Option<i64> {
+    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: i64 = s
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
+/// Without CAP_SYS_RESOURCE (some VMs and nested containers drop it) the kernel refuses an
+/// oom_score_adj below the agent's own; containers then get at least that value.
+fn oom_score_adj_min() -> i64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let cap_eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    const CAP_SYS_RESOURCE: u64 = 24;
+    if cap_eff & (1 << CAP_SYS_RESOURCE) != 0 {
+        return -1000;
+    }
+    let own = std::fs::read_to_string("/proc/self/oom_score_adj")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    warn!(oom_score_adj_min = own, "no CAP_SYS_RESOURCE: container oom_score_adj values are raised to the agent's own");
+    own
+}

@@ -1,0 +1,268 @@
+//! The pod's files on the node: its directory under the root dir (the pod object as last
+//! seen, the pinned netns path, /etc/hosts, /etc/hostname, /etc/resolv.conf for its
+//! containers), and clean-up of what a removed pod leaves (directories, log links, cgroups).
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::Pod;
+use serde::{Deserialize, Serialize};
+
+/// What must survive an agent crash between pinning a netns and recording it in containerd.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SandboxState {
+    pub netns: Option<String>,
+}
+
+pub struct PodDir {
+    pub dir: PathBuf,
+}
+
+impl PodDir {
+    pub fn new(root_dir: &Path, uid: &str) -> Self {
+        PodDir {
+            dir: root_dir.join("pods").join(uid),
+        }
+    }
+
+    pub fn hosts(&self) -> PathBuf {
+        self.dir.join("etc-hosts")
+    }
+    pub fn hostname(&self) -> PathBuf {
+        self.dir.join("etc-hostname")
+    }
+    pub fn resolv(&self) -> PathBuf {
+        self.dir.join("resolv.conf")
+    }
+    fn pod_file(&self) -> PathBuf {
+        self.dir.join("pod.json")
+    }
+    fn state_file(&self) -> PathBuf {
+        self.dir.join("sandbox.json")
+    }
+
+    pub fn create(&self) -> io::Result<()> {
+        std::fs::create_dir_all(&self.dir)
+    }
+
+    /// Saves the pod object, so that a pod whose manifest disappears while the agent is
+    /// down is still stopped with its own grace period and names.
+    pub fn save_pod(&self, pod: &Pod) -> io::Result<()> {
+        write_atomic(&self.pod_file(), &serde_json::to_vec(pod).map_err(io::Error::other)?)
+    }
+
+    pub fn load_pod(&self) -> Option<Pod> {
+        serde_json::from_slice(&std::fs::read(self.pod_file()).ok()?).ok()
+    }
+
+    pub fn save_state(&self, s: &SandboxState) -> io::Result<()> {
+        write_atomic(&self.state_file(), &serde_json::to_vec(s).map_err(io::Error::other)?)
+    }
+
+    pub fn load_state(&self) -> SandboxState {
+        std::fs::read(self.state_file())
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
+    }
+
+    /// Writes /etc/hosts, /etc/hostname and /etc/resolv.conf for the pod's containers.
+    pub fn write_etc(&self, pod: &Pod, hostname: &str, pod_ip: Option<&str>) -> io::Result<()> {
+        let host_network = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.host_network)
+            .unwrap_or(false);
+        let hosts = if host_network {
+            let host = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+            format!("# Kubernetes-managed hosts file (host network).\n{host}")
+        } else {
+            managed_hosts(pod, hostname, pod_ip)
+        };
+        write_atomic(&self.hosts(), hosts.as_bytes())?;
+        write_atomic(&self.hostname(), format!("{hostname}\n").as_bytes())?;
+        write_atomic(&self.resolv(), resolv_conf(pod).as_bytes())
+    }
+
+    pub fn remove(&self) -> io::Result<()> {
+        match std::fs::remove_dir_all(&self.dir) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, data)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// upstream's managed /etc/hosts for a pod on the pod network.
+pub fn managed_hosts(pod: &Pod, hostname: &str, pod_ip: Option<&str>) -> String {
+    let mut s = String::from(
+        "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n",
+    );
+    if let Some(ip) = pod_ip {
+        let spec = pod.spec.as_ref();
+        let fqdn = spec.and_then(|s| s.subdomain.as_ref()).map(|sub| {
+            let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+            format!("{hostname}.{sub}.{ns}.svc.cluster.local")
+        });
+        match fqdn {
+            Some(f) => s.push_str(&format!("{ip}\t{f}\t{hostname}\n")),
+            None => s.push_str(&format!("{ip}\t{hostname}\n")),
+        }
+    }
+    for alias in pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.host_aliases.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        let names = alias.hostnames.clone().unwrap_or_default().join("\t");
+        s.push_str(&format!(
+            "\n# Entries added by HostAliases.\n{}\t{}\n",
+            alias.ip, names
+        ));
+    }
+    s
+}
+
+/// resolv.conf: the node's (dnsPolicy Default, or ClusterFirst with no cluster DNS, as
+/// upstream falls back), then the pod's dnsConfig merged in.
+pub fn resolv_conf(pod: &Pod) -> String {
+    let host = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    let spec = pod.spec.as_ref();
+    let policy = spec
+        .and_then(|s| s.dns_policy.as_deref())
+        .unwrap_or("ClusterFirst");
+    let (mut ns, mut search, mut opts) = if policy == "None" {
+        (Vec::new(), Vec::new(), Vec::new())
+    } else {
+        parse_resolv(&host)
+    };
+    if let Some(cfg) = spec.and_then(|s| s.dns_config.as_ref()) {
+        ns.extend(cfg.nameservers.clone().unwrap_or_default());
+        search.extend(cfg.searches.clone().unwrap_or_default());
+        for o in cfg.options.iter().flatten() {
+            let Some(name) = o.name.as_deref() else { continue };
+            opts.retain(|x: &String| x.split(':').next() != Some(name));
+            opts.push(match &o.value {
+                Some(v) => format!("{name}:{v}"),
+                None => name.to_string(),
+            });
+        }
+    }
+    let mut out = String::new();
+    if !search.is_empty() {
+        out.push_str(&format!("search {}\n", search.join(" ")));
+    }
+    for n in ns.iter().take(3) {
+        out.push_str(&format!("nameserver {n}\n"));
+    }
+    if !opts.is_empty() {
+        out.push_str(&format!("options {}\n", opts.join(" ")));
+    }
+    out
+}
+
+fn parse_resolv(s: &str) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let (mut ns, mut search, mut opts) = (Vec::new(), Vec::new(), Vec::new());
+    for line in s.lines() {
+        let mut f = line.split_whitespace();
+        match f.next() {
+            Some("nameserver") => ns.extend(f.next().map(str::to_string)),
+            Some("search") | Some("domain") => search = f.map(str::to_string).collect(),
+            Some("options") => opts.extend(f.map(str::to_string)),
+            _ => {}
+        }
+    }
+    (ns, search, opts)
+}
+
+/// Removes the pod's cgroup directories in every hierarchy (v1 controllers or the v2
+/// unified tree). Leaf containers' cgroups are removed by runc; this takes the pod level.
+pub fn remove_pod_cgroups(cgroup_parent: &str) {
+    let rel = cgroup_parent.trim_start_matches('/');
+    let root = Path::new("/sys/fs/cgroup");
+    let mut dirs = vec![root.join(rel)];
+    if let Ok(entries) = std::fs::read_dir(root) {
+        for e in entries.flatten() {
+            dirs.push(e.path().join(rel));
+        }
+    }
+    for d in dirs {
+        if d.is_dir() {
+            // Children first: any leftover container leaves.
+            if let Ok(children) = std::fs::read_dir(&d) {
+                for c in children.flatten() {
+                    if c.path().is_dir() {
+                        let _ = std::fs::remove_dir(c.path());
+                    }
+                }
+            }
+            let _ = std::fs::remove_dir(&d);
+        }
+    }
+}
+
+/// Removes the /var/log/containers links of a pod (names start with `<pod>_<ns>_`).
+pub fn remove_log_links(containers_dir: &Path, pod_name: &str, namespace: &str) {
+    let prefix = format!("{pod_name}_{namespace}_");
+    if let Ok(entries) = std::fs::read_dir(containers_dir) {
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().starts_with(&prefix) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_file_names_the_pod() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"containers": [], "hostAliases": [{"ip": "10.0.0.9", "hostnames": ["a", "b"]}]}
+        }))
+        .unwrap();
+        let h = managed_hosts(&pod, "p", Some("10.88.0.3"));
+        assert!(h.starts_with("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n"));
+        assert!(h.contains("10.88.0.3\tp\n"));
+        assert!(h.contains("10.0.0.9\ta\tb\n"));
+    }
+
+    #[test]
+    fn resolv_merges_dns_config() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [], "dnsPolicy": "None", "dnsConfig": {
+                "nameservers": ["1.2.3.4"], "searches": ["a.b"], "options": [{"name": "ndots", "value": "2"}]}}
+        }))
+        .unwrap();
+        assert_eq!(
+            resolv_conf(&pod),
+            "search a.b\nnameserver 1.2.3.4\noptions ndots:2\n"
+        );
+    }
+
+    #[test]
+    fn pod_dir_roundtrip() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = PodDir::new(tmp.path(), "u1");
+        d.create().unwrap();
+        let s = SandboxState {
+            netns: Some("/var/run/netns/cni-1".into()),
+        };
+        d.save_state(&s).unwrap();
+        assert_eq!(d.load_state(), s);
+        d.remove().unwrap();
+        assert!(!d.dir.exists());
+        d.remove().unwrap();
+    }
+}

@@ -1,0 +1,187 @@
+//! Desired pods and their workers. The manager merges the pod sources into one desired
+//! set (by UID), starts one worker per pod, tells workers when their pod changes or goes
+//! away, and wakes them on runtime events. Pods found in containerd or the root dir that
+//! no source wants any more are stopped and cleaned up once every source has reported.
+
+pub mod backoff;
+pub mod files;
+pub mod qos;
+pub mod status;
+pub mod worker;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::{mpsc, watch, Notify, RwLock};
+use tracing::{info, warn};
+
+use crate::runtime::labels::PodRef;
+use crate::source::{SourceKind, SourceUpdate};
+use worker::{pod_ref, Shared, Worker};
+
+/// The latest known pods with their statuses, by UID; the HTTP server reads it.
+pub type StatusStore = Arc<RwLock<BTreeMap<String, Pod>>>;
+
+struct WorkerHandle {
+    desired: watch::Sender<Option<Arc<Pod>>>,
+    wake: Arc<Notify>,
+}
+
+pub struct PodManager {
+    shared: Arc<Shared>,
+    workers: HashMap<String, WorkerHandle>,
+    /// Per source, the pods it wants (SET semantics).
+    sources: HashMap<String, Vec<Pod>>,
+    expected_sources: HashSet<String>,
+    /// UIDs seen in containerd or the root dir at start, not yet claimed by a source.
+    orphans: HashMap<String, PodRef>,
+    done_tx: mpsc::UnboundedSender<String>,
+    done_rx: mpsc::UnboundedReceiver<String>,
+}
+
+impl PodManager {
+    pub fn new(shared: Arc<Shared>, expected_sources: &[SourceKind]) -> Self {
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        PodManager {
+            shared,
+            workers: HashMap::new(),
+            sources: HashMap::new(),
+            expected_sources: expected_sources.iter().map(|s| s.to_string()).collect(),
+            orphans: HashMap::new(),
+            done_tx,
+            done_rx,
+        }
+    }
+
+    /// Rebuilds what the node holds from containerd's labels and the root dir.
+    pub async fn recover(&mut self) {
+        match self.shared.rt.all_containers().await {
+            Ok(records) => {
+                for r in records {
+                    self.orphans.entry(r.pod.uid.clone()).or_insert(r.pod);
+                }
+            }
+            Err(e) => warn!(error = %e, "cannot list containers to recover state"),
+        }
+        let pods_dir = self.shared.cfg.root_dir.join("pods");
+        if let Ok(entries) = std::fs::read_dir(&pods_dir) {
+            for e in entries.flatten() {
+                let uid = e.file_name().to_string_lossy().into_owned();
+                if self.orphans.contains_key(&uid) {
+                    continue;
+                }
+                let dir = files::PodDir::new(&self.shared.cfg.root_dir, &uid);
+                let r = dir.load_pod().map(|p| pod_ref(&p)).unwrap_or(PodRef {
+                    uid: uid.clone(),
+                    name: String::new(),
+                    namespace: String::new(),
+                });
+                self.orphans.insert(uid, r);
+            }
+        }
+        if !self.orphans.is_empty() {
+            info!(pods = self.orphans.len(), "found pods from an earlier run");
+        }
+    }
+
+    /// Runs until the update channel closes.
+    pub async fn run(
+        mut self,
+        mut updates: mpsc::Receiver<SourceUpdate>,
+        mut events: mpsc::Receiver<String>,
+    ) {
+        loop {
+            tokio::select! {
+                u = updates.recv() => match u {
+                    Some(u) => self.apply(u),
+                    None => break,
+                },
+                Some(uid) = events.recv() => {
+                    match self.workers.get(&uid) {
+                        Some(w) => w.wake.notify_one(),
+                        None if uid.is_empty() => self.workers.values().for_each(|w| w.wake.notify_one()),
+                        None => {}
+                    }
+                }
+                Some(uid) = self.done_rx.recv() => {
+                    // The worker finished removing its pod; drop the handle unless the pod
+                    // came back meanwhile (then a new worker starts on the next update).
+                    if let Some(w) = self.workers.get(&uid) {
+                        if w.desired.borrow().is_none() {
+                            self.workers.remove(&uid);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn apply(&mut self, update: SourceUpdate) {
+        let source = update.source.to_string();
+        self.sources.insert(
+            source,
+            update.pods.into_iter().map(|p| p.pod).collect(),
+        );
+        let mut desired: BTreeMap<String, Pod> = BTreeMap::new();
+        for pods in self.sources.values() {
+            for p in pods {
+                if let Some(uid) = &p.metadata.uid {
+                    desired.insert(uid.clone(), p.clone());
+                }
+            }
+        }
+        let max = self.shared.cfg.max_pods as usize;
+        let mut admitted = 0usize;
+        for (uid, pod) in &desired {
+            let pod = Arc::new(pod.clone());
+            self.orphans.remove(uid);
+            if let Some(w) = self.workers.get(uid) {
+                admitted += 1;
+                let changed = w.desired.borrow().as_deref() != Some(&*pod);
+                if changed {
+                    w.desired.send_replace(Some(pod));
+                }
+                continue;
+            }
+            if admitted >= max {
+                warn!(pod = %pod_ref(&pod).display(), max_pods = max, "pod rejected: the node has no room (OutOfpods)");
+                continue;
+            }
+            admitted += 1;
+            self.spawn(pod_ref(&pod), Some(pod));
+        }
+        for (uid, w) in &self.workers {
+            if !desired.contains_key(uid) && w.desired.borrow().is_some() {
+                w.desired.send_replace(None);
+            }
+        }
+        let all_reported = self
+            .expected_sources
+            .iter()
+            .all(|s| self.sources.contains_key(s));
+        if all_reported && !self.orphans.is_empty() {
+            for (uid, r) in std::mem::take(&mut self.orphans) {
+                if !self.workers.contains_key(&uid) {
+                    info!(pod = %r.display(), "pod is no longer wanted by any source; removing it");
+                    self.spawn(r, None);
+                }
+            }
+        }
+    }
+
+    fn spawn(&mut self, r: PodRef, pod: Option<Arc<Pod>>) {
+        let uid = r.uid.clone();
+        let (tx, rx) = watch::channel(pod);
+        let wake = Arc::new(Notify::new());
+        let worker = Worker::new(self.shared.clone(), r);
+        let done = self.done_tx.clone();
+        let w = wake.clone();
+        let u = uid.clone();
+        tokio::spawn(async move {
+            worker.run(rx, w).await;
+            let _ = done.send(u);
+        });
+        self.workers.insert(uid, WorkerHandle { desired: tx, wake });
+    }
+}

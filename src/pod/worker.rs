@@ -1,0 +1,830 @@
+//! One worker per pod: a level-triggered loop that compares the pod's spec with what
+//! containerd holds and acts until they match, then publishes the pod's status. Every
+//! action is idempotent, so a crash at any point is repaired by the next sync; a slow or
+//! failing pod only delays itself.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
+use tokio::sync::{watch, Notify};
+use tracing::{debug, error, info, warn};
+
+use super::backoff::Backoff;
+use super::files::{remove_log_links, remove_pod_cgroups, PodDir, SandboxState};
+use super::qos::{oom_score_adj, pod_cgroup_parent, qos_class};
+use super::status::{self, attempts, StatusInput, Waiting};
+use super::StatusStore;
+use crate::config::Config;
+use crate::logs;
+use crate::network::cni::{AttachRequest, Cni, PortMapping};
+use crate::network::netns;
+use crate::runtime::containers::{
+    format_time, new_container_id, ContainerRecord, NewContainer, State,
+};
+use crate::runtime::images::ImageInfo;
+use crate::runtime::labels::{self, Kind, PodRef};
+use crate::runtime::spec::{self, PodContext};
+use crate::runtime::{Containerd, RuntimeError};
+
+/// How often a settled pod is re-checked even with no event (the events are the fast path).
+const RESYNC: Duration = Duration::from_secs(10);
+/// Retry delay after a failed sync step (runtime error, network not ready).
+const RETRY: Duration = Duration::from_secs(2);
+
+/// What every worker shares.
+pub struct Shared {
+    pub rt: Containerd,
+    pub cni: Cni,
+    pub cfg: Arc<Config>,
+    pub statuses: StatusStore,
+    /// The agent's own executable: containerd's shim runs it as each container's logger.
+    pub exe: PathBuf,
+    pub host_ip: String,
+    pub memory_capacity: i64,
+    /// See `PodContext::oom_score_adj_min`.
+    pub oom_score_adj_min: i64,
+}
+
+/// A running sandbox, as app containers need it.
+struct Sandbox {
+    id: String,
+    pid: u32,
+    ips: Vec<String>,
+}
+
+pub struct Worker {
+    shared: Arc<Shared>,
+    pod_ref: PodRef,
+    backoff: Backoff,
+    waiting: HashMap<String, Waiting>,
+    start_time: DateTime<Utc>,
+    last_status: Option<PodStatus>,
+    sandbox_error: Option<String>,
+}
+
+fn policy(pod: &Pod) -> &str {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.restart_policy.as_deref())
+        .unwrap_or("Always")
+}
+
+fn host_network(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false)
+}
+
+fn grace_period(pod: &Pod) -> Duration {
+    let secs = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(30)
+        .max(0);
+    Duration::from_secs(secs as u64)
+}
+
+pub fn pod_ref(pod: &Pod) -> PodRef {
+    PodRef {
+        uid: pod.metadata.uid.clone().unwrap_or_default(),
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        namespace: pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+    }
+}
+
+fn should_restart(policy: &str, exit_code: i32) -> bool {
+    match policy {
+        "Always" => true,
+        "OnFailure" => exit_code != 0,
+        _ => false,
+    }
+}
+
+impl Worker {
+    pub fn new(shared: Arc<Shared>, pod_ref: PodRef) -> Self {
+        Worker {
+            shared,
+            pod_ref,
+            backoff: Backoff::default(),
+            waiting: HashMap::new(),
+            start_time: Utc::now(),
+            last_status: None,
+            sandbox_error: None,
+        }
+    }
+
+    /// The worker loop: sync while the pod is desired, terminate and clean up once it is not.
+    pub async fn run(mut self, mut desired: watch::Receiver<Option<Arc<Pod>>>, wake: Arc<Notify>) {
+        let uid = self.pod_ref.uid.clone();
+        loop {
+            let current = desired.borrow_and_update().clone();
+            let Some(pod) = current else { break };
+            let next = match self.sync(&pod).await {
+                Ok(next) => next,
+                Err(e) => {
+                    warn!(pod = %self.pod_ref.display(), error = %e, "pod sync failed");
+                    RETRY
+                }
+            };
+            self.publish(&pod).await;
+            tokio::select! {
+                _ = wake.notified() => {}
+                r = desired.changed() => if r.is_err() { break },
+                _ = tokio::time::sleep(next) => {}
+            }
+        }
+        // Removed: stop everything, retrying until clean-up is complete.
+        let pod = desired.borrow().clone();
+        let grace = pod
+            .as_deref()
+            .map(grace_period)
+            .or_else(|| {
+                PodDir::new(&self.shared.cfg.root_dir, &uid)
+                    .load_pod()
+                    .as_ref()
+                    .map(grace_period)
+            })
+            .unwrap_or(Duration::from_secs(30));
+        let mut delay = RETRY;
+        loop {
+            match self.terminate(grace).await {
+                Ok(()) => break,
+                Err(e) => {
+                    warn!(pod = %self.pod_ref.display(), error = %e, "pod clean-up failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(30));
+                }
+            }
+        }
+        self.shared.statuses.write().await.remove(&uid);
+        info!(pod = %self.pod_ref.display(), "pod removed");
+    }
+
+    async fn publish(&mut self, pod: &Pod) {
+        let records = match self.shared.rt.pod_containers(&self.pod_ref.uid).await {
+            Ok(r) => r,
+            Err(e) => {
+                warn!(pod = %self.pod_ref.display(), error = %e, "cannot read pod state");
+                return;
+            }
+        };
+        let sandbox = latest_sandbox(&records);
+        let ips: Vec<String> = sandbox
+            .and_then(|s| s.labels.get(labels::POD_IPS))
+            .map(|s| s.split(',').filter(|x| !x.is_empty()).map(str::to_string).collect())
+            .unwrap_or_default();
+        let status = status::compute(&StatusInput {
+            pod,
+            records: &records,
+            waiting: &self.waiting,
+            sandbox_ready: sandbox.is_some_and(|s| s.is_running()),
+            pod_ips: &ips,
+            host_ip: &self.shared.host_ip,
+            start_time: self.start_time,
+            now: Utc::now(),
+            previous: self.last_status.as_ref(),
+        });
+        let mut out = pod.clone();
+        out.status = Some(status.clone());
+        if self.last_status.as_ref().map(|s| &s.phase) != Some(&status.phase) {
+            info!(pod = %self.pod_ref.display(), phase = ?status.phase, "pod phase");
+        }
+        self.last_status = Some(status);
+        self.shared
+            .statuses
+            .write()
+            .await
+            .insert(self.pod_ref.uid.clone(), out);
+    }
+
+    /// One pass of the level-triggered loop. Returns when to look again.
+    async fn sync(&mut self, pod: &Pod) -> Result<Duration, RuntimeError> {
+        let rt = self.shared.rt.clone();
+        let mut records = rt.pod_containers(&self.pod_ref.uid).await?;
+        self.finalize_exits(&mut records).await?;
+        self.collect_garbage(&records).await;
+
+        // A pod that reached Succeeded or Failed stays there; its sandbox is stopped.
+        let st = self.preview_status(pod, &records);
+        if matches!(st.phase.as_deref(), Some("Succeeded") | Some("Failed")) {
+            if let Some(sb) = latest_sandbox(&records).filter(|s| s.is_running()) {
+                info!(pod = %self.pod_ref.display(), "pod is terminal; stopping its sandbox");
+                rt.kill(&sb.id, libc::SIGKILL as u32).await?;
+                rt.wait_exit(&sb.id, Duration::from_secs(10)).await?;
+            }
+            return Ok(RESYNC * 6);
+        }
+
+        let sandbox = match self.ensure_sandbox(pod, &records).await {
+            Ok(s) => {
+                self.sandbox_error = None;
+                s
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                if self.sandbox_error.as_deref() != Some(&msg) {
+                    error!(pod = %self.pod_ref.display(), error = %msg, "cannot create pod sandbox");
+                }
+                self.sandbox_error = Some(msg);
+                return Ok(RETRY);
+            }
+        };
+        // Creating a sandbox may have stopped old containers: look again.
+        let records = rt.pod_containers(&self.pod_ref.uid).await?;
+        let mut next = RESYNC;
+        let spec = pod.spec.clone().unwrap_or_default();
+
+        for c in spec.init_containers.iter().flatten() {
+            let tries = attempts(&records, &c.name, Kind::Init);
+            match tries.first().map(|r| &r.state) {
+                Some(State::Exited { info, .. }) if info.exit_code == 0 => {
+                    self.waiting.remove(&c.name);
+                    continue;
+                }
+                Some(State::Running { .. }) => return Ok(next),
+                Some(State::Exited { info, .. }) => {
+                    if policy(pod) == "Never" {
+                        self.waiting.remove(&c.name);
+                        return Ok(next);
+                    }
+                    let finished = info.finished_at.unwrap_or_else(Utc::now);
+                    let attempt = tries[0].attempt + 1;
+                    if let Some(wait) = self.in_backoff(pod, c, finished) {
+                        return Ok(wait.min(next));
+                    }
+                    self.start(pod, c, Kind::Init, attempt, &sandbox, Some(finished)).await;
+                    return Ok(next);
+                }
+                Some(State::Created) => {
+                    let (id, attempt) = (tries[0].id.clone(), tries[0].attempt);
+                    rt.remove_container(&id).await?;
+                    self.start(pod, c, Kind::Init, attempt, &sandbox, None).await;
+                    return Ok(next);
+                }
+                None => {
+                    self.start(pod, c, Kind::Init, 0, &sandbox, None).await;
+                    return Ok(next);
+                }
+            }
+        }
+
+        for c in &spec.containers {
+            let tries = attempts(&records, &c.name, Kind::App);
+            match tries.first().map(|r| &r.state) {
+                Some(State::Running { .. }) => {}
+                Some(State::Exited { info, .. }) => {
+                    if !should_restart(policy(pod), info.exit_code) {
+                        self.waiting.remove(&c.name);
+                        continue;
+                    }
+                    let finished = info.finished_at.unwrap_or_else(Utc::now);
+                    let attempt = tries[0].attempt + 1;
+                    if let Some(wait) = self.in_backoff(pod, c, finished) {
+                        next = next.min(wait);
+                        continue;
+                    }
+                    self.start(pod, c, Kind::App, attempt, &sandbox, Some(finished)).await;
+                }
+                Some(State::Created) => {
+                    let (id, attempt) = (tries[0].id.clone(), tries[0].attempt);
+                    rt.remove_container(&id).await?;
+                    self.start(pod, c, Kind::App, attempt, &sandbox, None).await;
+                }
+                None => {
+                    self.start(pod, c, Kind::App, 0, &sandbox, None).await;
+                }
+            }
+            if self.waiting.contains_key(&c.name) {
+                next = next.min(RETRY * 5);
+            }
+        }
+        Ok(next)
+    }
+
+    fn preview_status(&self, pod: &Pod, records: &[ContainerRecord]) -> PodStatus {
+        status::compute(&StatusInput {
+            pod,
+            records,
+            waiting: &self.waiting,
+            sandbox_ready: true,
+            pod_ips: &[],
+            host_ip: "",
+            start_time: self.start_time,
+            now: Utc::now(),
+            previous: None,
+        })
+    }
+
+    fn backoff_key(&self, c: &Container) -> String {
+        format!("{}/{}", self.pod_ref.uid, c.name)
+    }
+
+    /// Some(remaining) while the container's restart must wait; sets CrashLoopBackOff.
+    fn in_backoff(&mut self, pod: &Pod, c: &Container, finished: DateTime<Utc>) -> Option<Duration> {
+        let key = self.backoff_key(c);
+        let wait = self.backoff.in_backoff(&key, finished, Utc::now())?;
+        let msg = format!(
+            "back-off {}s restarting failed container={} pod={}",
+            self.backoff.current(&key).as_secs(),
+            c.name,
+            PodRef::display(&pod_ref(pod))
+        );
+        self.waiting
+            .insert(c.name.clone(), Waiting::new("CrashLoopBackOff", msg));
+        Some(wait + Duration::from_millis(50))
+    }
+
+    /// Writes how each exited task ended into its record's labels, then deletes the task.
+    async fn finalize_exits(&mut self, records: &mut [ContainerRecord]) -> Result<(), RuntimeError> {
+        for r in records.iter_mut() {
+            let State::Exited { info, finalized } = &mut r.state else { continue };
+            if *finalized {
+                continue;
+            }
+            if r.kind != Kind::Sandbox {
+                let parent = r.labels.get(labels::CGROUP_PARENT).cloned().unwrap_or_default();
+                if oom_killed(&format!("{parent}/{}", r.id)) {
+                    info.reason = "OOMKilled".into();
+                }
+                if info.finished_at.is_none() {
+                    info.finished_at = Some(Utc::now());
+                }
+                let mut set = HashMap::from([
+                    (labels::EXIT_CODE.to_string(), info.exit_code.to_string()),
+                    (labels::REASON.to_string(), info.reason.clone()),
+                    (
+                        labels::FINISHED_AT.to_string(),
+                        format_time(info.finished_at.unwrap_or_else(Utc::now)),
+                    ),
+                ]);
+                if let Some(s) = info.started_at {
+                    set.insert(labels::STARTED_AT.to_string(), format_time(s));
+                }
+                self.shared.rt.set_labels(&r.id, set).await?;
+                info!(pod = %self.pod_ref.display(), container = %r.name, exit_code = info.exit_code,
+                      reason = %info.reason, "container exited");
+            }
+            self.shared.rt.delete_task(&r.id).await?;
+            *finalized = true;
+        }
+        Ok(())
+    }
+
+    /// Keeps the newest two records of each container (the current one and the one its
+    /// lastState shows, as upstream's maxPerPodContainer 1) and removes older ones.
+    async fn collect_garbage(&self, records: &[ContainerRecord]) {
+        let mut by_name: HashMap<(Kind, &str), Vec<&ContainerRecord>> = HashMap::new();
+        for r in records {
+            by_name.entry((r.kind, r.name.as_str())).or_default().push(r);
+        }
+        for ((kind, _), mut list) in by_name {
+            list.sort_by(|a, b| b.attempt.cmp(&a.attempt));
+            let keep = if kind == Kind::Sandbox { 1 } else { 2 };
+            for old in list.iter().skip(keep) {
+                if old.is_running() {
+                    continue;
+                }
+                if let Err(e) = self.shared.rt.remove_container(&old.id).await {
+                    warn!(pod = %self.pod_ref.display(), container = %old.name, error = %e, "cannot remove old container");
+                } else if let Some(p) = old.labels.get(labels::LOG_PATH) {
+                    let _ = std::fs::remove_file(p);
+                }
+            }
+        }
+    }
+
+    async fn ensure_sandbox(&mut self, pod: &Pod, records: &[ContainerRecord]) -> Result<Sandbox, SandboxError> {
+        let rt = &self.shared.rt;
+        let latest = latest_sandbox(records);
+        if let Some(sb) = latest {
+            if let State::Running { pid, .. } = sb.state {
+                return Ok(Sandbox {
+                    id: sb.id.clone(),
+                    pid,
+                    ips: split_ips(sb.labels.get(labels::POD_IPS)),
+                });
+            }
+        }
+        let attempt = latest.map(|s| s.attempt + 1).unwrap_or(0);
+        if let Some(old) = latest {
+            warn!(pod = %self.pod_ref.display(), "pod sandbox is not running; recreating it and its containers");
+            self.stop_containers(records, Duration::from_secs(2)).await?;
+            self.teardown_network(Some(old)).await?;
+            rt.remove_container(&old.id).await?;
+        }
+
+        let cfg = &self.shared.cfg;
+        let dir = PodDir::new(&cfg.root_dir, &self.pod_ref.uid);
+        dir.create().map_err(|e| SandboxError::Files(dir.dir.display().to_string(), e))?;
+        dir.save_pod(pod).map_err(|e| SandboxError::Files(dir.dir.display().to_string(), e))?;
+        let pause = rt.resolve_image(&cfg.pod_infra_container_image).await?;
+        let id = new_container_id();
+        let hostnet = host_network(pod);
+        let mut netns_path = None;
+        let mut ips: Vec<String> = Vec::new();
+        if !hostnet {
+            // Record the name before pinning so a crash here cannot leak the namespace.
+            let name = netns::new_netns_name();
+            let path = PathBuf::from("/var/run/netns").join(&name);
+            dir.save_state(&SandboxState {
+                netns: Some(path.display().to_string()),
+            })
+            .map_err(|e| SandboxError::Files(dir.dir.display().to_string(), e))?;
+            let pinned = netns::pin(std::path::Path::new("/var/run/netns"), &name).await?;
+            let req = self.attach_request(pod, &id, &pinned);
+            match self.shared.cni.add(&req).await {
+                Ok(r) => ips = r.ips.iter().map(|i| i.to_string()).collect(),
+                Err(e) => {
+                    let _ = self.shared.cni.del(&req).await;
+                    let _ = netns::remove(&pinned).await;
+                    return Err(e.into());
+                }
+            }
+            netns_path = Some(pinned.display().to_string());
+        } else {
+            ips.push(self.shared.host_ip.clone());
+        }
+        let hostname = if hostnet {
+            nix::unistd::gethostname()
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| cfg.node_name.clone())
+        } else {
+            pod_hostname(pod)
+        };
+        dir.write_etc(pod, &hostname, ips.first().map(String::as_str))
+            .map_err(|e| SandboxError::Files(dir.dir.display().to_string(), e))?;
+        let ctx = self.pod_context(pod, &id, netns_path.clone(), 0, &ips, &hostname);
+        let mut spec = spec::sandbox_spec(&ctx, &pause.config)?;
+        spec::set_cgroup_leaf(&mut spec, &ctx.cgroup_parent, &id);
+        let mut extra = HashMap::from([
+            (labels::POD_IPS.to_string(), ips.join(",")),
+            (labels::HOST_NETWORK.to_string(), hostnet.to_string()),
+            (labels::CGROUP_PARENT.to_string(), ctx.cgroup_parent.clone()),
+        ]);
+        if let Some(n) = &netns_path {
+            extra.insert(labels::NETNS.to_string(), n.clone());
+        }
+        rt.create_container(NewContainer {
+            id: &id,
+            pod: &self.pod_ref,
+            kind: Kind::Sandbox,
+            name: labels::SANDBOX_NAME,
+            attempt,
+            image: &pause,
+            image_spec: &cfg.pod_infra_container_image,
+            spec: &spec,
+            extra_labels: extra,
+        })
+        .await?;
+        let pid = rt.start_task(&id, "").await?;
+        info!(pod = %self.pod_ref.display(), sandbox = %id, ips = ?ips, "pod sandbox started");
+        Ok(Sandbox { id, pid, ips })
+    }
+
+    fn attach_request(&self, pod: &Pod, sandbox_id: &str, netns: &std::path::Path) -> AttachRequest {
+        AttachRequest {
+            sandbox_id: sandbox_id.to_string(),
+            netns: netns.to_path_buf(),
+            pod_name: self.pod_ref.name.clone(),
+            pod_namespace: self.pod_ref.namespace.clone(),
+            pod_uid: self.pod_ref.uid.clone(),
+            port_mappings: port_mappings(pod),
+        }
+    }
+
+    fn pod_context(
+        &self,
+        pod: &Pod,
+        sandbox_id: &str,
+        netns_path: Option<String>,
+        sandbox_pid: u32,
+        ips: &[String],
+        hostname: &str,
+    ) -> PodContext {
+        let spec = pod.spec.as_ref();
+        let qos = qos_class(pod);
+        let dir = PodDir::new(&self.shared.cfg.root_dir, &self.pod_ref.uid);
+        PodContext {
+            sandbox_id: sandbox_id.to_string(),
+            pod_name: self.pod_ref.name.clone(),
+            pod_namespace: self.pod_ref.namespace.clone(),
+            pod_uid: self.pod_ref.uid.clone(),
+            cgroup_parent: pod_cgroup_parent(&self.pod_ref.uid, qos),
+            host_network: host_network(pod),
+            host_pid: spec.and_then(|s| s.host_pid).unwrap_or(false),
+            host_ipc: spec.and_then(|s| s.host_ipc).unwrap_or(false),
+            share_process_namespace: spec.and_then(|s| s.share_process_namespace).unwrap_or(false),
+            netns_path,
+            sandbox_pid,
+            hostname: hostname.to_string(),
+            hosts_file: dir.hosts().display().to_string(),
+            hostname_file: dir.hostname().display().to_string(),
+            resolv_file: dir.resolv().display().to_string(),
+            oom_score_adj: 0,
+            oom_score_adj_min: self.shared.oom_score_adj_min,
+            pod_ips: ips.to_vec(),
+            host_ip: self.shared.host_ip.clone(),
+            node_name: self.shared.cfg.node_name.clone(),
+        }
+    }
+
+    /// Creates and starts one container; failures become the container's waiting reason.
+    async fn start(
+        &mut self,
+        pod: &Pod,
+        c: &Container,
+        kind: Kind,
+        attempt: u32,
+        sandbox: &Sandbox,
+        previous_finish: Option<DateTime<Utc>>,
+    ) {
+        match self.try_start(pod, c, kind, attempt, sandbox).await {
+            Ok(id) => {
+                self.waiting.remove(&c.name);
+                if let Some(f) = previous_finish {
+                    let key = self.backoff_key(c);
+                    self.backoff.next(&key, f, Utc::now());
+                }
+                info!(pod = %self.pod_ref.display(), container = %c.name, container_id = %id, attempt, "container started");
+            }
+            Err(w) => {
+                if self.waiting.get(&c.name) != Some(&w) {
+                    warn!(pod = %self.pod_ref.display(), container = %c.name, reason = %w.reason, message = %w.message, "container not started");
+                }
+                self.waiting.insert(c.name.clone(), w);
+            }
+        }
+    }
+
+    async fn resolve_image(&mut self, c: &Container) -> Result<ImageInfo, Waiting> {
+        let image = c.image.clone().unwrap_or_default();
+        let pull_policy = c.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
+        match self.shared.rt.resolve_image(&image).await {
+            Ok(i) => Ok(i),
+            Err(RuntimeError::ImageNotFound(_)) if pull_policy == "Never" => Err(Waiting::new(
+                "ErrImageNeverPull",
+                format!("Container image \"{image}\" is not present with pull policy of Never"),
+            )),
+            Err(RuntimeError::ImageNotFound(name)) => Err(Waiting::new(
+                "ErrImagePull",
+                format!(
+                    "image \"{image}\" ({name}) is not present in containerd namespace {:?}, and pulling from registries is not built yet",
+                    self.shared.rt.namespace()
+                ),
+            )),
+            Err(e) => Err(Waiting::new("ErrImagePull", e.to_string())),
+        }
+    }
+
+    async fn try_start(
+        &mut self,
+        pod: &Pod,
+        c: &Container,
+        kind: Kind,
+        attempt: u32,
+        sandbox: &Sandbox,
+    ) -> Result<String, Waiting> {
+        let rt = self.shared.rt.clone();
+        let image = self.resolve_image(c).await?;
+        let mut ctx = self.pod_context(pod, &sandbox.id, None, sandbox.pid, &sandbox.ips, "");
+        let qos = qos_class(pod);
+        let mem_request = c
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref().and_then(|m| m.get("memory")).or(r.limits.as_ref().and_then(|m| m.get("memory"))))
+            .and_then(|q| crate::quantity::bytes(&q.0));
+        ctx.oom_score_adj = oom_score_adj(qos, mem_request, self.shared.memory_capacity);
+        let mut oci = spec::container_spec(pod, c, &image.config, &ctx)
+            .map_err(|e| Waiting::new("CreateContainerConfigError", e.to_string()))?;
+        let id = new_container_id();
+        spec::set_cgroup_leaf(&mut oci, &ctx.cgroup_parent, &id);
+
+        let cfg = &self.shared.cfg;
+        let log_dir = logs::pod_log_dir(&cfg.pod_logs_dir, &self.pod_ref.namespace, &self.pod_ref.name, &self.pod_ref.uid);
+        let log_path = logs::container_log_path(&log_dir, &c.name, attempt);
+        if let Some(parent) = log_path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| {
+                Waiting::new("CreateContainerError", format!("cannot create log directory {}: {e}", parent.display()))
+            })?;
+        }
+        let extra = HashMap::from([
+            (labels::LOG_PATH.to_string(), log_path.display().to_string()),
+            (labels::CGROUP_PARENT.to_string(), ctx.cgroup_parent.clone()),
+        ]);
+        rt.create_container(NewContainer {
+            id: &id,
+            pod: &self.pod_ref,
+            kind,
+            name: &c.name,
+            attempt,
+            image: &image,
+            image_spec: c.image.as_deref().unwrap_or_default(),
+            spec: &oci,
+            extra_labels: extra,
+        })
+        .await
+        .map_err(|e| Waiting::new("CreateContainerError", e.to_string()))?;
+
+        let uri = logs::logger_uri(
+            &self.shared.exe,
+            &log_path,
+            cfg.container_log_max_size,
+            cfg.container_log_max_files,
+        );
+        let started = Utc::now();
+        if let Err(e) = rt.start_task(&id, &uri).await {
+            // As upstream with containerd: the container is dead with StartError / 128, and
+            // the pod shows RunContainerError until the next try.
+            let msg = e.to_string();
+            let _ = rt.delete_task(&id).await;
+            let set = HashMap::from([
+                (labels::EXIT_CODE.to_string(), "128".to_string()),
+                (labels::REASON.to_string(), "StartError".to_string()),
+                (labels::MESSAGE.to_string(), msg.clone()),
+                (labels::STARTED_AT.to_string(), format_time(started)),
+                (labels::FINISHED_AT.to_string(), format_time(Utc::now())),
+            ]);
+            if let Err(e2) = rt.set_labels(&id, set).await {
+                debug!(error = %e2, "cannot record start failure");
+            }
+            return Err(Waiting::new("RunContainerError", msg));
+        }
+        let _ = rt
+            .set_labels(&id, HashMap::from([(labels::STARTED_AT.to_string(), format_time(started))]))
+            .await;
+        let link = logs::container_log_symlink(
+            &cfg.container_logs_dir,
+            &self.pod_ref.name,
+            &self.pod_ref.namespace,
+            &c.name,
+            &id,
+        );
+        if let Some(parent) = link.parent() {
+            let _ = std::fs::create_dir_all(parent);
+        }
+        let _ = std::fs::remove_file(&link);
+        let _ = std::os::unix::fs::symlink(&log_path, &link);
+        Ok(id)
+    }
+
+    /// Stops every running non-sandbox container: the stop signal, `grace`, then SIGKILL.
+    async fn stop_containers(&self, records: &[ContainerRecord], grace: Duration) -> Result<(), RuntimeError> {
+        let rt = &self.shared.rt;
+        let running: Vec<&ContainerRecord> = records
+            .iter()
+            .filter(|r| r.kind != Kind::Sandbox && r.is_running())
+            .collect();
+        if running.is_empty() {
+            return Ok(());
+        }
+        for r in &running {
+            info!(pod = %self.pod_ref.display(), container = %r.name, grace_seconds = grace.as_secs(), "stopping container");
+            rt.kill(&r.id, libc::SIGTERM as u32).await?;
+        }
+        let waits = running.iter().map(|r| rt.wait_exit(&r.id, grace));
+        let results = futures::future::join_all(waits).await;
+        for (r, res) in running.iter().zip(results) {
+            if !matches!(res, Ok(Some(_))) {
+                info!(pod = %self.pod_ref.display(), container = %r.name, "grace period over; killing");
+                rt.kill(&r.id, libc::SIGKILL as u32).await?;
+                rt.wait_exit(&r.id, Duration::from_secs(10)).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn teardown_network(&self, sandbox: Option<&ContainerRecord>) -> Result<(), SandboxError> {
+        let dir = PodDir::new(&self.shared.cfg.root_dir, &self.pod_ref.uid);
+        let netns = sandbox
+            .and_then(|s| s.labels.get(labels::NETNS).cloned())
+            .or_else(|| dir.load_state().netns);
+        let Some(netns) = netns else { return Ok(()) };
+        let pod = dir.load_pod();
+        let req = AttachRequest {
+            sandbox_id: sandbox.map(|s| s.id.clone()).unwrap_or_default(),
+            netns: PathBuf::from(&netns),
+            pod_name: self.pod_ref.name.clone(),
+            pod_namespace: self.pod_ref.namespace.clone(),
+            pod_uid: self.pod_ref.uid.clone(),
+            port_mappings: pod.as_ref().map(port_mappings).unwrap_or_default(),
+        };
+        if sandbox.is_some() {
+            self.shared.cni.del(&req).await?;
+        }
+        netns::remove(std::path::Path::new(&netns)).await?;
+        Ok(())
+    }
+
+    /// Stops and removes everything of the pod, in order, each step idempotent.
+    pub async fn terminate(&mut self, grace: Duration) -> Result<(), SandboxError> {
+        let rt = self.shared.rt.clone();
+        let records = rt.pod_containers(&self.pod_ref.uid).await?;
+        self.stop_containers(&records, grace).await?;
+        for r in records.iter().filter(|r| r.kind != Kind::Sandbox) {
+            rt.remove_container(&r.id).await?;
+        }
+        let sandboxes: Vec<&ContainerRecord> = records.iter().filter(|r| r.kind == Kind::Sandbox).collect();
+        for sb in &sandboxes {
+            rt.kill(&sb.id, libc::SIGKILL as u32).await?;
+            self.teardown_network(Some(sb)).await?;
+            rt.remove_container(&sb.id).await?;
+        }
+        if sandboxes.is_empty() {
+            self.teardown_network(None).await?;
+        }
+        let cfg = &self.shared.cfg;
+        let log_dir = logs::pod_log_dir(&cfg.pod_logs_dir, &self.pod_ref.namespace, &self.pod_ref.name, &self.pod_ref.uid);
+        let _ = std::fs::remove_dir_all(&log_dir);
+        remove_log_links(&cfg.container_logs_dir, &self.pod_ref.name, &self.pod_ref.namespace);
+        for qos in [super::qos::QosClass::Guaranteed, super::qos::QosClass::Burstable, super::qos::QosClass::BestEffort] {
+            remove_pod_cgroups(&pod_cgroup_parent(&self.pod_ref.uid, qos));
+        }
+        PodDir::new(&cfg.root_dir, &self.pod_ref.uid)
+            .remove()
+            .map_err(|e| SandboxError::Files(self.pod_ref.uid.clone(), e))?;
+        self.backoff.forget_prefix(&self.pod_ref.uid);
+        Ok(())
+    }
+}
+
+/// Errors while building or tearing down a pod's sandbox.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error("network: {0}")]
+    Network(#[from] crate::network::NetworkError),
+    #[error("pod directory {0}: {1}")]
+    Files(String, std::io::Error),
+}
+
+fn latest_sandbox(records: &[ContainerRecord]) -> Option<&ContainerRecord> {
+    records
+        .iter()
+        .filter(|r| r.kind == Kind::Sandbox)
+        .max_by_key(|r| r.attempt)
+}
+
+fn split_ips(s: Option<&String>) -> Vec<String> {
+    s.map(|s| s.split(',').filter(|x| !x.is_empty()).map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+fn pod_hostname(pod: &Pod) -> String {
+    let h = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.hostname.clone())
+        .or_else(|| pod.metadata.name.clone())
+        .unwrap_or_default();
+    // A hostname is at most 63 characters; upstream truncates and trims a trailing '-'/'.'.
+    let mut h: String = h.chars().take(63).collect();
+    while h.ends_with('-') || h.ends_with('.') {
+        h.pop();
+    }
+    h
+}
+
+fn port_mappings(pod: &Pod) -> Vec<PortMapping> {
+    let mut out = Vec::new();
+    for c in pod.spec.iter().flat_map(|s| s.containers.iter()) {
+        for p in c.ports.iter().flatten() {
+            let Some(hp) = p.host_port.filter(|h| *h > 0) else { continue };
+            out.push(PortMapping {
+                host_port: hp as u16,
+                container_port: p.container_port as u16,
+                protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()).to_ascii_lowercase(),
+                host_ip: p.host_ip.clone().unwrap_or_default(),
+            });
+        }
+    }
+    out
+}
+
+/// Whether the kernel's OOM killer acted in this cgroup (v1 memory.oom_control, v2 memory.events).
+fn oom_killed(cgroup_path: &str) -> bool {
+    let rel = cgroup_path.trim_start_matches('/');
+    let candidates = [
+        format!("/sys/fs/cgroup/memory/{rel}/memory.oom_control"),
+        format!("/sys/fs/cgroup/{rel}/memory.events"),
+    ];
+    candidates.iter().any(|f| {
+        std::fs::read_to_string(f).ok().is_some_and(|s| {
+            s.lines().any(|l| {
+                l.strip_prefix("oom_kill ")
+                    .and_then(|n| n.trim().parse::<u64>().ok())
+                    .is_some_and(|n| n > 0)
+            })
+        })
+    })
+}
