@@ -57,8 +57,12 @@ fn init_tracing(cfg: &Config) {
         3..=4 => "debug",
         _ => "trace",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("KUBELET_RS_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("kubelet_rs={level},kubelet_rs::runtime=info,warn")));
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("KUBELET_RS_LOG").unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new(format!(
+                "kubelet_rs={level},kubelet_rs::runtime=info,warn"
+            ))
+        });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -88,16 +92,26 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         .await?;
     }
 
-    let rt = Containerd::connect_with_backoff(&cfg.container_runtime_endpoint, &cfg.containerd_namespace).await;
-    let cni = Cni::new(&cfg.cni_conf_dir, cfg.cni_bin_dirs.clone(), Duration::from_secs(60))
-        .with_result_cache(cfg.root_dir.join("cni-results"));
+    let rt = Containerd::connect_with_backoff(
+        &cfg.container_runtime_endpoint,
+        &cfg.containerd_namespace,
+    )
+    .await;
+    let cni = Cni::new(
+        &cfg.cni_conf_dir,
+        cfg.cni_bin_dirs.clone(),
+        Duration::from_secs(60),
+    )
+    .with_result_cache(cfg.root_dir.join("cni-results"));
     let shared = Arc::new(Shared {
         rt: rt.clone(),
         cni,
         cfg: cfg.clone(),
         statuses,
         exe: std::env::current_exe().context("finding the agent's own executable")?,
-        host_ip: host_ip().map(|i| i.to_string()).unwrap_or_else(|| "127.0.0.1".into()),
+        host_ip: host_ip()
+            .map(|i| i.to_string())
+            .unwrap_or_else(|| "127.0.0.1".into()),
         memory_capacity: memory_capacity().unwrap_or(i64::MAX),
         oom_score_adj_min: oom_score_adj_min(),
     });
@@ -106,7 +120,12 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     let mut expected = Vec::new();
     if let Some(dir) = &cfg.static_pod_path {
         expected.push(SourceKind::File);
-        spawn_file_source(dir.clone(), cfg.node_name.clone(), cfg.file_check_frequency, tx.clone());
+        spawn_file_source(
+            dir.clone(),
+            cfg.node_name.clone(),
+            cfg.file_check_frequency,
+            tx.clone(),
+        );
     }
     if let Some(url) = &cfg.static_pod_url {
         expected.push(SourceKind::Http);
@@ -119,7 +138,9 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         );
     }
     if expected.is_empty() {
-        warn!("no pod source configured (--pod-manifest-path, --manifest-url): the node runs no pods");
+        warn!(
+            "no pod source configured (--pod-manifest-path, --manifest-url): the node runs no pods"
+        );
     }
 
     let mut manager = PodManager::new(shared, &expected);
@@ -191,6 +212,9 @@ fn oom_score_adj_min() -> i64 {
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(0);
-    warn!(oom_score_adj_min = own, "no CAP_SYS_RESOURCE: container oom_score_adj values are raised to the agent's own");
+    warn!(
+        oom_score_adj_min = own,
+        "no CAP_SYS_RESOURCE: container oom_score_adj values are raised to the agent's own"
+    );
     own
 }

@@ -58,7 +58,12 @@ impl Backoff {
     }
 
     /// `Some(remaining wait)` while a container that ended at `event` must not be restarted.
-    pub fn in_backoff(&self, key: &str, event: DateTime<Utc>, now: DateTime<Utc>) -> Option<Duration> {
+    pub fn in_backoff(
+        &self,
+        key: &str,
+        event: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Option<Duration> {
         let e = self.entries.get(key)?;
         if expired(event, e.last_update, self.max) {
             return None;
@@ -69,7 +74,10 @@ impl Backoff {
 
     /// The current back-off of a key (for the CrashLoopBackOff message).
     pub fn current(&self, key: &str) -> Duration {
-        self.entries.get(key).map(|e| e.backoff).unwrap_or(self.initial)
+        self.entries
+            .get(key)
+            .map(|e| e.backoff)
+            .unwrap_or(self.initial)
     }
 
     pub fn forget_prefix(&mut self, prefix: &str) {
@@ -96,10 +104,8 @@ mod tests {
         assert_eq!(b.in_backoff("k", t(1), t(11)), None);
         b.next("k", t(1), t(11));
         assert_eq!(b.current("k"), Duration::from_secs(20));
-        let mut now = 11;
-        for _ in 0..10 {
+        for now in 11..21 {
             b.next("k", t(now), t(now));
-            now += 1;
         }
         assert_eq!(b.current("k"), MAX);
     }

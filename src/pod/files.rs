@@ -48,7 +48,10 @@ impl PodDir {
     /// Saves the pod object, so that a pod whose manifest disappears while the agent is
     /// down is still stopped with its own grace period and names.
     pub fn save_pod(&self, pod: &Pod) -> io::Result<()> {
-        write_atomic(&self.pod_file(), &serde_json::to_vec(pod).map_err(io::Error::other)?)
+        write_atomic(
+            &self.pod_file(),
+            &serde_json::to_vec(pod).map_err(io::Error::other)?,
+        )
     }
 
     pub fn load_pod(&self) -> Option<Pod> {
@@ -56,7 +59,10 @@ impl PodDir {
     }
 
     pub fn save_state(&self, s: &SandboxState) -> io::Result<()> {
-        write_atomic(&self.state_file(), &serde_json::to_vec(s).map_err(io::Error::other)?)
+        write_atomic(
+            &self.state_file(),
+            &serde_json::to_vec(s).map_err(io::Error::other)?,
+        )
     }
 
     pub fn load_state(&self) -> SandboxState {
@@ -147,7 +153,9 @@ pub fn resolv_conf(pod: &Pod) -> String {
         ns.extend(cfg.nameservers.clone().unwrap_or_default());
         search.extend(cfg.searches.clone().unwrap_or_default());
         for o in cfg.options.iter().flatten() {
-            let Some(name) = o.name.as_deref() else { continue };
+            let Some(name) = o.name.as_deref() else {
+                continue;
+            };
             opts.retain(|x: &String| x.split(':').next() != Some(name));
             opts.push(match &o.value {
                 Some(v) => format!("{name}:{v}"),

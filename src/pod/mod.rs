@@ -119,10 +119,8 @@ impl PodManager {
 
     fn apply(&mut self, update: SourceUpdate) {
         let source = update.source.to_string();
-        self.sources.insert(
-            source,
-            update.pods.into_iter().map(|p| p.pod).collect(),
-        );
+        self.sources
+            .insert(source, update.pods.into_iter().map(|p| p.pod).collect());
         let mut desired: BTreeMap<String, Pod> = BTreeMap::new();
         for pods in self.sources.values() {
             for p in pods {

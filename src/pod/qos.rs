@@ -108,7 +108,9 @@ mod tests {
     fn classes() {
         assert_eq!(qos_class(&pod(serde_json::json!({}))), QosClass::BestEffort);
         assert_eq!(
-            qos_class(&pod(serde_json::json!({"limits": {"cpu": "1", "memory": "1Gi"}}))),
+            qos_class(&pod(
+                serde_json::json!({"limits": {"cpu": "1", "memory": "1Gi"}})
+            )),
             QosClass::Guaranteed
         );
         assert_eq!(
@@ -129,7 +131,10 @@ mod tests {
             pod_cgroup_parent("u", QosClass::BestEffort),
             "/kubepods/besteffort/podu"
         );
-        assert_eq!(pod_cgroup_parent("u", QosClass::Guaranteed), "/kubepods/podu");
+        assert_eq!(
+            pod_cgroup_parent("u", QosClass::Guaranteed),
+            "/kubepods/podu"
+        );
         assert_eq!(oom_score_adj(QosClass::Burstable, Some(0), 100), 999);
         assert_eq!(oom_score_adj(QosClass::Burstable, Some(100), 100), 2);
         assert_eq!(oom_score_adj(QosClass::Burstable, Some(50), 100), 500);

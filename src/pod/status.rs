@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodIP, PodStatus, HostIP,
+    ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -75,12 +75,16 @@ fn waiting(w: &Waiting) -> ContainerState {
 }
 
 /// Records of one container, newest attempt first.
-pub fn attempts<'r>(records: &'r [ContainerRecord], name: &str, kind: Kind) -> Vec<&'r ContainerRecord> {
+pub fn attempts<'r>(
+    records: &'r [ContainerRecord],
+    name: &str,
+    kind: Kind,
+) -> Vec<&'r ContainerRecord> {
     let mut v: Vec<&ContainerRecord> = records
         .iter()
         .filter(|r| r.kind == kind && r.name == name)
         .collect();
-    v.sort_by(|a, b| b.attempt.cmp(&a.attempt));
+    v.sort_by_key(|r| std::cmp::Reverse(r.attempt));
     v
 }
 
@@ -93,7 +97,9 @@ fn container_status(
 ) -> ContainerStatus {
     let tries = attempts(records, &c.name, kind);
     let latest = tries.first();
-    let previous_exit = tries.get(1).and_then(|r| r.exit().map(|e| terminated(e, &r.id)));
+    let previous_exit = tries
+        .get(1)
+        .and_then(|r| r.exit().map(|e| terminated(e, &r.id)));
     let mut s = ContainerStatus {
         name: c.name.clone(),
         image: c.image.clone().unwrap_or_default(),
@@ -304,10 +310,10 @@ pub fn compute(input: &StatusInput) -> PodStatus {
     let incomplete: Vec<&str> = init
         .iter()
         .filter(|s| {
-            !s.state
+            s.state
                 .as_ref()
                 .and_then(|x| x.terminated.as_ref())
-                .is_some_and(|t| t.exit_code == 0)
+                .is_none_or(|t| t.exit_code != 0)
         })
         .map(|s| s.name.as_str())
         .collect();
@@ -319,7 +325,10 @@ pub fn compute(input: &StatusInput) -> PodStatus {
     } else {
         (
             Some("ContainersNotReady"),
-            Some(format!("containers with unready status: [{}]", unready.join(" "))),
+            Some(format!(
+                "containers with unready status: [{}]",
+                unready.join(" ")
+            )),
         )
     };
     let conditions = vec![
@@ -334,7 +343,12 @@ pub fn compute(input: &StatusInput) -> PodStatus {
             "Initialized",
             initialized,
             (!initialized).then_some("ContainersNotInitialized"),
-            (!initialized).then(|| format!("containers with incomplete status: [{}]", incomplete.join(" "))),
+            (!initialized).then(|| {
+                format!(
+                    "containers with incomplete status: [{}]",
+                    incomplete.join(" ")
+                )
+            }),
             input,
         ),
         condition(
@@ -436,7 +450,11 @@ mod tests {
         }
     }
 
-    fn status(p: &Pod, records: &[ContainerRecord], waiting: &HashMap<String, Waiting>) -> PodStatus {
+    fn status(
+        p: &Pod,
+        records: &[ContainerRecord],
+        waiting: &HashMap<String, Waiting>,
+    ) -> PodStatus {
         compute(&StatusInput {
             pod: p,
             records,
@@ -451,7 +469,12 @@ mod tests {
     }
 
     fn cond<'a>(s: &'a PodStatus, kind: &str) -> &'a PodCondition {
-        s.conditions.as_ref().unwrap().iter().find(|c| c.type_ == kind).unwrap()
+        s.conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == kind)
+            .unwrap()
     }
 
     #[test]
@@ -475,12 +498,22 @@ mod tests {
         assert_eq!(s.phase.as_deref(), Some("Pending"));
         let c = &s.container_statuses.as_ref().unwrap()[0];
         assert_eq!(
-            c.state.as_ref().unwrap().waiting.as_ref().unwrap().reason.as_deref(),
+            c.state
+                .as_ref()
+                .unwrap()
+                .waiting
+                .as_ref()
+                .unwrap()
+                .reason
+                .as_deref(),
             Some("ContainerCreating")
         );
         let r = cond(&s, "Ready");
         assert_eq!(r.reason.as_deref(), Some("ContainersNotReady"));
-        assert_eq!(r.message.as_deref(), Some("containers with unready status: [app]"));
+        assert_eq!(
+            r.message.as_deref(),
+            Some("containers with unready status: [app]")
+        );
     }
 
     #[test]
@@ -488,20 +521,42 @@ mod tests {
         let p = pod("Always", false);
         let w = HashMap::from([(
             "app".to_string(),
-            Waiting::new("CrashLoopBackOff", "back-off 10s restarting failed container=app"),
+            Waiting::new(
+                "CrashLoopBackOff",
+                "back-off 10s restarting failed container=app",
+            ),
         )]);
         let s = status(
             &p,
-            &[rec("app", Kind::App, 0, exited(1)), rec("app", Kind::App, 1, exited(1))],
+            &[
+                rec("app", Kind::App, 0, exited(1)),
+                rec("app", Kind::App, 1, exited(1)),
+            ],
             &w,
         );
         let c = &s.container_statuses.as_ref().unwrap()[0];
         assert_eq!(c.restart_count, 1);
         assert_eq!(
-            c.state.as_ref().unwrap().waiting.as_ref().unwrap().reason.as_deref(),
+            c.state
+                .as_ref()
+                .unwrap()
+                .waiting
+                .as_ref()
+                .unwrap()
+                .reason
+                .as_deref(),
             Some("CrashLoopBackOff")
         );
-        assert_eq!(c.last_state.as_ref().unwrap().terminated.as_ref().unwrap().exit_code, 1);
+        assert_eq!(
+            c.last_state
+                .as_ref()
+                .unwrap()
+                .terminated
+                .as_ref()
+                .unwrap()
+                .exit_code,
+            1
+        );
         assert_eq!(s.phase.as_deref(), Some("Running"));
     }
 
@@ -510,9 +565,22 @@ mod tests {
         let done = [rec("app", Kind::App, 0, exited(0))];
         let failed = [rec("app", Kind::App, 0, exited(3))];
         let none = HashMap::new();
-        assert_eq!(status(&pod("Never", false), &done, &none).phase.as_deref(), Some("Succeeded"));
-        assert_eq!(status(&pod("Never", false), &failed, &none).phase.as_deref(), Some("Failed"));
-        assert_eq!(status(&pod("OnFailure", false), &done, &none).phase.as_deref(), Some("Succeeded"));
+        assert_eq!(
+            status(&pod("Never", false), &done, &none).phase.as_deref(),
+            Some("Succeeded")
+        );
+        assert_eq!(
+            status(&pod("Never", false), &failed, &none)
+                .phase
+                .as_deref(),
+            Some("Failed")
+        );
+        assert_eq!(
+            status(&pod("OnFailure", false), &done, &none)
+                .phase
+                .as_deref(),
+            Some("Succeeded")
+        );
         let s = status(&pod("Never", false), &done, &none);
         assert_eq!(cond(&s, "Ready").reason.as_deref(), Some("PodCompleted"));
     }
@@ -520,7 +588,11 @@ mod tests {
     #[test]
     fn init_containers_gate_the_pod() {
         let p = pod("Always", true);
-        let s = status(&p, &[rec("init", Kind::Init, 0, running())], &HashMap::new());
+        let s = status(
+            &p,
+            &[rec("init", Kind::Init, 0, running())],
+            &HashMap::new(),
+        );
         assert_eq!(s.phase.as_deref(), Some("Pending"));
         assert_eq!(cond(&s, "Initialized").status, "False");
         assert_eq!(
@@ -529,18 +601,32 @@ mod tests {
         );
         let app = &s.container_statuses.as_ref().unwrap()[0];
         assert_eq!(
-            app.state.as_ref().unwrap().waiting.as_ref().unwrap().reason.as_deref(),
+            app.state
+                .as_ref()
+                .unwrap()
+                .waiting
+                .as_ref()
+                .unwrap()
+                .reason
+                .as_deref(),
             Some("PodInitializing")
         );
         let s = status(
             &p,
-            &[rec("init", Kind::Init, 0, exited(0)), rec("app", Kind::App, 0, running())],
+            &[
+                rec("init", Kind::Init, 0, exited(0)),
+                rec("app", Kind::App, 0, running()),
+            ],
             &HashMap::new(),
         );
         assert_eq!(cond(&s, "Initialized").status, "True");
         assert_eq!(s.phase.as_deref(), Some("Running"));
         let never = pod("Never", true);
-        let s = status(&never, &[rec("init", Kind::Init, 0, exited(1))], &HashMap::new());
+        let s = status(
+            &never,
+            &[rec("init", Kind::Init, 0, exited(1))],
+            &HashMap::new(),
+        );
         assert_eq!(s.phase.as_deref(), Some("Failed"));
     }
 

@@ -181,7 +181,12 @@ impl Worker {
         let sandbox = latest_sandbox(&records);
         let ips: Vec<String> = sandbox
             .and_then(|s| s.labels.get(labels::POD_IPS))
-            .map(|s| s.split(',').filter(|x| !x.is_empty()).map(str::to_string).collect())
+            .map(|s| {
+                s.split(',')
+                    .filter(|x| !x.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
             .unwrap_or_default();
         let status = status::compute(&StatusInput {
             pod,
@@ -262,13 +267,15 @@ impl Worker {
                     if let Some(wait) = self.in_backoff(pod, c, finished) {
                         return Ok(wait.min(next));
                     }
-                    self.start(pod, c, Kind::Init, attempt, &sandbox, Some(finished)).await;
+                    self.start(pod, c, Kind::Init, attempt, &sandbox, Some(finished))
+                        .await;
                     return Ok(next);
                 }
                 Some(State::Created) => {
                     let (id, attempt) = (tries[0].id.clone(), tries[0].attempt);
                     rt.remove_container(&id).await?;
-                    self.start(pod, c, Kind::Init, attempt, &sandbox, None).await;
+                    self.start(pod, c, Kind::Init, attempt, &sandbox, None)
+                        .await;
                     return Ok(next);
                 }
                 None => {
@@ -293,7 +300,8 @@ impl Worker {
                         next = next.min(wait);
                         continue;
                     }
-                    self.start(pod, c, Kind::App, attempt, &sandbox, Some(finished)).await;
+                    self.start(pod, c, Kind::App, attempt, &sandbox, Some(finished))
+                        .await;
                 }
                 Some(State::Created) => {
                     let (id, attempt) = (tries[0].id.clone(), tries[0].attempt);
@@ -330,7 +338,12 @@ impl Worker {
     }
 
     /// Some(remaining) while the container's restart must wait; sets CrashLoopBackOff.
-    fn in_backoff(&mut self, pod: &Pod, c: &Container, finished: DateTime<Utc>) -> Option<Duration> {
+    fn in_backoff(
+        &mut self,
+        pod: &Pod,
+        c: &Container,
+        finished: DateTime<Utc>,
+    ) -> Option<Duration> {
         let key = self.backoff_key(c);
         let wait = self.backoff.in_backoff(&key, finished, Utc::now())?;
         let msg = format!(
@@ -345,14 +358,23 @@ impl Worker {
     }
 
     /// Writes how each exited task ended into its record's labels, then deletes the task.
-    async fn finalize_exits(&mut self, records: &mut [ContainerRecord]) -> Result<(), RuntimeError> {
+    async fn finalize_exits(
+        &mut self,
+        records: &mut [ContainerRecord],
+    ) -> Result<(), RuntimeError> {
         for r in records.iter_mut() {
-            let State::Exited { info, finalized } = &mut r.state else { continue };
+            let State::Exited { info, finalized } = &mut r.state else {
+                continue;
+            };
             if *finalized {
                 continue;
             }
             if r.kind != Kind::Sandbox {
-                let parent = r.labels.get(labels::CGROUP_PARENT).cloned().unwrap_or_default();
+                let parent = r
+                    .labels
+                    .get(labels::CGROUP_PARENT)
+                    .cloned()
+                    .unwrap_or_default();
                 if oom_killed(&format!("{parent}/{}", r.id)) {
                     info.reason = "OOMKilled".into();
                 }
@@ -385,10 +407,13 @@ impl Worker {
     async fn collect_garbage(&self, records: &[ContainerRecord]) {
         let mut by_name: HashMap<(Kind, &str), Vec<&ContainerRecord>> = HashMap::new();
         for r in records {
-            by_name.entry((r.kind, r.name.as_str())).or_default().push(r);
+            by_name
+                .entry((r.kind, r.name.as_str()))
+                .or_default()
+                .push(r);
         }
         for ((kind, _), mut list) in by_name {
-            list.sort_by(|a, b| b.attempt.cmp(&a.attempt));
+            list.sort_by_key(|r| std::cmp::Reverse(r.attempt));
             let keep = if kind == Kind::Sandbox { 1 } else { 2 };
             for old in list.iter().skip(keep) {
                 if old.is_running() {
@@ -403,7 +428,11 @@ impl Worker {
         }
     }
 
-    async fn ensure_sandbox(&mut self, pod: &Pod, records: &[ContainerRecord]) -> Result<Sandbox, SandboxError> {
+    async fn ensure_sandbox(
+        &mut self,
+        pod: &Pod,
+        records: &[ContainerRecord],
+    ) -> Result<Sandbox, SandboxError> {
         let rt = &self.shared.rt;
         let latest = latest_sandbox(records);
         if let Some(sb) = latest {
@@ -418,15 +447,18 @@ impl Worker {
         let attempt = latest.map(|s| s.attempt + 1).unwrap_or(0);
         if let Some(old) = latest {
             warn!(pod = %self.pod_ref.display(), "pod sandbox is not running; recreating it and its containers");
-            self.stop_containers(records, Duration::from_secs(2)).await?;
+            self.stop_containers(records, Duration::from_secs(2))
+                .await?;
             self.teardown_network(Some(old)).await?;
             rt.remove_container(&old.id).await?;
         }
 
         let cfg = &self.shared.cfg;
         let dir = PodDir::new(&cfg.root_dir, &self.pod_ref.uid);
-        dir.create().map_err(|e| SandboxError::Files(dir.dir.display().to_string(), e))?;
-        dir.save_pod(pod).map_err(|e| SandboxError::Files(dir.dir.display().to_string(), e))?;
+        dir.create()
+            .map_err(|e| SandboxError::Files(dir.dir.display().to_string(), e))?;
+        dir.save_pod(pod)
+            .map_err(|e| SandboxError::Files(dir.dir.display().to_string(), e))?;
         let pause = rt.resolve_image(&cfg.pod_infra_container_image).await?;
         let id = new_container_id();
         let hostnet = host_network(pod);
@@ -491,7 +523,12 @@ impl Worker {
         Ok(Sandbox { id, pid, ips })
     }
 
-    fn attach_request(&self, pod: &Pod, sandbox_id: &str, netns: &std::path::Path) -> AttachRequest {
+    fn attach_request(
+        &self,
+        pod: &Pod,
+        sandbox_id: &str,
+        netns: &std::path::Path,
+    ) -> AttachRequest {
         AttachRequest {
             sandbox_id: sandbox_id.to_string(),
             netns: netns.to_path_buf(),
@@ -523,7 +560,9 @@ impl Worker {
             host_network: host_network(pod),
             host_pid: spec.and_then(|s| s.host_pid).unwrap_or(false),
             host_ipc: spec.and_then(|s| s.host_ipc).unwrap_or(false),
-            share_process_namespace: spec.and_then(|s| s.share_process_namespace).unwrap_or(false),
+            share_process_namespace: spec
+                .and_then(|s| s.share_process_namespace)
+                .unwrap_or(false),
             netns_path,
             sandbox_pid,
             hostname: hostname.to_string(),
@@ -601,7 +640,12 @@ impl Worker {
         let mem_request = c
             .resources
             .as_ref()
-            .and_then(|r| r.requests.as_ref().and_then(|m| m.get("memory")).or(r.limits.as_ref().and_then(|m| m.get("memory"))))
+            .and_then(|r| {
+                r.requests
+                    .as_ref()
+                    .and_then(|m| m.get("memory"))
+                    .or(r.limits.as_ref().and_then(|m| m.get("memory")))
+            })
             .and_then(|q| crate::quantity::bytes(&q.0));
         ctx.oom_score_adj = oom_score_adj(qos, mem_request, self.shared.memory_capacity);
         let mut oci = spec::container_spec(pod, c, &image.config, &ctx)
@@ -610,11 +654,19 @@ impl Worker {
         spec::set_cgroup_leaf(&mut oci, &ctx.cgroup_parent, &id);
 
         let cfg = &self.shared.cfg;
-        let log_dir = logs::pod_log_dir(&cfg.pod_logs_dir, &self.pod_ref.namespace, &self.pod_ref.name, &self.pod_ref.uid);
+        let log_dir = logs::pod_log_dir(
+            &cfg.pod_logs_dir,
+            &self.pod_ref.namespace,
+            &self.pod_ref.name,
+            &self.pod_ref.uid,
+        );
         let log_path = logs::container_log_path(&log_dir, &c.name, attempt);
         if let Some(parent) = log_path.parent() {
             std::fs::create_dir_all(parent).map_err(|e| {
-                Waiting::new("CreateContainerError", format!("cannot create log directory {}: {e}", parent.display()))
+                Waiting::new(
+                    "CreateContainerError",
+                    format!("cannot create log directory {}: {e}", parent.display()),
+                )
             })?;
         }
         let extra = HashMap::from([
@@ -660,7 +712,10 @@ impl Worker {
             return Err(Waiting::new("RunContainerError", msg));
         }
         let _ = rt
-            .set_labels(&id, HashMap::from([(labels::STARTED_AT.to_string(), format_time(started))]))
+            .set_labels(
+                &id,
+                HashMap::from([(labels::STARTED_AT.to_string(), format_time(started))]),
+            )
             .await;
         let link = logs::container_log_symlink(
             &cfg.container_logs_dir,
@@ -678,7 +733,11 @@ impl Worker {
     }
 
     /// Stops every running non-sandbox container: the stop signal, `grace`, then SIGKILL.
-    async fn stop_containers(&self, records: &[ContainerRecord], grace: Duration) -> Result<(), RuntimeError> {
+    async fn stop_containers(
+        &self,
+        records: &[ContainerRecord],
+        grace: Duration,
+    ) -> Result<(), RuntimeError> {
         let rt = &self.shared.rt;
         let running: Vec<&ContainerRecord> = records
             .iter()
@@ -703,7 +762,10 @@ impl Worker {
         Ok(())
     }
 
-    async fn teardown_network(&self, sandbox: Option<&ContainerRecord>) -> Result<(), SandboxError> {
+    async fn teardown_network(
+        &self,
+        sandbox: Option<&ContainerRecord>,
+    ) -> Result<(), SandboxError> {
         let dir = PodDir::new(&self.shared.cfg.root_dir, &self.pod_ref.uid);
         let netns = sandbox
             .and_then(|s| s.labels.get(labels::NETNS).cloned())
@@ -733,7 +795,8 @@ impl Worker {
         for r in records.iter().filter(|r| r.kind != Kind::Sandbox) {
             rt.remove_container(&r.id).await?;
         }
-        let sandboxes: Vec<&ContainerRecord> = records.iter().filter(|r| r.kind == Kind::Sandbox).collect();
+        let sandboxes: Vec<&ContainerRecord> =
+            records.iter().filter(|r| r.kind == Kind::Sandbox).collect();
         for sb in &sandboxes {
             rt.kill(&sb.id, libc::SIGKILL as u32).await?;
             self.teardown_network(Some(sb)).await?;
@@ -743,10 +806,23 @@ impl Worker {
             self.teardown_network(None).await?;
         }
         let cfg = &self.shared.cfg;
-        let log_dir = logs::pod_log_dir(&cfg.pod_logs_dir, &self.pod_ref.namespace, &self.pod_ref.name, &self.pod_ref.uid);
+        let log_dir = logs::pod_log_dir(
+            &cfg.pod_logs_dir,
+            &self.pod_ref.namespace,
+            &self.pod_ref.name,
+            &self.pod_ref.uid,
+        );
         let _ = std::fs::remove_dir_all(&log_dir);
-        remove_log_links(&cfg.container_logs_dir, &self.pod_ref.name, &self.pod_ref.namespace);
-        for qos in [super::qos::QosClass::Guaranteed, super::qos::QosClass::Burstable, super::qos::QosClass::BestEffort] {
+        remove_log_links(
+            &cfg.container_logs_dir,
+            &self.pod_ref.name,
+            &self.pod_ref.namespace,
+        );
+        for qos in [
+            super::qos::QosClass::Guaranteed,
+            super::qos::QosClass::Burstable,
+            super::qos::QosClass::BestEffort,
+        ] {
             remove_pod_cgroups(&pod_cgroup_parent(&self.pod_ref.uid, qos));
         }
         PodDir::new(&cfg.root_dir, &self.pod_ref.uid)
@@ -776,8 +852,13 @@ fn latest_sandbox(records: &[ContainerRecord]) -> Option<&ContainerRecord> {
 }
 
 fn split_ips(s: Option<&String>) -> Vec<String> {
-    s.map(|s| s.split(',').filter(|x| !x.is_empty()).map(str::to_string).collect())
-        .unwrap_or_default()
+    s.map(|s| {
+        s.split(',')
+            .filter(|x| !x.is_empty())
+            .map(str::to_string)
+            .collect()
+    })
+    .unwrap_or_default()
 }
 
 fn pod_hostname(pod: &Pod) -> String {
@@ -799,11 +880,17 @@ fn port_mappings(pod: &Pod) -> Vec<PortMapping> {
     let mut out = Vec::new();
     for c in pod.spec.iter().flat_map(|s| s.containers.iter()) {
         for p in c.ports.iter().flatten() {
-            let Some(hp) = p.host_port.filter(|h| *h > 0) else { continue };
+            let Some(hp) = p.host_port.filter(|h| *h > 0) else {
+                continue;
+            };
             out.push(PortMapping {
                 host_port: hp as u16,
                 container_port: p.container_port as u16,
-                protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()).to_ascii_lowercase(),
+                protocol: p
+                    .protocol
+                    .clone()
+                    .unwrap_or_else(|| "TCP".into())
+                    .to_ascii_lowercase(),
                 host_ip: p.host_ip.clone().unwrap_or_default(),
             });
         }

@@ -27,7 +27,12 @@ pub fn spawn_task_events(rt: Containerd, tx: mpsc::Sender<String>) -> tokio::tas
             let mut events = rt.client().events();
             // subscribe() resolves only once the first event arrives, so it lives here,
             // in its own task, never inline in a sync.
-            match events.subscribe(SubscribeRequest { filters: vec![filter] }).await {
+            match events
+                .subscribe(SubscribeRequest {
+                    filters: vec![filter],
+                })
+                .await
+            {
                 Ok(resp) => {
                     delay = Duration::from_millis(500);
                     let _ = tx.send(String::new()).await;
@@ -37,8 +42,12 @@ pub fn spawn_task_events(rt: Containerd, tx: mpsc::Sender<String>) -> tokio::tas
                             Ok(Some(env)) => {
                                 let Some(ev) = env.event else { continue };
                                 let id = match env.topic.as_str() {
-                                    "/tasks/exit" => TaskExit::decode(ev.value.as_slice()).ok().map(|e| e.container_id),
-                                    "/tasks/oom" => TaskOom::decode(ev.value.as_slice()).ok().map(|e| e.container_id),
+                                    "/tasks/exit" => TaskExit::decode(ev.value.as_slice())
+                                        .ok()
+                                        .map(|e| e.container_id),
+                                    "/tasks/oom" => TaskOom::decode(ev.value.as_slice())
+                                        .ok()
+                                        .map(|e| e.container_id),
                                     _ => None,
                                 };
                                 let Some(id) = id else { continue };
@@ -57,7 +66,9 @@ pub fn spawn_task_events(rt: Containerd, tx: mpsc::Sender<String>) -> tokio::tas
                         }
                     }
                 }
-                Err(e) => warn!(error = %e, retry_in = ?delay, "cannot subscribe to containerd events"),
+                Err(e) => {
+                    warn!(error = %e, retry_in = ?delay, "cannot subscribe to containerd events")
+                }
             }
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_secs(10));

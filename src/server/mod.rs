@@ -51,7 +51,10 @@ pub async fn pod_list_json(store: &StatusStore) -> Vec<u8> {
     serde_json::to_vec(&list).unwrap_or_default()
 }
 
-async fn read_only(req: Request<Incoming>, store: StatusStore) -> Result<Response<Body>, Infallible> {
+async fn read_only(
+    req: Request<Incoming>,
+    store: StatusStore,
+) -> Result<Response<Body>, Infallible> {
     let path = req.uri().path();
     debug!(method = %req.method(), path, "request");
     let resp = match path {
@@ -61,7 +64,8 @@ async fn read_only(req: Request<Incoming>, store: StatusStore) -> Result<Respons
         "/pods" | "/pods/" => {
             if req.method() != Method::GET {
                 let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed");
-                r.headers_mut().insert("Allow", "GET".parse().expect("static"));
+                r.headers_mut()
+                    .insert("Allow", "GET".parse().expect("static"));
                 r
             } else {
                 Response::builder()
@@ -91,7 +95,9 @@ pub async fn serve_read_only(addr: SocketAddr, store: StatusStore) -> Result<(),
         source,
     })?;
     info!(%addr, "read-only server listening");
-    tokio::spawn(accept_loop(listener, move |req| read_only(req, store.clone())));
+    tokio::spawn(accept_loop(listener, move |req| {
+        read_only(req, store.clone())
+    }));
     Ok(())
 }
 
@@ -122,7 +128,7 @@ where
         };
         let h = handler.clone();
         tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |req| h(req));
+            let svc = hyper::service::service_fn(&h);
             if let Err(e) = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), svc)
                 .await

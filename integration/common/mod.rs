@@ -1,0 +1,413 @@
+//! Test harness: runs the real `kubelet-rs` binary against the real containerd, each test
+//! in a containerd namespace, root dir, manifest folder, node name and port of its own, so
+//! tests run in parallel without seeing each other's pods.
+//!
+//! Integration tests run only with KUBELET_RS_INTEGRATION=1 (hack/test.sh sets it); with it
+//! set, a missing containerd or test image is a failure, never a skip.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub const BUSYBOX: &str = "docker.io/library/busybox:1.36";
+pub const SOCKET: &str = "/run/containerd/containerd.sock";
+
+/// False (and a printed skip line) unless integration tests were asked for; then every
+/// prerequisite must be there.
+pub fn integration_enabled(test: &str) -> bool {
+    if std::env::var("KUBELET_RS_INTEGRATION").as_deref() != Ok("1") {
+        println!("skipping {test}: set KUBELET_RS_INTEGRATION=1 to run against containerd");
+        return false;
+    }
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "KUBELET_RS_INTEGRATION=1 but not root"
+    );
+    assert!(
+        Path::new(SOCKET).exists(),
+        "KUBELET_RS_INTEGRATION=1 but containerd's socket {SOCKET} is missing: run hack/setup-node.sh"
+    );
+    let out = ctr(&["version"], "");
+    assert!(out.0, "containerd does not answer: {}", out.1);
+    true
+}
+
+/// Runs `ctr` (in namespace `ns` unless empty); returns (success, stdout+stderr).
+pub fn ctr(args: &[&str], ns: &str) -> (bool, String) {
+    let mut cmd = Command::new("ctr");
+    cmd.args(["--address", SOCKET, "--connect-timeout", "5s"]);
+    if !ns.is_empty() {
+        cmd.args(["-n", ns]);
+    }
+    let out = cmd.args(args).output().expect("ctr runs");
+    let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
+    s.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), s)
+}
+
+fn image_cache() -> PathBuf {
+    PathBuf::from(
+        std::env::var("KUBELET_RS_CACHE").unwrap_or_else(|_| "/var/cache/kubelet-rs".into()),
+    )
+    .join("images")
+}
+
+/// Imports the test images (built by hack/build-images.sh) into a namespace.
+pub fn import_images(ns: &str) {
+    for name in ["pause", "busybox"] {
+        let tar = image_cache().join(format!("{name}.oci.tar"));
+        assert!(
+            tar.exists(),
+            "test image {} is missing: run hack/build-images.sh",
+            tar.display()
+        );
+        let (ok, out) = ctr(
+            &[
+                "images",
+                "import",
+                "--snapshotter",
+                "overlayfs",
+                tar.to_str().unwrap(),
+            ],
+            ns,
+        );
+        assert!(ok, "importing {} into {ns}: {out}", tar.display());
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// GET on 127.0.0.1:port; (status code, body).
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).ok()?;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, body.to_string()))
+}
+
+/// One agent under test and everything it owns.
+pub struct Node {
+    pub test: String,
+    pub ns: String,
+    pub node_name: String,
+    pub manifests: tempfile::TempDir,
+    pub root: tempfile::TempDir,
+    pub port: u16,
+    pub extra_args: Vec<String>,
+    pub log_path: PathBuf,
+    child: Option<Child>,
+}
+
+impl Node {
+    /// None when integration tests are off.
+    pub fn start(test: &str) -> Option<Node> {
+        Self::start_with(test, &[])
+    }
+
+    pub fn start_with(test: &str, extra: &[&str]) -> Option<Node> {
+        if !integration_enabled(test) {
+            return None;
+        }
+        let slug: String = test
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '-'
+                }
+            })
+            .collect();
+        let ns = format!("krs-{slug}");
+        // A namespace left by an earlier failed run holds stale containers: clear it.
+        purge_namespace(&ns);
+        import_images(&ns);
+        let root = tempfile::tempdir().unwrap();
+        let log_path = root.path().join("agent.log");
+        let mut node = Node {
+            test: test.to_string(),
+            node_name: format!("t-{slug}"),
+            ns,
+            manifests: tempfile::tempdir().unwrap(),
+            root,
+            port: free_port(),
+            extra_args: extra.iter().map(|s| s.to_string()).collect(),
+            log_path,
+            child: None,
+        };
+        node.launch();
+        Some(node)
+    }
+
+    pub fn agent_args(&self) -> Vec<String> {
+        let mut a = vec![
+            format!("--pod-manifest-path={}", self.manifests.path().display()),
+            format!("--root-dir={}", self.root.path().join("root").display()),
+            format!("--containerd-namespace={}", self.ns),
+            format!("--hostname-override={}", self.node_name),
+            format!("--read-only-port={}", self.port),
+            "--healthz-port=0".to_string(),
+            "--file-check-frequency=2s".to_string(),
+            "--v=3".to_string(),
+        ];
+        a.extend(self.extra_args.iter().cloned());
+        a
+    }
+
+    /// Starts (or restarts) the agent process, appending to the same log.
+    pub fn launch(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_kubelet-rs"))
+            .args(self.agent_args())
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("kubelet-rs starts");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while http_get(self.port, "/healthz").is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "agent did not listen: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// kill -9: the agent dies with its pods running.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    pub fn pod_name(&self, name: &str) -> String {
+        format!("{name}-{}", self.node_name)
+    }
+
+    pub fn write_manifest(&self, file: &str, content: &str) {
+        let tmp = self.manifests.path().join(format!(".{file}.tmp"));
+        std::fs::write(&tmp, content).unwrap();
+        std::fs::rename(&tmp, self.manifests.path().join(file)).unwrap();
+    }
+
+    pub fn remove_manifest(&self, file: &str) {
+        std::fs::remove_file(self.manifests.path().join(file)).unwrap();
+    }
+
+    pub fn pods(&self) -> Vec<Value> {
+        let Some((200, body)) = http_get(self.port, "/pods") else {
+            return Vec::new();
+        };
+        let v: Value = serde_json::from_str(&body).expect("/pods is JSON");
+        v["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    pub fn pod(&self, name: &str) -> Option<Value> {
+        let full = self.pod_name(name);
+        self.pods()
+            .into_iter()
+            .find(|p| p["metadata"]["name"] == full.as_str())
+    }
+
+    /// Waits until the pod exists and `pred` holds; panics with the last status and the
+    /// agent's log otherwise.
+    pub fn wait_pod(
+        &self,
+        name: &str,
+        timeout_secs: u64,
+        what: &str,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(timeout_secs);
+        let mut last = None;
+        loop {
+            if let Some(p) = self.pod(name) {
+                if pred(&p) {
+                    return p;
+                }
+                last = Some(p);
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "{}: pod {name} never reached: {what}\nlast status: {}\nagent log:\n{}",
+                    self.test,
+                    last.map(|p| serde_json::to_string_pretty(&p["status"]).unwrap())
+                        .unwrap_or_else(|| "<absent>".into()),
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    pub fn wait_gone(&self, name: &str, timeout_secs: u64) {
+        let deadline = Instant::now() + Duration::from_secs(timeout_secs);
+        while self.pod(name).is_some() {
+            assert!(
+                Instant::now() < deadline,
+                "{}: pod {name} was not removed\n{}",
+                self.test,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Container ids in this node's namespace.
+    pub fn containers(&self) -> Vec<String> {
+        let (ok, out) = ctr(&["containers", "ls", "-q"], &self.ns);
+        assert!(ok, "{out}");
+        out.lines()
+            .map(str::to_string)
+            .filter(|l| !l.is_empty())
+            .collect()
+    }
+
+    /// (container id, pid, status) of the tasks in this node's namespace.
+    pub fn tasks(&self) -> Vec<(String, u32, String)> {
+        let (ok, out) = ctr(&["tasks", "ls"], &self.ns);
+        assert!(ok, "{out}");
+        out.lines()
+            .skip(1)
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                Some((
+                    f.first()?.to_string(),
+                    f.get(1)?.parse().ok()?,
+                    f.get(2)?.to_string(),
+                ))
+            })
+            .collect()
+    }
+
+    pub fn wait_until(&self, timeout_secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(timeout_secs);
+        while !cond() {
+            assert!(
+                Instant::now() < deadline,
+                "{}: never true: {what}\nagent log:\n{}",
+                self.test,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        // Let the agent clean up what it made (that path is under test too), then make sure.
+        if self.is_running() {
+            if let Ok(entries) = std::fs::read_dir(self.manifests.path()) {
+                for e in entries.flatten() {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+            let deadline = Instant::now() + Duration::from_secs(45);
+            while Instant::now() < deadline && !self.containers().is_empty() {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+        self.kill9();
+        purge_namespace(&self.ns);
+    }
+}
+
+/// Removes every task, container, snapshot and image of a namespace, and the namespace.
+pub fn purge_namespace(ns: &str) {
+    let (_, out) = ctr(&["containers", "ls", "-q"], ns);
+    for id in out
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.contains(' '))
+    {
+        let _ = ctr(&["tasks", "kill", "-s", "SIGKILL", id], ns);
+        std::thread::sleep(Duration::from_millis(100));
+        let _ = ctr(&["tasks", "rm", "-f", id], ns);
+        let _ = ctr(&["containers", "rm", id], ns);
+        let _ = ctr(&["snapshots", "rm", id], ns);
+    }
+    let (_, imgs) = ctr(&["images", "ls", "-q"], ns);
+    for i in imgs.lines().filter(|l| !l.trim().is_empty()) {
+        let _ = ctr(&["images", "rm", i], ns);
+    }
+    let _ = ctr(&["namespaces", "rm", ns], "");
+}
+
+/// A pod manifest with one busybox container running `script` under `sh -c`.
+pub fn busybox_pod(name: &str, restart_policy: &str, script: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  restartPolicy: {restart_policy}
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: {BUSYBOX}
+    command: ["sh", "-c", {script:?}]
+"#
+    )
+}
+
+pub fn container_status<'a>(pod: &'a Value, name: &str) -> &'a Value {
+    pod["status"]["containerStatuses"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["name"] == name))
+        .unwrap_or(&Value::Null)
+}
+
+pub fn condition<'a>(pod: &'a Value, kind: &str) -> &'a Value {
+    pod["status"]["conditions"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["type"] == kind))
+        .unwrap_or(&Value::Null)
+}
+
+/// The content of a container's CRI log (all attempts' current files of that restart count).
+pub fn read_log(pod: &Value, container: &str, restart: u32) -> String {
+    let m = &pod["metadata"];
+    let dir = format!(
+        "/var/log/pods/{}_{}_{}/{container}/{restart}.log",
+        m["namespace"].as_str().unwrap(),
+        m["name"].as_str().unwrap(),
+        m["uid"].as_str().unwrap()
+    );
+    std::fs::read_to_string(dir).unwrap_or_default()
+}

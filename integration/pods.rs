@@ -1,0 +1,407 @@
+//! Static pods on a real containerd, end to end: the real binary, runc, CNI plugins.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+
+fn running(p: &Value) -> bool {
+    p["status"]["phase"] == "Running" && condition(p, "Ready")["status"] == "True"
+}
+
+#[test]
+fn static_pod_runs_with_status_network_logs_and_one_shim() {
+    let Some(node) = Node::start("static-pod") else {
+        return;
+    };
+    node.write_manifest(
+        "web.yaml",
+        &busybox_pod(
+            "web",
+            "Always",
+            "echo host=$(hostname); ip -4 addr show eth0; cat /etc/hosts; echo HOME=$HOME; exec sleep 3600",
+        ),
+    );
+    let pod = node.wait_pod("web", 60, "Running and Ready", running);
+    let s = &pod["status"];
+    let m = &pod["metadata"];
+    // Static pod naming: the node name is appended, the UID is the config hash.
+    assert_eq!(m["name"], node.pod_name("web"));
+    assert_eq!(m["namespace"], "default");
+    assert_eq!(m["annotations"]["kubernetes.io/config.hash"], m["uid"]);
+    assert_eq!(m["annotations"]["kubernetes.io/config.source"], "file");
+    assert_eq!(pod["spec"]["nodeName"], node.node_name.as_str());
+    for c in [
+        "PodReadyToStartContainers",
+        "Initialized",
+        "Ready",
+        "ContainersReady",
+        "PodScheduled",
+    ] {
+        assert_eq!(condition(&pod, c)["status"], "True", "condition {c}");
+    }
+    assert_eq!(s["qosClass"], "BestEffort");
+    assert!(s["startTime"].is_string());
+    assert!(s["hostIP"].is_string());
+    let ip = s["podIP"].as_str().unwrap().to_string();
+    assert!(ip.parse::<std::net::Ipv4Addr>().is_ok(), "podIP {ip}");
+    assert_ne!(s["podIP"], s["hostIP"]);
+    assert_eq!(s["podIPs"][0]["ip"], ip.as_str());
+    let c = container_status(&pod, "main");
+    assert_eq!(c["ready"], true);
+    assert_eq!(c["started"], true);
+    assert_eq!(c["restartCount"], 0);
+    assert_eq!(c["image"], BUSYBOX);
+    assert!(c["imageID"]
+        .as_str()
+        .unwrap()
+        .starts_with("docker.io/library/busybox@sha256:"));
+    let cid = c["containerID"]
+        .as_str()
+        .unwrap()
+        .strip_prefix("containerd://")
+        .unwrap()
+        .to_string();
+    assert!(c["state"]["running"]["startedAt"].is_string());
+
+    // The container sees the pod's network, hostname and hosts file; its output is in the
+    // CRI log format under /var/log/pods with a /var/log/containers link.
+    node.wait_until(20, "log has the eth0 address", || {
+        read_log(&pod, "main", 0).contains(&ip)
+    });
+    let log = read_log(&pod, "main", 0);
+    let first = log.lines().next().unwrap();
+    let fields: Vec<&str> = first.splitn(4, ' ').collect();
+    assert!(
+        fields[0].ends_with('Z') && fields[0].contains('T'),
+        "timestamp in {first}"
+    );
+    assert_eq!(fields[1], "stdout");
+    assert_eq!(fields[2], "F");
+    assert_eq!(fields[3], format!("host={}", node.pod_name("web")));
+    assert!(
+        log.contains(&format!("{ip}\t{}", node.pod_name("web"))),
+        "hosts file: {log}"
+    );
+    assert!(log.contains("# Kubernetes-managed hosts file."));
+    let link = format!(
+        "/var/log/containers/{}_default_main-{cid}.log",
+        node.pod_name("web")
+    );
+    assert!(
+        std::fs::read_to_string(&link).unwrap().contains("host="),
+        "{link}"
+    );
+
+    // The pause container and the app container share one runc shim.
+    let tasks = node.tasks();
+    assert_eq!(tasks.len(), 2, "{tasks:?}");
+    let ppid = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap()
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(ppid(tasks[0].1), ppid(tasks[1].1), "one shim for the pod");
+
+    // The pod IP answers from the host (the CNI bridge is real).
+    let ping = std::process::Command::new("ping")
+        .args(["-c1", "-W2", &ip])
+        .output();
+    if let Ok(out) = ping {
+        assert!(
+            out.status.success(),
+            "ping {ip}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+}
+
+#[test]
+fn removal_stops_gracefully_and_cleans_everything() {
+    let Some(node) = Node::start("removal") else {
+        return;
+    };
+    node.write_manifest(
+        "a.yaml",
+        &busybox_pod(
+            "a",
+            "Always",
+            "trap 'echo bye; exit 0' TERM; while true; do sleep 0.2; done",
+        ),
+    );
+    let pod = node.wait_pod("a", 60, "Running", running);
+    let uid = pod["metadata"]["uid"].as_str().unwrap().to_string();
+    let pod_dir = node.root.path().join("root/pods").join(&uid);
+    assert!(pod_dir.join("etc-hosts").exists());
+    let state: Value =
+        serde_json::from_slice(&std::fs::read(pod_dir.join("sandbox.json")).unwrap()).unwrap();
+    let netns = state["netns"].as_str().unwrap().to_string();
+    assert!(std::path::Path::new(&netns).exists());
+    node.remove_manifest("a.yaml");
+    node.wait_gone("a", 60);
+    assert!(
+        node.containers().is_empty(),
+        "containers left: {:?}",
+        node.containers()
+    );
+    assert!(!pod_dir.exists(), "pod dir left");
+    let log_dir = format!("/var/log/pods/default_{}_{uid}", node.pod_name("a"));
+    assert!(!std::path::Path::new(&log_dir).exists(), "log dir left");
+    assert!(!std::path::Path::new(&netns).exists(), "netns {netns} left");
+    let log = node.log();
+    assert!(log.contains("stopping container"), "{log}");
+    // The container handled SIGTERM itself: no SIGKILL was needed.
+    assert!(!log.contains("grace period over"), "{log}");
+}
+
+#[test]
+fn grace_period_ends_in_sigkill() {
+    let Some(node) = Node::start("grace") else {
+        return;
+    };
+    node.write_manifest(
+        "g.yaml",
+        &busybox_pod(
+            "g",
+            "Always",
+            "trap '' TERM; while true; do sleep 0.2; done",
+        ),
+    );
+    node.wait_pod("g", 60, "Running", running);
+    node.remove_manifest("g.yaml");
+    node.wait_gone("g", 60);
+    assert!(
+        node.log().contains("grace period over; killing"),
+        "{}",
+        node.log()
+    );
+    assert!(node.containers().is_empty());
+}
+
+#[test]
+fn manifest_edit_is_a_new_pod() {
+    let Some(node) = Node::start("edit") else {
+        return;
+    };
+    node.write_manifest("e.yaml", &busybox_pod("e", "Always", "exec sleep 3600"));
+    let first = node.wait_pod("e", 60, "Running", running);
+    let uid1 = first["metadata"]["uid"].as_str().unwrap().to_string();
+    node.write_manifest("e.yaml", &busybox_pod("e", "Always", "exec sleep 3601"));
+    let second = node.wait_pod("e", 60, "a new UID, Running", |p| {
+        p["metadata"]["uid"] != uid1.as_str() && running(p)
+    });
+    assert_ne!(second["metadata"]["uid"], first["metadata"]["uid"]);
+    node.wait_until(60, "the old pod's containers are gone", || {
+        node.containers().len() == 2
+    });
+    assert_eq!(node.pods().len(), 1);
+}
+
+#[test]
+fn restart_policies_and_crash_loop_back_off() {
+    let Some(node) = Node::start("restarts") else {
+        return;
+    };
+    node.write_manifest(
+        "crash.yaml",
+        &busybox_pod("crash", "Always", "echo run; exit 3"),
+    );
+    node.write_manifest("once.yaml", &busybox_pod("once", "OnFailure", "exit 0"));
+    node.write_manifest("never.yaml", &busybox_pod("never", "Never", "exit 7"));
+    node.write_manifest("onfail.yaml", &busybox_pod("onfail", "OnFailure", "exit 1"));
+
+    let p = node.wait_pod("crash", 90, "CrashLoopBackOff after a restart", |p| {
+        let c = container_status(p, "main");
+        c["restartCount"].as_i64().unwrap_or(0) >= 1
+            && c["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+    });
+    let c = container_status(&p, "main");
+    assert_eq!(c["lastState"]["terminated"]["exitCode"], 3);
+    assert_eq!(c["lastState"]["terminated"]["reason"], "Error");
+    assert!(c["state"]["waiting"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("back-off 10s"));
+    assert_eq!(p["status"]["phase"], "Running");
+    assert_eq!(condition(&p, "Ready")["status"], "False");
+
+    let p = node.wait_pod("once", 60, "Succeeded", |p| {
+        p["status"]["phase"] == "Succeeded"
+    });
+    let c = container_status(&p, "main");
+    assert_eq!(c["state"]["terminated"]["reason"], "Completed");
+    assert_eq!(c["restartCount"], 0);
+    assert_eq!(condition(&p, "Ready")["reason"], "PodCompleted");
+
+    let p = node.wait_pod("never", 60, "Failed", |p| p["status"]["phase"] == "Failed");
+    let c = container_status(&p, "main");
+    assert_eq!(c["state"]["terminated"]["exitCode"], 7);
+    assert_eq!(c["restartCount"], 0);
+
+    let p = node.wait_pod("onfail", 60, "restarted on failure", |p| {
+        container_status(p, "main")["restartCount"]
+            .as_i64()
+            .unwrap_or(0)
+            >= 1
+    });
+    assert_eq!(p["status"]["phase"], "Running");
+}
+
+#[test]
+fn init_containers_run_in_order_before_the_app() {
+    let Some(node) = Node::start("init") else {
+        return;
+    };
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: ini}}
+spec:
+  terminationGracePeriodSeconds: 1
+  initContainers:
+  - {{name: one, image: {BUSYBOX}, command: ["sh", "-c", "sleep 1; echo one"]}}
+  - {{name: two, image: {BUSYBOX}, command: ["sh", "-c", "echo two"]}}
+  containers:
+  - {{name: app, image: {BUSYBOX}, command: ["sleep", "3600"]}}
+"#
+    );
+    node.write_manifest("ini.yaml", &manifest);
+    let p = node.wait_pod("ini", 60, "Running", running);
+    let inits = p["status"]["initContainerStatuses"].as_array().unwrap();
+    assert_eq!(inits.len(), 2);
+    let one = &inits[0]["state"]["terminated"];
+    let two = &inits[1]["state"]["terminated"];
+    assert_eq!(one["exitCode"], 0);
+    assert_eq!(two["reason"], "Completed");
+    assert!(one["finishedAt"].as_str().unwrap() <= two["startedAt"].as_str().unwrap());
+    let app_started = container_status(&p, "app")["state"]["running"]["startedAt"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(two["finishedAt"].as_str().unwrap() <= app_started.as_str());
+    assert_eq!(condition(&p, "Initialized")["status"], "True");
+
+    // A failing init container with restartPolicy Never fails the pod; the app never starts.
+    let failing = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: inifail}}
+spec:
+  restartPolicy: Never
+  initContainers:
+  - {{name: bad, image: {BUSYBOX}, command: ["sh", "-c", "exit 2"]}}
+  containers:
+  - {{name: app, image: {BUSYBOX}, command: ["sleep", "3600"]}}
+"#
+    );
+    node.write_manifest("inifail.yaml", &failing);
+    let p = node.wait_pod("inifail", 60, "Failed", |p| {
+        p["status"]["phase"] == "Failed"
+    });
+    assert_eq!(
+        p["status"]["initContainerStatuses"][0]["state"]["terminated"]["exitCode"],
+        2
+    );
+    assert!(container_status(&p, "app")["state"]["waiting"].is_object());
+    assert_eq!(condition(&p, "Initialized")["status"], "False");
+}
+
+#[test]
+fn memory_limit_kill_is_oom_killed() {
+    let Some(node) = Node::start("oom") else {
+        return;
+    };
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: oom}}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: hog
+    image: {BUSYBOX}
+    command: ["sh", "-c", "tail /dev/zero"]
+    resources: {{limits: {{memory: 16Mi}}}}
+"#
+    );
+    node.write_manifest("oom.yaml", &manifest);
+    let p = node.wait_pod("oom", 90, "Failed", |p| p["status"]["phase"] == "Failed");
+    let t = &container_status(&p, "hog")["state"]["terminated"];
+    assert_eq!(t["reason"], "OOMKilled", "{p}");
+    assert_eq!(t["exitCode"], 137);
+}
+
+#[test]
+fn agent_kill9_restarts_no_container_and_keeps_managing() {
+    let Some(mut node) = Node::start("recovery") else {
+        return;
+    };
+    node.write_manifest(
+        "keep.yaml",
+        &busybox_pod("keep", "Always", "exec sleep 3600"),
+    );
+    node.write_manifest("crash.yaml", &busybox_pod("crash", "Always", "exit 1"));
+    let before = node.wait_pod("keep", 60, "Running", running);
+    let crash = node.wait_pod("crash", 60, "restarted once", |p| {
+        container_status(p, "main")["restartCount"]
+            .as_i64()
+            .unwrap_or(0)
+            >= 1
+    });
+    let crash_count = container_status(&crash, "main")["restartCount"]
+        .as_i64()
+        .unwrap();
+    let tasks_before = node.tasks();
+    node.kill9();
+    node.launch();
+    let after = node.wait_pod("keep", 60, "Running again in the new agent's view", running);
+    assert_eq!(
+        container_status(&before, "main")["containerID"],
+        container_status(&after, "main")["containerID"],
+        "the container was restarted"
+    );
+    assert_eq!(container_status(&after, "main")["restartCount"], 0);
+    assert_eq!(before["status"]["podIP"], after["status"]["podIP"]);
+    // The running tasks of `keep` are the same processes.
+    let keep_pid =
+        |tasks: &[(String, u32, String)], id: &str| tasks.iter().find(|t| t.0 == id).map(|t| t.1);
+    let keep_id = container_status(&after, "main")["containerID"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("containerd://")
+        .to_string();
+    assert_eq!(
+        keep_pid(&tasks_before, &keep_id),
+        keep_pid(&node.tasks(), &keep_id)
+    );
+    // Restart counts carry over.
+    let crash = node.wait_pod("crash", 60, "seen by the new agent", |_| true);
+    assert!(
+        container_status(&crash, "main")["restartCount"]
+            .as_i64()
+            .unwrap()
+            >= crash_count
+    );
+    // A later edit is still honoured.
+    node.remove_manifest("keep.yaml");
+    node.wait_gone("keep", 60);
+}
+
+#[test]
+fn manifest_removed_while_agent_is_down_is_cleaned_up_on_start() {
+    let Some(mut node) = Node::start("orphan") else {
+        return;
+    };
+    node.write_manifest("o.yaml", &busybox_pod("o", "Always", "exec sleep 3600"));
+    node.wait_pod("o", 60, "Running", running);
+    node.kill9();
+    node.remove_manifest("o.yaml");
+    node.launch();
+    node.wait_until(60, "orphan pod removed", || node.containers().is_empty());
+}

@@ -1,0 +1,191 @@
+//! Go duration strings (`time.ParseDuration` syntax), the format every duration field of a
+//! KubeletConfiguration and every duration flag of the kubelet uses.
+
+use std::time::Duration;
+
+const NANOS_PER_UNIT: &[(&str, u128)] = &[
+    ("ns", 1),
+    ("us", 1_000),
+    ("µs", 1_000),
+    ("μs", 1_000),
+    ("ms", 1_000_000),
+    ("s", 1_000_000_000),
+    ("m", 60 * 1_000_000_000),
+    ("h", 3600 * 1_000_000_000),
+];
+
+/// Parses "20s", "1m0s", "1h2m3.5s", "500ms", "0". Negative durations are refused because no
+/// duration the agent reads may be negative; the error says why in a few words.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let mut rest = text;
+    if let Some(stripped) = rest.strip_prefix('+') {
+        rest = stripped;
+    } else if let Some(stripped) = rest.strip_prefix('-') {
+        // "-0" is zero in Go; anything else negative is of no use here.
+        if stripped.chars().all(|c| c == '0') && !stripped.is_empty() {
+            return Ok(Duration::ZERO);
+        }
+        return Err("a negative duration is not allowed".to_string());
+    }
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if rest.is_empty() {
+        return Err("an empty duration; expected e.g. \"20s\", \"1m30s\", \"500ms\"".to_string());
+    }
+    let mut total: u128 = 0;
+    while !rest.is_empty() {
+        let int_len = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let int_part = &rest[..int_len];
+        rest = &rest[int_len..];
+        let mut frac_part = "";
+        if let Some(after_dot) = rest.strip_prefix('.') {
+            let frac_len = after_dot.bytes().take_while(u8::is_ascii_digit).count();
+            frac_part = &after_dot[..frac_len];
+            rest = &after_dot[frac_len..];
+        }
+        if int_part.is_empty() && frac_part.is_empty() {
+            return Err("expected a number before each unit (e.g. \"1h2m3.5s\")".to_string());
+        }
+        let unit_len = rest
+            .char_indices()
+            .find(|(_, c)| c.is_ascii_digit() || *c == '.')
+            .map_or(rest.len(), |(i, _)| i);
+        let unit = &rest[..unit_len];
+        rest = &rest[unit_len..];
+        let per_unit = NANOS_PER_UNIT
+            .iter()
+            .find(|(name, _)| *name == unit)
+            .map(|(_, n)| *n)
+            .ok_or_else(|| {
+                if unit.is_empty() {
+                    "missing unit (one of ns, us, ms, s, m, h)".to_string()
+                } else {
+                    format!("unknown unit \"{unit}\" (one of ns, us, ms, s, m, h)")
+                }
+            })?;
+        let whole: u128 = if int_part.is_empty() {
+            0
+        } else {
+            int_part
+                .parse()
+                .map_err(|_| "number too large".to_string())?
+        };
+        let mut nanos = whole
+            .checked_mul(per_unit)
+            .ok_or_else(|| "duration too large".to_string())?;
+        if !frac_part.is_empty() {
+            // Go truncates the fractional part to whole nanoseconds; only its first digits matter.
+            let digits = &frac_part[..frac_part.len().min(18)];
+            let frac: u128 = digits.parse().map_err(|_| "bad fraction".to_string())?;
+            nanos += frac * per_unit / 10u128.pow(digits.len() as u32);
+        }
+        total = total
+            .checked_add(nanos)
+            .ok_or_else(|| "duration too large".to_string())?;
+    }
+    // Go's durations are signed 64-bit nanoseconds; keep the same ceiling.
+    if total > i64::MAX as u128 {
+        return Err("duration too large".to_string());
+    }
+    Ok(Duration::from_nanos(total as u64))
+}
+
+/// Formats a duration as Go's `Duration.String()` does ("1m0s", "20s", "500ms", "0s"), so the
+/// effective configuration can be shown in the form users wrote it.
+pub fn format_duration(d: Duration) -> String {
+    let nanos = d.as_nanos();
+    if nanos == 0 {
+        return "0s".to_string();
+    }
+    if nanos < 1_000_000_000 {
+        let (unit, per) = if nanos < 1_000 {
+            ("ns", 1)
+        } else if nanos < 1_000_000 {
+            ("µs", 1_000)
+        } else {
+            ("ms", 1_000_000)
+        };
+        return format!("{}{unit}", fraction(nanos, per));
+    }
+    let total_secs = nanos / 1_000_000_000;
+    let sub_nanos = nanos % 1_000_000_000;
+    let hours = total_secs / 3600;
+    let minutes = (total_secs % 3600) / 60;
+    let seconds = total_secs % 60;
+    let secs = fraction(seconds * 1_000_000_000 + sub_nanos, 1_000_000_000);
+    if hours > 0 {
+        format!("{hours}h{minutes}m{secs}s")
+    } else if minutes > 0 {
+        format!("{minutes}m{secs}s")
+    } else {
+        format!("{secs}s")
+    }
+}
+
+/// `value / per` written with the shortest exact decimal fraction.
+fn fraction(value: u128, per: u128) -> String {
+    let whole = value / per;
+    let rem = value % per;
+    if rem == 0 {
+        return whole.to_string();
+    }
+    let width = per.to_string().len() - 1;
+    let digits = format!("{rem:0width$}");
+    format!("{whole}.{}", digits.trim_end_matches('0'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_go_durations() {
+        assert_eq!(parse_duration("20s").unwrap(), Duration::from_secs(20));
+        assert_eq!(parse_duration("1m0s").unwrap(), Duration::from_secs(60));
+        assert_eq!(parse_duration("1m").unwrap(), Duration::from_secs(60));
+        assert_eq!(
+            parse_duration("1h2m3.5s").unwrap(),
+            Duration::from_millis(3_723_500)
+        );
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("1.5h").unwrap(), Duration::from_secs(5400));
+        assert_eq!(parse_duration(".5s").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("10us").unwrap(), Duration::from_micros(10));
+        assert_eq!(parse_duration("10µs").unwrap(), Duration::from_micros(10));
+        assert_eq!(parse_duration("7ns").unwrap(), Duration::from_nanos(7));
+        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
+        assert_eq!(parse_duration("0s").unwrap(), Duration::ZERO);
+        assert_eq!(parse_duration("+5s").unwrap(), Duration::from_secs(5));
+        assert_eq!(parse_duration("-0").unwrap(), Duration::ZERO);
+    }
+
+    #[test]
+    fn rejects_bad_durations() {
+        for bad in ["", "20", "s", "1x", "1.s.", "-5s", "1h 2m", "abc", "5m-3s"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} should be rejected");
+        }
+        assert!(parse_duration("1000000000h").is_err());
+        assert!(parse_duration("20").unwrap_err().contains("missing unit"));
+        assert!(parse_duration("3d")
+            .unwrap_err()
+            .contains("unknown unit \"d\""));
+    }
+
+    #[test]
+    fn formats_like_go() {
+        assert_eq!(format_duration(Duration::ZERO), "0s");
+        assert_eq!(format_duration(Duration::from_secs(20)), "20s");
+        assert_eq!(format_duration(Duration::from_secs(60)), "1m0s");
+        assert_eq!(
+            format_duration(Duration::from_millis(3_723_500)),
+            "1h2m3.5s"
+        );
+        assert_eq!(format_duration(Duration::from_millis(500)), "500ms");
+        assert_eq!(format_duration(Duration::from_micros(1500)), "1.5ms");
+        assert_eq!(format_duration(Duration::from_nanos(7)), "7ns");
+        for text in ["20s", "1m0s", "1h2m3.5s", "500ms", "2h0m0s"] {
+            assert_eq!(format_duration(parse_duration(text).unwrap()), text);
+        }
+    }
+}

@@ -1,0 +1,619 @@
+//! The `--config` file: a `kubelet.config.k8s.io/v1beta1` KubeletConfiguration in YAML or JSON.
+//!
+//! Every field of upstream's v1beta1 type is accepted so a kubeadm-written file loads as it is;
+//! the ones the agent acts on are read with their types checked, the others are reported back
+//! as ignored. An unknown field is an error, as with the kubelet's strict decoding.
+//! As upstream's defaulting does, a zero value of a non-pointer field ("0s", 0, "") means
+//! "use the default": kubeadm writes `fileCheckFrequency: 0s` and means exactly that.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use super::duration::parse_duration;
+use super::error::ConfigError;
+use super::quantity::parse_quantity;
+
+pub(crate) const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
+pub(crate) const KIND: &str = "KubeletConfiguration";
+
+/// Top-level fields of upstream's v1beta1 KubeletConfiguration (k8s.io/kubelet
+/// config/v1beta1 types.go), besides apiVersion and kind.
+const UPSTREAM_FIELDS: &[&str] = &[
+    "enableServer",
+    "staticPodPath",
+    "podLogsDir",
+    "syncFrequency",
+    "fileCheckFrequency",
+    "httpCheckFrequency",
+    "staticPodURL",
+    "staticPodURLHeader",
+    "address",
+    "port",
+    "readOnlyPort",
+    "tlsCertFile",
+    "tlsPrivateKeyFile",
+    "tlsCipherSuites",
+    "tlsCurvePreferences",
+    "tlsMinVersion",
+    "rotateCertificates",
+    "serverTLSBootstrap",
+    "authentication",
+    "authorization",
+    "registryPullQPS",
+    "registryBurst",
+    "imagePullCredentialsVerificationPolicy",
+    "preloadedImagesVerificationAllowlist",
+    "eventRecordQPS",
+    "eventBurst",
+    "enableDebuggingHandlers",
+    "enableContentionProfiling",
+    "healthzPort",
+    "healthzBindAddress",
+    "oomScoreAdj",
+    "clusterDomain",
+    "clusterDNS",
+    "streamingConnectionIdleTimeout",
+    "nodeStatusUpdateFrequency",
+    "nodeStatusReportFrequency",
+    "nodeLeaseDurationSeconds",
+    "imageMinimumGCAge",
+    "imageMaximumGCAge",
+    "imageGCHighThresholdPercent",
+    "imageGCLowThresholdPercent",
+    "volumeStatsAggPeriod",
+    "kubeletCgroups",
+    "systemCgroups",
+    "cgroupRoot",
+    "cgroupsPerQOS",
+    "cgroupDriver",
+    "cpuManagerPolicy",
+    "singleProcessOOMKill",
+    "cpuManagerPolicyOptions",
+    "cpuManagerReconcilePeriod",
+    "memoryManagerPolicy",
+    "topologyManagerPolicy",
+    "topologyManagerScope",
+    "topologyManagerPolicyOptions",
+    "qosReserved",
+    "runtimeRequestTimeout",
+    "hairpinMode",
+    "maxPods",
+    "podCIDR",
+    "podPidsLimit",
+    "resolvConf",
+    "runOnce",
+    "cpuCFSQuota",
+    "cpuCFSQuotaPeriod",
+    "nodeStatusMaxImages",
+    "maxOpenFiles",
+    "contentType",
+    "kubeAPIQPS",
+    "kubeAPIBurst",
+    "serializeImagePulls",
+    "maxParallelImagePulls",
+    "evictionHard",
+    "evictionSoft",
+    "evictionSoftGracePeriod",
+    "evictionPressureTransitionPeriod",
+    "evictionMaxPodGracePeriod",
+    "evictionMinimumReclaim",
+    "mergeDefaultEvictionSettings",
+    "podsPerCore",
+    "enableControllerAttachDetach",
+    "protectKernelDefaults",
+    "makeIPTablesUtilChains",
+    "iptablesMasqueradeBit",
+    "iptablesDropBit",
+    "featureGates",
+    "failSwapOn",
+    "memorySwap",
+    "containerLogMaxSize",
+    "containerLogMaxFiles",
+    "containerLogMaxWorkers",
+    "containerLogMonitorInterval",
+    "configMapAndSecretChangeDetectionStrategy",
+    "systemReserved",
+    "kubeReserved",
+    "reservedSystemCPUs",
+    "showHiddenMetricsForVersion",
+    "systemReservedCgroup",
+    "kubeReservedCgroup",
+    "enforceNodeAllocatable",
+    "allowedUnsafeSysctls",
+    "defaultPodSysctls",
+    "volumePluginDir",
+    "providerID",
+    "kernelMemcgNotification",
+    "logging",
+    "enableSystemLogHandler",
+    "enableSystemLogQuery",
+    "shutdownGracePeriod",
+    "shutdownGracePeriodCriticalPods",
+    "shutdownGracePeriodByPodPriority",
+    "crashLoopBackOff",
+    "reservedMemory",
+    "enableProfilingHandler",
+    "enableDebugFlagsHandler",
+    "seccompDefault",
+    "memoryThrottlingFactor",
+    "memoryReservationPolicy",
+    "registerWithTaints",
+    "registerNode",
+    "tracing",
+    "localStorageCapacityIsolation",
+    "containerRuntimeEndpoint",
+    "imageServiceEndpoint",
+    "failCgroupV1",
+    "userNamespaces",
+];
+
+/// Fields the agent acts on; all other known fields are accepted and ignored.
+const USED_FIELDS: &[&str] = &[
+    "staticPodPath",
+    "staticPodURL",
+    "staticPodURLHeader",
+    "fileCheckFrequency",
+    "httpCheckFrequency",
+    "syncFrequency",
+    "maxPods",
+    "readOnlyPort",
+    "healthzPort",
+    "healthzBindAddress",
+    "containerLogMaxSize",
+    "containerLogMaxFiles",
+    "podLogsDir",
+    "containerRuntimeEndpoint",
+    "address",
+    "port",
+    "logging",
+];
+
+/// Fields of component-base's LoggingConfiguration (the `logging` block).
+const LOGGING_FIELDS: &[&str] = &[
+    "format",
+    "flushFrequency",
+    "verbosity",
+    "vmodule",
+    "options",
+];
+
+/// What the file sets. `None` means "not set, or set to its zero value": the default applies.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(crate) struct FileSettings {
+    pub static_pod_path: Option<PathBuf>,
+    pub static_pod_url: Option<String>,
+    pub static_pod_url_header: Option<BTreeMap<String, Vec<String>>>,
+    pub file_check_frequency: Option<Duration>,
+    pub http_check_frequency: Option<Duration>,
+    pub sync_frequency: Option<Duration>,
+    pub max_pods: Option<u32>,
+    pub read_only_port: Option<u16>,
+    pub healthz_port: Option<u16>,
+    pub healthz_bind_address: Option<IpAddr>,
+    pub container_log_max_size: Option<u64>,
+    pub container_log_max_files: Option<u32>,
+    pub pod_logs_dir: Option<PathBuf>,
+    /// Raw endpoint as written; mod.rs turns it into a socket path.
+    pub container_runtime_endpoint: Option<String>,
+    pub address: Option<IpAddr>,
+    pub port: Option<u16>,
+    pub logging_format: Option<String>,
+    pub verbosity: Option<u8>,
+    /// Known upstream fields present in the file that the agent does not act on.
+    pub ignored_fields: Vec<String>,
+}
+
+pub(crate) fn load_file(path: &Path) -> Result<FileSettings, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadFile {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_text(path, &text)
+}
+
+pub(crate) fn parse_text(path: &Path, text: &str) -> Result<FileSettings, ConfigError> {
+    let parse_error = |message: String| ConfigError::ParseFile {
+        path: path.to_path_buf(),
+        message,
+    };
+    let value: Value = if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).map_err(|e| parse_error(e.to_string()))?
+    } else {
+        serde_yaml::from_str(text).map_err(|e| parse_error(e.to_string()))?
+    };
+    let empty = Map::new();
+    let obj = match &value {
+        Value::Object(map) => map,
+        Value::Null => &empty,
+        other => return Err(parse_error(format!("expected a mapping, found {other}"))),
+    };
+    let reader = FieldReader { path, obj };
+
+    let api_version = reader.string("apiVersion")?.unwrap_or_default();
+    if api_version != API_VERSION {
+        return Err(ConfigError::WrongType {
+            path: path.to_path_buf(),
+            field: "apiVersion",
+            value: api_version,
+            expected: API_VERSION,
+        });
+    }
+    let kind = reader.string("kind")?.unwrap_or_default();
+    if kind != KIND {
+        return Err(ConfigError::WrongType {
+            path: path.to_path_buf(),
+            field: "kind",
+            value: kind,
+            expected: KIND,
+        });
+    }
+
+    let mut ignored_fields = Vec::new();
+    for key in obj.keys() {
+        if key == "apiVersion" || key == "kind" {
+            continue;
+        }
+        if !UPSTREAM_FIELDS.contains(&key.as_str()) {
+            return Err(ConfigError::UnknownField {
+                path: path.to_path_buf(),
+                field: key.clone(),
+            });
+        }
+        if !USED_FIELDS.contains(&key.as_str()) {
+            ignored_fields.push(key.clone());
+        }
+    }
+
+    let mut settings = FileSettings {
+        static_pod_path: reader.string("staticPodPath")?.map(PathBuf::from),
+        static_pod_url: reader.string("staticPodURL")?,
+        static_pod_url_header: reader.header_map("staticPodURLHeader")?,
+        file_check_frequency: reader.duration("fileCheckFrequency")?,
+        http_check_frequency: reader.duration("httpCheckFrequency")?,
+        sync_frequency: reader.duration("syncFrequency")?,
+        max_pods: reader
+            .int_in("maxPods", 0, i32::MAX as i64)?
+            .map(|n| n as u32),
+        read_only_port: reader.int_in("readOnlyPort", 0, 65535)?.map(|n| n as u16),
+        healthz_port: reader.int_in("healthzPort", 0, 65535)?.map(|n| n as u16),
+        healthz_bind_address: reader.ip("healthzBindAddress")?,
+        container_log_max_size: reader.quantity("containerLogMaxSize")?,
+        container_log_max_files: reader
+            .int_in("containerLogMaxFiles", 0, i32::MAX as i64)?
+            .map(|n| n as u32),
+        pod_logs_dir: reader.string("podLogsDir")?.map(PathBuf::from),
+        container_runtime_endpoint: reader.string("containerRuntimeEndpoint")?,
+        address: reader.ip("address")?,
+        port: reader.int_in("port", 0, 65535)?.map(|n| n as u16),
+        logging_format: None,
+        verbosity: None,
+        ignored_fields,
+    };
+    // Non-pointer fields upstream: their zero value means "default". healthzPort and
+    // containerLogMaxFiles are pointers, so an explicit 0 there is kept (and 0 disables healthz).
+    settings.max_pods = settings.max_pods.filter(|n| *n != 0);
+    settings.port = settings.port.filter(|n| *n != 0);
+    settings.read_only_port = settings.read_only_port.filter(|n| *n != 0);
+
+    if let Some(logging) = obj.get("logging").filter(|v| !v.is_null()) {
+        let logging = logging
+            .as_object()
+            .ok_or_else(|| ConfigError::InvalidFileField {
+                path: path.to_path_buf(),
+                field: "logging".into(),
+                value: logging.to_string(),
+                reason: "expected a mapping".into(),
+            })?;
+        if let Some(key) = logging
+            .keys()
+            .find(|k| !LOGGING_FIELDS.contains(&k.as_str()))
+        {
+            return Err(ConfigError::UnknownField {
+                path: path.to_path_buf(),
+                field: format!("logging.{key}"),
+            });
+        }
+        let reader = FieldReader { path, obj: logging };
+        settings.logging_format = reader.string("format")?;
+        settings.verbosity = reader.int_in("verbosity", 0, 255)?.map(|n| n as u8);
+    }
+    Ok(settings)
+}
+
+struct FieldReader<'a> {
+    path: &'a Path,
+    obj: &'a Map<String, Value>,
+}
+
+impl FieldReader<'_> {
+    fn bad(&self, field: &str, value: &Value, reason: impl Into<String>) -> ConfigError {
+        ConfigError::InvalidFileField {
+            path: self.path.to_path_buf(),
+            field: field.to_string(),
+            value: value.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    fn get(&self, field: &str) -> Option<&Value> {
+        self.obj.get(field).filter(|v| !v.is_null())
+    }
+
+    /// A string field; an empty string counts as unset, as upstream's defaulting treats it.
+    fn string(&self, field: &str) -> Result<Option<String>, ConfigError> {
+        match self.get(field) {
+            None => Ok(None),
+            Some(Value::String(s)) if s.is_empty() => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(other) => Err(self.bad(field, other, "expected a string")),
+        }
+    }
+
+    fn int_in(&self, field: &str, min: i64, max: i64) -> Result<Option<i64>, ConfigError> {
+        let Some(value) = self.get(field) else {
+            return Ok(None);
+        };
+        let n = value
+            .as_i64()
+            .ok_or_else(|| self.bad(field, value, "expected an integer"))?;
+        if n < min || n > max {
+            return Err(self.bad(field, value, format!("must be between {min} and {max}")));
+        }
+        Ok(Some(n))
+    }
+
+    fn duration(&self, field: &str) -> Result<Option<Duration>, ConfigError> {
+        let Some(text) = self.string(field)? else {
+            return Ok(None);
+        };
+        let d = parse_duration(&text)
+            .map_err(|reason| self.bad(field, &Value::String(text.clone()), reason))?;
+        Ok(Some(d).filter(|d| !d.is_zero()))
+    }
+
+    fn quantity(&self, field: &str) -> Result<Option<u64>, ConfigError> {
+        let Some(text) = self.string(field)? else {
+            return Ok(None);
+        };
+        parse_quantity(&text)
+            .map(Some)
+            .map_err(|reason| self.bad(field, &Value::String(text.clone()), reason))
+    }
+
+    fn ip(&self, field: &str) -> Result<Option<IpAddr>, ConfigError> {
+        let Some(text) = self.string(field)? else {
+            return Ok(None);
+        };
+        text.parse().map(Some).map_err(|_| {
+            self.bad(
+                field,
+                &Value::String(text.clone()),
+                "expected an IP address",
+            )
+        })
+    }
+
+    fn header_map(
+        &self,
+        field: &str,
+    ) -> Result<Option<BTreeMap<String, Vec<String>>>, ConfigError> {
+        let Some(value) = self.get(field) else {
+            return Ok(None);
+        };
+        serde_json::from_value::<BTreeMap<String, Vec<String>>>(value.clone())
+            .map(Some)
+            .map_err(|_| {
+                self.bad(
+                    field,
+                    value,
+                    "expected a map of header names to lists of values",
+                )
+            })
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<FileSettings, ConfigError> {
+        parse_text(Path::new("/etc/kubelet.yaml"), text)
+    }
+
+    #[test]
+    fn upstream_field_list_is_complete_and_contains_used_fields() {
+        assert_eq!(UPSTREAM_FIELDS.len(), 126);
+        for used in USED_FIELDS {
+            assert!(UPSTREAM_FIELDS.contains(used), "{used}");
+        }
+    }
+
+    #[test]
+    fn reads_used_fields_from_yaml() {
+        let s = parse(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             staticPodPath: /etc/kubernetes/manifests\nstaticPodURL: http://127.0.0.1/pods\n\
+             staticPodURLHeader:\n  X-A: [one, two]\nfileCheckFrequency: 5s\n\
+             httpCheckFrequency: 1m30s\nsyncFrequency: 2m\nmaxPods: 30\nreadOnlyPort: 10255\n\
+             healthzPort: 0\nhealthzBindAddress: 0.0.0.0\ncontainerLogMaxSize: 20Mi\n\
+             containerLogMaxFiles: 3\npodLogsDir: /logs\n\
+             containerRuntimeEndpoint: unix:///run/c.sock\naddress: 127.0.0.1\nport: 11250\n\
+             logging:\n  format: json\n  verbosity: 4\n",
+        )
+        .unwrap();
+        assert_eq!(
+            s.static_pod_path,
+            Some(PathBuf::from("/etc/kubernetes/manifests"))
+        );
+        assert_eq!(s.static_pod_url.as_deref(), Some("http://127.0.0.1/pods"));
+        assert_eq!(
+            s.static_pod_url_header.unwrap()["X-A"],
+            vec!["one".to_string(), "two".to_string()]
+        );
+        assert_eq!(s.file_check_frequency, Some(Duration::from_secs(5)));
+        assert_eq!(s.http_check_frequency, Some(Duration::from_secs(90)));
+        assert_eq!(s.sync_frequency, Some(Duration::from_secs(120)));
+        assert_eq!(s.max_pods, Some(30));
+        assert_eq!(s.read_only_port, Some(10255));
+        assert_eq!(s.healthz_port, Some(0));
+        assert_eq!(s.healthz_bind_address, Some("0.0.0.0".parse().unwrap()));
+        assert_eq!(s.container_log_max_size, Some(20 << 20));
+        assert_eq!(s.container_log_max_files, Some(3));
+        assert_eq!(s.pod_logs_dir, Some(PathBuf::from("/logs")));
+        assert_eq!(
+            s.container_runtime_endpoint.as_deref(),
+            Some("unix:///run/c.sock")
+        );
+        assert_eq!(s.address, Some("127.0.0.1".parse().unwrap()));
+        assert_eq!(s.port, Some(11250));
+        assert_eq!(s.logging_format.as_deref(), Some("json"));
+        assert_eq!(s.verbosity, Some(4));
+        assert!(s.ignored_fields.is_empty());
+    }
+
+    #[test]
+    fn reads_json() {
+        let s = parse(r#"{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration","maxPods":7}"#)
+            .unwrap();
+        assert_eq!(s.max_pods, Some(7));
+    }
+
+    #[test]
+    fn zero_values_mean_default() {
+        let s = parse(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             fileCheckFrequency: 0s\nmaxPods: 0\nport: 0\ncontainerRuntimeEndpoint: \"\"\n",
+        )
+        .unwrap();
+        assert_eq!(s, FileSettings::default());
+    }
+
+    #[test]
+    fn checks_api_version_and_kind() {
+        let err = parse("apiVersion: v1\nkind: KubeletConfiguration\n").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "config file /etc/kubelet.yaml: apiVersion is \"v1\", expected \"kubelet.config.k8s.io/v1beta1\""
+        );
+        let err = parse("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: Pod\n").unwrap_err();
+        assert!(err.to_string().contains("kind is \"Pod\""), "{err}");
+        assert!(parse("").is_err());
+    }
+
+    #[test]
+    fn unknown_fields_are_errors_naming_file_and_field() {
+        let err = parse(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPod: 3\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "config file /etc/kubelet.yaml: unknown field \"maxPod\""
+        );
+        assert_eq!(err.exit_code(), 2);
+        let err = parse(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nlogging:\n  colour: red\n",
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("unknown field \"logging.colour\""),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn wrong_types_name_the_field() {
+        let err = parse(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: lots\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "config file /etc/kubelet.yaml: invalid value \"lots\" for field maxPods: expected an integer"
+        );
+        let err = parse(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nsyncFrequency: 10\n",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("field syncFrequency"), "{err}");
+        let err = parse(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nreadOnlyPort: 70000\n",
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("must be between 0 and 65535"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn loads_a_kubeadm_written_config() {
+        let s = parse(KUBEADM_CONFIG).unwrap();
+        assert_eq!(
+            s.static_pod_path,
+            Some(PathBuf::from("/etc/kubernetes/manifests"))
+        );
+        assert_eq!(s.healthz_port, Some(10248));
+        assert_eq!(s.file_check_frequency, None);
+        assert_eq!(s.verbosity, Some(0));
+        assert!(s.ignored_fields.contains(&"authentication".to_string()));
+        assert!(s.ignored_fields.contains(&"cgroupDriver".to_string()));
+    }
+
+    /// The shape `kubeadm init` writes to /var/lib/kubelet/config.yaml.
+    pub(crate) const KUBEADM_CONFIG: &str = "\
+apiVersion: kubelet.config.k8s.io/v1beta1
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    cacheTTL: 0s
+    enabled: true
+  x509:
+    clientCAFile: /etc/kubernetes/pki/ca.crt
+authorization:
+  mode: Webhook
+  webhook:
+    cacheAuthorizedTTL: 0s
+    cacheUnauthorizedTTL: 0s
+cgroupDriver: systemd
+clusterDNS:
+- 10.96.0.10
+clusterDomain: cluster.local
+containerRuntimeEndpoint: \"\"
+cpuManagerReconcilePeriod: 0s
+crashLoopBackOff: {}
+evictionPressureTransitionPeriod: 0s
+fileCheckFrequency: 0s
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+httpCheckFrequency: 0s
+imageMaximumGCAge: 0s
+imageMinimumGCAge: 0s
+kind: KubeletConfiguration
+logging:
+  flushFrequency: 0
+  options:
+    json:
+      infoBufferSize: \"0\"
+    text:
+      infoBufferSize: \"0\"
+  verbosity: 0
+memorySwap: {}
+nodeStatusReportFrequency: 0s
+nodeStatusUpdateFrequency: 0s
+resolvConf: /run/systemd/resolve/resolv.conf
+rotateCertificates: true
+runtimeRequestTimeout: 0s
+shutdownGracePeriod: 0s
+shutdownGracePeriodCriticalPods: 0s
+staticPodPath: /etc/kubernetes/manifests
+streamingConnectionIdleTimeout: 0s
+syncFrequency: 0s
+volumeStatsAggPeriod: 0s
+";
+}

@@ -1,0 +1,485 @@
+//! Flags with the kubelet's names, the KubeletConfiguration file, defaults and validation.
+//!
+//! Precedence is upstream's: built-in defaults, then the `--config` file, then flags given on
+//! the command line (a flag always wins over the file).
+
+mod duration;
+mod error;
+mod file;
+mod flags;
+mod quantity;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use duration::{format_duration, parse_duration};
+pub use error::ConfigError;
+pub use quantity::parse_quantity;
+
+use file::FileSettings;
+use flags::FlagValue;
+
+/// The agent's effective configuration: defaults, then the config file, then flags.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Node name: --hostname-override, else the host name, lower-cased.
+    pub node_name: String,
+    /// --root-dir (default /var/lib/kubelet-rs).
+    pub root_dir: PathBuf,
+    /// --pod-manifest-path / staticPodPath.
+    pub static_pod_path: Option<PathBuf>,
+    /// --manifest-url / staticPodURL.
+    pub static_pod_url: Option<String>,
+    /// --manifest-url-header / staticPodURLHeader.
+    pub static_pod_url_header: BTreeMap<String, Vec<String>>,
+    pub file_check_frequency: Duration,
+    pub http_check_frequency: Duration,
+    pub sync_frequency: Duration,
+    pub max_pods: u32,
+    /// 0 = disabled.
+    ///
+    /// Default as upstream: 10255 when no `--config` file is given (the kubelet's legacy
+    /// command-line default, still applied by its `applyLegacyDefaults`), 0 (disabled) when a
+    /// config file is given and does not set `readOnlyPort` (the v1beta1 default).
+    pub read_only_port: u16,
+    /// 0 = disabled.
+    pub healthz_port: u16,
+    pub healthz_bind_address: IpAddr,
+    pub container_log_max_size: u64,
+    pub container_log_max_files: u32,
+    /// Path of containerd's socket (the unix:// prefix stripped).
+    pub container_runtime_endpoint: PathBuf,
+    /// containerd namespace the agent works in (--containerd-namespace).
+    pub containerd_namespace: String,
+    pub pod_infra_container_image: String,
+    /// podLogsDir (default /var/log/pods).
+    pub pod_logs_dir: PathBuf,
+    /// Where the /var/log/containers symlinks go.
+    pub container_logs_dir: PathBuf,
+    pub cni_conf_dir: PathBuf,
+    pub cni_bin_dirs: Vec<PathBuf>,
+    /// "text" or "json".
+    pub logging_format: String,
+    pub verbosity: u8,
+    /// --address / address: the main (10250) server's listen address (default 0.0.0.0).
+    pub address: IpAddr,
+    /// --port / port: the main server's port (default 10250).
+    pub port: u16,
+    /// --kubeconfig: API server credentials; None runs standalone.
+    pub kubeconfig: Option<PathBuf>,
+    /// --bootstrap-kubeconfig.
+    pub bootstrap_kubeconfig: Option<PathBuf>,
+    /// --config: the KubeletConfiguration file that was loaded, if any.
+    pub config_file: Option<PathBuf>,
+    /// Upstream fields present in the config file that the agent accepts but does not act on;
+    /// main logs them once logging is set up.
+    pub ignored_config_fields: Vec<String>,
+}
+
+pub const DEFAULT_ROOT_DIR: &str = "/var/lib/kubelet-rs";
+pub const DEFAULT_CONTAINER_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
+pub const DEFAULT_POD_INFRA_CONTAINER_IMAGE: &str = "registry.k8s.io/pause:3.10";
+pub const DEFAULT_CONTAINERD_NAMESPACE: &str = "kubelet-rs";
+/// The kubelet's legacy command-line default for --read-only-port (ports.KubeletReadOnlyPort).
+pub const LEGACY_READ_ONLY_PORT: u16 = 10255;
+
+impl Config {
+    /// Upstream's v1beta1 defaults plus the agent's own; `node_name` is left empty.
+    /// `with_config_file` selects the read-only port default (see [`Config::read_only_port`]).
+    pub fn defaults(with_config_file: bool) -> Config {
+        Config {
+            node_name: String::new(),
+            root_dir: PathBuf::from(DEFAULT_ROOT_DIR),
+            static_pod_path: None,
+            static_pod_url: None,
+            static_pod_url_header: BTreeMap::new(),
+            file_check_frequency: Duration::from_secs(20),
+            http_check_frequency: Duration::from_secs(20),
+            sync_frequency: Duration::from_secs(60),
+            max_pods: 110,
+            read_only_port: if with_config_file {
+                0
+            } else {
+                LEGACY_READ_ONLY_PORT
+            },
+            healthz_port: 10248,
+            healthz_bind_address: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            container_log_max_size: 10 * 1024 * 1024,
+            container_log_max_files: 5,
+            container_runtime_endpoint: PathBuf::from("/run/containerd/containerd.sock"),
+            containerd_namespace: DEFAULT_CONTAINERD_NAMESPACE.to_string(),
+            pod_infra_container_image: DEFAULT_POD_INFRA_CONTAINER_IMAGE.to_string(),
+            pod_logs_dir: PathBuf::from("/var/log/pods"),
+            container_logs_dir: PathBuf::from("/var/log/containers"),
+            cni_conf_dir: PathBuf::from("/etc/cni/net.d"),
+            cni_bin_dirs: vec![PathBuf::from("/opt/cni/bin"), PathBuf::from("/usr/lib/cni")],
+            logging_format: "text".to_string(),
+            verbosity: 0,
+            address: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            port: 10250,
+            kubeconfig: None,
+            bootstrap_kubeconfig: None,
+            config_file: None,
+            ignored_config_fields: Vec::new(),
+        }
+    }
+}
+
+/// Loads the configuration from the process's command line.
+pub fn load() -> Result<Config, ConfigError> {
+    load_from_args(std::env::args_os().map(|a| a.to_string_lossy().into_owned()))
+}
+
+/// Loads the configuration from `args`, whose first item is the program name.
+pub fn load_from_args<I, S>(args: I) -> Result<Config, ConfigError>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<String>,
+{
+    let args: Vec<String> = args.into_iter().skip(1).map(Into::into).collect();
+    let given = flags::parse_args(&args)?;
+    for flag in given.iter().filter(|f| f.name == "help") {
+        if flags::parse_bool(&flag.value).map_err(|reason| invalid_flag(flag, reason))? {
+            return Err(ConfigError::Help(flags::help_text()));
+        }
+    }
+    let config_file = given
+        .iter()
+        .rev()
+        .find(|f| f.name == "config")
+        .map(|f| PathBuf::from(&f.value))
+        .filter(|p| !p.as_os_str().is_empty());
+
+    let mut config = Config::defaults(config_file.is_some());
+    if let Some(path) = &config_file {
+        apply_file(&mut config, file::load_file(path)?)?;
+        config.config_file = Some(path.clone());
+    }
+    apply_flags(&mut config, &given)?;
+    if config.node_name.is_empty() {
+        config.node_name = host_node_name()?;
+    }
+    validate(&config)?;
+    Ok(config)
+}
+
+fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError> {
+    let FileSettings {
+        static_pod_path,
+        static_pod_url,
+        static_pod_url_header,
+        file_check_frequency,
+        http_check_frequency,
+        sync_frequency,
+        max_pods,
+        read_only_port,
+        healthz_port,
+        healthz_bind_address,
+        container_log_max_size,
+        container_log_max_files,
+        pod_logs_dir,
+        container_runtime_endpoint,
+        address,
+        port,
+        logging_format,
+        verbosity,
+        ignored_fields,
+    } = file;
+    fn set<T>(target: &mut T, value: Option<T>) {
+        if let Some(v) = value {
+            *target = v;
+        }
+    }
+    config.static_pod_path = static_pod_path.or(config.static_pod_path.take());
+    config.static_pod_url = static_pod_url.or(config.static_pod_url.take());
+    set(&mut config.static_pod_url_header, static_pod_url_header);
+    set(&mut config.file_check_frequency, file_check_frequency);
+    set(&mut config.http_check_frequency, http_check_frequency);
+    set(&mut config.sync_frequency, sync_frequency);
+    set(&mut config.max_pods, max_pods);
+    set(&mut config.read_only_port, read_only_port);
+    set(&mut config.healthz_port, healthz_port);
+    set(&mut config.healthz_bind_address, healthz_bind_address);
+    set(&mut config.container_log_max_size, container_log_max_size);
+    set(&mut config.container_log_max_files, container_log_max_files);
+    set(&mut config.pod_logs_dir, pod_logs_dir);
+    if let Some(endpoint) = container_runtime_endpoint {
+        config.container_runtime_endpoint =
+            socket_path(&endpoint).map_err(|reason| ConfigError::Invalid {
+                setting: "containerRuntimeEndpoint (--container-runtime-endpoint)",
+                value: endpoint.clone(),
+                reason,
+            })?;
+    }
+    set(&mut config.address, address);
+    set(&mut config.port, port);
+    set(&mut config.logging_format, logging_format);
+    set(&mut config.verbosity, verbosity);
+    config.ignored_config_fields = ignored_fields;
+    Ok(())
+}
+
+fn invalid_flag(flag: &FlagValue, reason: impl Into<String>) -> ConfigError {
+    ConfigError::InvalidFlagValue {
+        flag: flag.spelled.clone(),
+        value: flag.value.clone(),
+        reason: reason.into(),
+    }
+}
+
+fn apply_flags(config: &mut Config, given: &[FlagValue]) -> Result<(), ConfigError> {
+    // Like upstream's ColonSeparatedMultimapStringString: the first use on the command line
+    // replaces what the file set, later uses add to it.
+    let mut headers_from_flags: Option<BTreeMap<String, Vec<String>>> = None;
+    for flag in given {
+        let v = flag.value.as_str();
+        let bad = |reason: &str| invalid_flag(flag, reason);
+        match flag.name {
+            "config" | "help" => {}
+            "pod-manifest-path" => {
+                config.static_pod_path = Some(PathBuf::from(v)).filter(|_| !v.is_empty())
+            }
+            "manifest-url" => config.static_pod_url = Some(v.to_string()).filter(|s| !s.is_empty()),
+            "manifest-url-header" => {
+                let headers = headers_from_flags.get_or_insert_with(BTreeMap::new);
+                parse_header_pairs(v, headers).map_err(|r| bad(&r))?;
+            }
+            "hostname-override" => config.node_name = normalize_node_name(v),
+            "root-dir" => config.root_dir = non_empty_path(v).map_err(|r| bad(&r))?,
+            "kubeconfig" => config.kubeconfig = Some(PathBuf::from(v)).filter(|_| !v.is_empty()),
+            "bootstrap-kubeconfig" => {
+                config.bootstrap_kubeconfig = Some(PathBuf::from(v)).filter(|_| !v.is_empty())
+            }
+            "container-runtime-endpoint" => {
+                config.container_runtime_endpoint = socket_path(v).map_err(|r| bad(&r))?
+            }
+            "containerd-namespace" => {
+                if v.is_empty() {
+                    return Err(bad("must not be empty"));
+                }
+                config.containerd_namespace = v.to_string();
+            }
+            "pod-infra-container-image" => {
+                if v.is_empty() {
+                    return Err(bad("must not be empty"));
+                }
+                config.pod_infra_container_image = v.to_string();
+            }
+            "address" => config.address = parse_ip(v).map_err(|r| bad(&r))?,
+            "port" => config.port = parse_port(v).map_err(|r| bad(&r))?,
+            "read-only-port" => config.read_only_port = parse_port(v).map_err(|r| bad(&r))?,
+            "healthz-port" => config.healthz_port = parse_port(v).map_err(|r| bad(&r))?,
+            "healthz-bind-address" => {
+                config.healthz_bind_address = parse_ip(v).map_err(|r| bad(&r))?
+            }
+            "max-pods" => {
+                config.max_pods = v
+                    .parse::<i64>()
+                    .map_err(|_| bad("expected an integer"))?
+                    .try_into()
+                    .map_err(|_| bad("must be greater than 0"))?
+            }
+            "sync-frequency" => config.sync_frequency = parse_duration(v).map_err(|r| bad(&r))?,
+            "file-check-frequency" => {
+                config.file_check_frequency = parse_duration(v).map_err(|r| bad(&r))?
+            }
+            "http-check-frequency" => {
+                config.http_check_frequency = parse_duration(v).map_err(|r| bad(&r))?
+            }
+            "container-log-max-size" => {
+                config.container_log_max_size = parse_quantity(v).map_err(|r| bad(&r))?
+            }
+            "container-log-max-files" => {
+                config.container_log_max_files = v
+                    .parse::<i64>()
+                    .map_err(|_| bad("expected an integer"))?
+                    .try_into()
+                    .map_err(|_| bad("must be at least 2"))?
+            }
+            "pod-logs-dir" => config.pod_logs_dir = non_empty_path(v).map_err(|r| bad(&r))?,
+            "cni-conf-dir" => config.cni_conf_dir = non_empty_path(v).map_err(|r| bad(&r))?,
+            "cni-bin-dir" => {
+                config.cni_bin_dirs = v
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(PathBuf::from)
+                    .collect();
+                if config.cni_bin_dirs.is_empty() {
+                    return Err(bad("expected one or more comma-separated folders"));
+                }
+            }
+            "v" => {
+                config.verbosity = v
+                    .parse()
+                    .map_err(|_| bad("expected an integer from 0 to 255"))?
+            }
+            "logging-format" => config.logging_format = v.to_string(),
+            other => unreachable!("flag --{other} is in the table but not applied"),
+        }
+    }
+    if let Some(headers) = headers_from_flags {
+        config.static_pod_url_header = headers;
+    }
+    Ok(())
+}
+
+/// `key:value` pairs separated by commas, as the kubelet's --manifest-url-header takes them.
+fn parse_header_pairs(
+    text: &str,
+    headers: &mut BTreeMap<String, Vec<String>>,
+) -> Result<(), String> {
+    for pair in text.split(',') {
+        if pair.is_empty() {
+            continue;
+        }
+        let (key, value) = pair
+            .split_once(':')
+            .ok_or_else(|| format!("malformed pair {pair:?}, expected key:value"))?;
+        let key = key.trim();
+        if key.is_empty() {
+            return Err(format!("malformed pair {pair:?}, the header name is empty"));
+        }
+        headers
+            .entry(key.to_string())
+            .or_default()
+            .push(value.trim().to_string());
+    }
+    Ok(())
+}
+
+/// Accepts `unix:///path` or `/path`; the agent talks to containerd over a unix socket only.
+fn socket_path(endpoint: &str) -> Result<PathBuf, String> {
+    let path = match endpoint.split_once("://") {
+        Some(("unix", path)) => path,
+        Some((scheme, _)) => {
+            return Err(format!(
+                "scheme {scheme}:// is not supported; use unix:///path/to/containerd.sock"
+            ))
+        }
+        None => endpoint,
+    };
+    if !path.starts_with('/') {
+        return Err(
+            "expected an absolute socket path, e.g. unix:///run/containerd/containerd.sock".into(),
+        );
+    }
+    Ok(PathBuf::from(path))
+}
+
+fn non_empty_path(text: &str) -> Result<PathBuf, String> {
+    if text.is_empty() {
+        Err("must not be empty".into())
+    } else {
+        Ok(PathBuf::from(text))
+    }
+}
+
+fn parse_port(text: &str) -> Result<u16, String> {
+    let n: i64 = text
+        .parse()
+        .map_err(|_| "expected an integer".to_string())?;
+    u16::try_from(n).map_err(|_| "must be between 0 and 65535".to_string())
+}
+
+fn parse_ip(text: &str) -> Result<IpAddr, String> {
+    text.parse()
+        .map_err(|_| "expected an IP address".to_string())
+}
+
+fn normalize_node_name(name: &str) -> String {
+    name.trim().to_lowercase()
+}
+
+fn host_node_name() -> Result<String, ConfigError> {
+    let raw = nix::unistd::gethostname().map_err(|e| ConfigError::Hostname(e.to_string()))?;
+    let name = normalize_node_name(&raw.to_string_lossy());
+    if name.is_empty() {
+        return Err(ConfigError::Hostname("the host name is empty".into()));
+    }
+    Ok(name)
+}
+
+fn validate(config: &Config) -> Result<(), ConfigError> {
+    fn invalid(setting: &'static str, value: impl ToString, reason: &str) -> ConfigError {
+        ConfigError::Invalid {
+            setting,
+            value: value.to_string(),
+            reason: reason.to_string(),
+        }
+    }
+    if config.port == 0 {
+        return Err(invalid("port (--port)", 0, "must be between 1 and 65535"));
+    }
+    if config.max_pods == 0 {
+        return Err(invalid("maxPods (--max-pods)", 0, "must be greater than 0"));
+    }
+    for (setting, value) in [
+        ("syncFrequency (--sync-frequency)", config.sync_frequency),
+        (
+            "fileCheckFrequency (--file-check-frequency)",
+            config.file_check_frequency,
+        ),
+        (
+            "httpCheckFrequency (--http-check-frequency)",
+            config.http_check_frequency,
+        ),
+    ] {
+        if value.is_zero() {
+            return Err(invalid(setting, "0s", "must be greater than 0"));
+        }
+    }
+    if config.container_log_max_files < 2 {
+        return Err(invalid(
+            "containerLogMaxFiles (--container-log-max-files)",
+            config.container_log_max_files,
+            "must be at least 2",
+        ));
+    }
+    if config.container_log_max_size == 0 {
+        return Err(invalid(
+            "containerLogMaxSize (--container-log-max-size)",
+            0,
+            "must be greater than 0",
+        ));
+    }
+    if config.logging_format != "text" && config.logging_format != "json" {
+        return Err(invalid(
+            "logging.format (--logging-format)",
+            format!("{:?}", config.logging_format),
+            "must be \"text\" or \"json\"",
+        ));
+    }
+    if !config.pod_logs_dir.is_absolute() {
+        return Err(invalid(
+            "podLogsDir (--pod-logs-dir)",
+            config.pod_logs_dir.display(),
+            "must be an absolute path",
+        ));
+    }
+    if let Some(url) = &config.static_pod_url {
+        check_manifest_url(url).map_err(|reason| ConfigError::Invalid {
+            setting: "staticPodURL (--manifest-url)",
+            value: url.clone(),
+            reason,
+        })?;
+    }
+    Ok(())
+}
+
+/// The HTTP source fetches plain http:// URLs only; catching others at start-up gives the
+/// user an immediate, clear error instead of a log line every period.
+fn check_manifest_url(url: &str) -> Result<(), String> {
+    if url.starts_with("https://") {
+        return Err("HTTPS is not supported yet; use an http:// URL".into());
+    }
+    if !url.starts_with("http://") {
+        return Err("expected an http:// URL".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

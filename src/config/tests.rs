@@ -1,0 +1,326 @@
+use super::*;
+use std::io::Write;
+
+fn load(args: &[&str]) -> Result<Config, ConfigError> {
+    let mut argv = vec!["kubelet-rs", "--hostname-override=Node-1"];
+    argv.extend_from_slice(args);
+    load_from_args(argv)
+}
+
+fn config_file(text: &str) -> tempfile::NamedTempFile {
+    let mut file = tempfile::Builder::new().suffix(".yaml").tempfile().unwrap();
+    file.write_all(text.as_bytes()).unwrap();
+    file
+}
+
+const HEADER: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+
+#[test]
+fn defaults_without_a_config_file() {
+    let c = load(&[]).unwrap();
+    assert_eq!(c.node_name, "node-1");
+    assert_eq!(c.root_dir, PathBuf::from("/var/lib/kubelet-rs"));
+    assert_eq!(c.file_check_frequency, Duration::from_secs(20));
+    assert_eq!(c.http_check_frequency, Duration::from_secs(20));
+    assert_eq!(c.sync_frequency, Duration::from_secs(60));
+    assert_eq!(c.max_pods, 110);
+    assert_eq!(c.read_only_port, 10255, "legacy command-line default");
+    assert_eq!(c.healthz_port, 10248);
+    assert_eq!(c.healthz_bind_address, IpAddr::V4(Ipv4Addr::LOCALHOST));
+    assert_eq!(c.container_log_max_size, 10 * 1024 * 1024);
+    assert_eq!(c.container_log_max_files, 5);
+    assert_eq!(
+        c.container_runtime_endpoint,
+        PathBuf::from("/run/containerd/containerd.sock")
+    );
+    assert_eq!(c.containerd_namespace, "kubelet-rs");
+    assert_eq!(c.pod_infra_container_image, "registry.k8s.io/pause:3.10");
+    assert_eq!(c.pod_logs_dir, PathBuf::from("/var/log/pods"));
+    assert_eq!(c.container_logs_dir, PathBuf::from("/var/log/containers"));
+    assert_eq!(c.cni_conf_dir, PathBuf::from("/etc/cni/net.d"));
+    assert_eq!(
+        c.cni_bin_dirs,
+        vec![PathBuf::from("/opt/cni/bin"), PathBuf::from("/usr/lib/cni")]
+    );
+    assert_eq!(c.logging_format, "text");
+    assert_eq!(c.verbosity, 0);
+    assert_eq!(c.port, 10250);
+    assert!(c.static_pod_path.is_none() && c.static_pod_url.is_none());
+}
+
+#[test]
+fn node_name_comes_from_the_host_when_not_overridden() {
+    let c = load_from_args(["kubelet-rs"]).unwrap();
+    let host = nix::unistd::gethostname().unwrap();
+    assert_eq!(c.node_name, host.to_string_lossy().trim().to_lowercase());
+    let c = load_from_args(["kubelet-rs", "--hostname-override", "  MyNode "]).unwrap();
+    assert_eq!(c.node_name, "mynode");
+}
+
+#[test]
+fn flags_in_both_forms() {
+    let c = load(&[
+        "--pod-manifest-path=/etc/kubernetes/manifests",
+        "--manifest-url",
+        "http://127.0.0.1:8080/pods",
+        "--manifest-url-header",
+        "a:hello,b:again",
+        "--manifest-url-header=b:beautiful",
+        "--root-dir",
+        "/tmp/r",
+        "--container-runtime-endpoint=/run/k.sock",
+        "--pod-infra-container-image=pause:1",
+        "--read-only-port=0",
+        "--healthz-port",
+        "0",
+        "--healthz-bind-address=0.0.0.0",
+        "--max-pods=12",
+        "--sync-frequency=30s",
+        "--file-check-frequency",
+        "1s",
+        "--http-check-frequency=1m30s",
+        "--container-log-max-size=1Gi",
+        "--container-log-max-files=2",
+        "-v",
+        "3",
+        "--logging-format=json",
+        "--containerd-namespace=ns1",
+        "--cni-conf-dir=/cni/conf",
+        "--cni-bin-dir=/a, /b",
+        "--pod-logs-dir=/logs",
+        "--address=127.0.0.2",
+        "--port=11250",
+        "--kubeconfig=/etc/kubernetes/kubelet.conf",
+    ])
+    .unwrap();
+    assert_eq!(
+        c.static_pod_path,
+        Some(PathBuf::from("/etc/kubernetes/manifests"))
+    );
+    assert_eq!(
+        c.static_pod_url.as_deref(),
+        Some("http://127.0.0.1:8080/pods")
+    );
+    assert_eq!(c.static_pod_url_header["a"], vec!["hello"]);
+    assert_eq!(c.static_pod_url_header["b"], vec!["again", "beautiful"]);
+    assert_eq!(c.root_dir, PathBuf::from("/tmp/r"));
+    assert_eq!(c.container_runtime_endpoint, PathBuf::from("/run/k.sock"));
+    assert_eq!(c.pod_infra_container_image, "pause:1");
+    assert_eq!(c.read_only_port, 0);
+    assert_eq!(c.healthz_port, 0);
+    assert_eq!(c.healthz_bind_address, IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    assert_eq!(c.max_pods, 12);
+    assert_eq!(c.sync_frequency, Duration::from_secs(30));
+    assert_eq!(c.file_check_frequency, Duration::from_secs(1));
+    assert_eq!(c.http_check_frequency, Duration::from_secs(90));
+    assert_eq!(c.container_log_max_size, 1 << 30);
+    assert_eq!(c.container_log_max_files, 2);
+    assert_eq!(c.verbosity, 3);
+    assert_eq!(c.logging_format, "json");
+    assert_eq!(c.containerd_namespace, "ns1");
+    assert_eq!(c.cni_conf_dir, PathBuf::from("/cni/conf"));
+    assert_eq!(
+        c.cni_bin_dirs,
+        vec![PathBuf::from("/a"), PathBuf::from("/b")]
+    );
+    assert_eq!(c.pod_logs_dir, PathBuf::from("/logs"));
+    assert_eq!(c.address, "127.0.0.2".parse::<IpAddr>().unwrap());
+    assert_eq!(c.port, 11250);
+    assert_eq!(
+        c.kubeconfig,
+        Some(PathBuf::from("/etc/kubernetes/kubelet.conf"))
+    );
+}
+
+#[test]
+fn runtime_endpoint_accepts_unix_scheme_or_plain_path() {
+    let c = load(&[
+        "--container-runtime-endpoint",
+        "unix:///run/x/containerd.sock",
+    ])
+    .unwrap();
+    assert_eq!(
+        c.container_runtime_endpoint,
+        PathBuf::from("/run/x/containerd.sock")
+    );
+    let err = load(&["--container-runtime-endpoint=tcp://1.2.3.4:5"]).unwrap_err();
+    assert!(
+        err.to_string().contains("--container-runtime-endpoint"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("tcp://"), "{err}");
+}
+
+#[test]
+fn config_file_then_flags_win() {
+    let file = config_file(&format!(
+        "{HEADER}staticPodPath: /from/file\nmaxPods: 50\nsyncFrequency: 2m\n\
+         containerRuntimeEndpoint: unix:///file.sock\nlogging:\n  format: json\n  verbosity: 2\n\
+         staticPodURLHeader:\n  X-File: [f]\nclusterDomain: cluster.local\n"
+    ));
+    let path = file.path().to_str().unwrap();
+    let c = load(&["--config", path]).unwrap();
+    assert_eq!(c.static_pod_path, Some(PathBuf::from("/from/file")));
+    assert_eq!(c.max_pods, 50);
+    assert_eq!(c.sync_frequency, Duration::from_secs(120));
+    assert_eq!(c.container_runtime_endpoint, PathBuf::from("/file.sock"));
+    assert_eq!(c.logging_format, "json");
+    assert_eq!(c.verbosity, 2);
+    assert_eq!(
+        c.read_only_port, 0,
+        "v1beta1 default when a config file is used"
+    );
+    assert_eq!(c.file_check_frequency, Duration::from_secs(20));
+    assert_eq!(c.config_file.as_deref(), Some(file.path()));
+    assert_eq!(c.ignored_config_fields, vec!["clusterDomain".to_string()]);
+    assert_eq!(c.static_pod_url_header["X-File"], vec!["f"]);
+
+    // Flags win, whether they come before or after --config.
+    let c = load(&[
+        "--max-pods=7",
+        "--config",
+        path,
+        "--pod-manifest-path",
+        "/from/flag",
+        "--v=5",
+        "--manifest-url-header=X-Flag:g",
+    ])
+    .unwrap();
+    assert_eq!(c.max_pods, 7);
+    assert_eq!(c.static_pod_path, Some(PathBuf::from("/from/flag")));
+    assert_eq!(c.verbosity, 5);
+    assert_eq!(c.sync_frequency, Duration::from_secs(120));
+    assert!(!c.static_pod_url_header.contains_key("X-File"));
+    assert_eq!(c.static_pod_url_header["X-Flag"], vec!["g"]);
+}
+
+#[test]
+fn kubeadm_config_loads() {
+    let file = config_file(file::tests::KUBEADM_CONFIG);
+    let c = load(&["--config", file.path().to_str().unwrap()]).unwrap();
+    assert_eq!(
+        c.static_pod_path,
+        Some(PathBuf::from("/etc/kubernetes/manifests"))
+    );
+    assert_eq!(c.file_check_frequency, Duration::from_secs(20));
+    assert_eq!(c.sync_frequency, Duration::from_secs(60));
+    assert_eq!(
+        c.container_runtime_endpoint,
+        PathBuf::from("/run/containerd/containerd.sock")
+    );
+    assert!(c
+        .ignored_config_fields
+        .contains(&"rotateCertificates".to_string()));
+}
+
+#[test]
+fn file_errors_name_the_file_and_exit_2() {
+    let file = config_file(&format!("{HEADER}staticPodPaths: /x\n"));
+    let err = load(&["--config", file.path().to_str().unwrap()]).unwrap_err();
+    assert_eq!(err.exit_code(), 2);
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "config file {}: unknown field \"staticPodPaths\"",
+            file.path().display()
+        )
+    );
+    let err = load(&["--config=/nonexistent/kubelet.yaml"]).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("config file /nonexistent/kubelet.yaml: cannot read it"),
+        "{err}"
+    );
+    let file = config_file("apiVersion: [unclosed\n");
+    let err = load(&["--config", file.path().to_str().unwrap()]).unwrap_err();
+    assert!(err.to_string().contains("not valid YAML or JSON"), "{err}");
+    assert!(!err.to_string().contains('\n'), "one line: {err}");
+}
+
+#[test]
+fn flag_errors_are_one_line_and_exit_2() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["--bogus"], "unknown flag: --bogus (see --help)"),
+        (&["--max-pods"], "flag needs an argument: --max-pods"),
+        (
+            &["--max-pods=many"],
+            "invalid value \"many\" for flag --max-pods: expected an integer",
+        ),
+        (
+            &["--sync-frequency=10"],
+            "invalid value \"10\" for flag --sync-frequency: missing unit (one of ns, us, ms, s, m, h)",
+        ),
+        (
+            &["--read-only-port=70000"],
+            "invalid value \"70000\" for flag --read-only-port: must be between 0 and 65535",
+        ),
+        (
+            &["--healthz-bind-address=localhost"],
+            "invalid value \"localhost\" for flag --healthz-bind-address: expected an IP address",
+        ),
+        (
+            &["--container-log-max-size=10MB"],
+            "invalid value \"10MB\" for flag --container-log-max-size: unknown suffix \"MB\" (one of Ki, Mi, Gi, Ti, Pi, Ei, n, u, m, k, M, G, T, P, E)",
+        ),
+        (
+            &["-v=loud"],
+            "invalid value \"loud\" for flag -v: expected an integer from 0 to 255",
+        ),
+        (
+            &["--manifest-url-header=novalue"],
+            "invalid value \"novalue\" for flag --manifest-url-header: malformed pair \"novalue\", expected key:value",
+        ),
+        (
+            &["--max-pods=0"],
+            "invalid maxPods (--max-pods): 0: must be greater than 0",
+        ),
+        (
+            &["--file-check-frequency=0s"],
+            "invalid fileCheckFrequency (--file-check-frequency): 0s: must be greater than 0",
+        ),
+        (
+            &["--container-log-max-files=1"],
+            "invalid containerLogMaxFiles (--container-log-max-files): 1: must be at least 2",
+        ),
+        (
+            &["--container-log-max-size=0"],
+            "invalid containerLogMaxSize (--container-log-max-size): 0: must be greater than 0",
+        ),
+        (
+            &["--logging-format=xml"],
+            "invalid logging.format (--logging-format): \"xml\": must be \"text\" or \"json\"",
+        ),
+        (
+            &["--manifest-url=https://example.invalid/pods"],
+            "invalid staticPodURL (--manifest-url): https://example.invalid/pods: HTTPS is not supported yet; use an http:// URL",
+        ),
+        (&["extra"], "unexpected argument \"extra\": kubelet-rs takes only flags (see --help)"),
+    ];
+    for (args, expected) in cases {
+        let err = load(args).unwrap_err();
+        assert_eq!(err.to_string(), *expected, "args {args:?}");
+        assert_eq!(err.exit_code(), 2);
+    }
+}
+
+#[test]
+fn file_values_are_validated_too() {
+    let file = config_file(&format!("{HEADER}containerLogMaxFiles: 1\n"));
+    let err = load(&["--config", file.path().to_str().unwrap()]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid containerLogMaxFiles (--container-log-max-files): 1: must be at least 2"
+    );
+    let file = config_file(&format!("{HEADER}logging:\n  format: xml\n"));
+    assert!(load(&["--config", file.path().to_str().unwrap()]).is_err());
+}
+
+#[test]
+fn help_is_exit_code_0() {
+    for flag in ["--help", "-h"] {
+        let err = load(&[flag]).unwrap_err();
+        assert_eq!(err.exit_code(), 0);
+        assert!(err.to_string().contains("--pod-manifest-path"));
+    }
+    assert!(load(&["--help=false"]).is_ok());
+}

@@ -1,0 +1,113 @@
+//! Turning manifest bytes (YAML or JSON) into pods, choosing Pod or PodList by `kind`.
+
+use k8s_openapi::api::core::v1::Pod;
+use serde::Deserialize;
+
+pub(crate) enum Manifest {
+    Pod(Box<Pod>),
+    List(Vec<Pod>),
+}
+
+#[derive(Deserialize)]
+struct TypeMeta {
+    #[serde(rename = "apiVersion")]
+    api_version: Option<String>,
+    kind: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct PodListBody {
+    #[serde(default)]
+    items: Option<Vec<Pod>>,
+}
+
+/// Decodes one Pod or one PodList. The error is one line; serde_yaml's messages carry the
+/// path of the field at fault (e.g. `spec.containers[0].ports[0].containerPort: invalid type`).
+pub(crate) fn decode_manifest(bytes: &[u8]) -> Result<Manifest, String> {
+    let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8 text: {e}"))?;
+    if text.trim().is_empty() {
+        return Err("the manifest is empty".into());
+    }
+    let meta: TypeMeta = from_text(text)?;
+    match meta.api_version.as_deref() {
+        Some("v1") => {}
+        Some(other) => return Err(format!("apiVersion is {other:?}, expected \"v1\"")),
+        None => return Err("apiVersion: Required value (expected \"v1\")".into()),
+    }
+    match meta.kind.as_deref() {
+        Some("Pod") => Ok(Manifest::Pod(Box::new(from_text(text)?))),
+        Some("PodList") => {
+            let list: PodListBody = from_text(text)?;
+            Ok(Manifest::List(list.items.unwrap_or_default()))
+        }
+        Some(other) => Err(format!(
+            "kind is {other:?}, expected \"Pod\" or \"PodList\""
+        )),
+        None => Err("kind: Required value (expected \"Pod\" or \"PodList\")".into()),
+    }
+}
+
+fn from_text<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
+    let one_line = |s: String| s.replace('\n', " ");
+    if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).map_err(|e| one_line(e.to_string()))
+    } else {
+        serde_yaml::from_str(text).map_err(|e| one_line(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_yaml_and_json_pods() {
+        let yaml = b"apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: app\n    image: nginx\n";
+        let Manifest::Pod(pod) = decode_manifest(yaml).unwrap() else {
+            panic!("expected a pod")
+        };
+        assert_eq!(pod.metadata.name.as_deref(), Some("web"));
+        let json = br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"j"},"spec":{"containers":[{"name":"a","image":"b"}]}}"#;
+        assert!(
+            matches!(decode_manifest(json).unwrap(), Manifest::Pod(p) if p.metadata.name.as_deref() == Some("j"))
+        );
+    }
+
+    #[test]
+    fn decodes_pod_lists() {
+        let yaml = b"apiVersion: v1\nkind: PodList\nitems:\n- metadata:\n    name: a\n- metadata:\n    name: b\n";
+        let Manifest::List(pods) = decode_manifest(yaml).unwrap() else {
+            panic!("expected a list")
+        };
+        assert_eq!(pods.len(), 2);
+        assert!(matches!(
+            decode_manifest(b"apiVersion: v1\nkind: PodList\n").unwrap(),
+            Manifest::List(p) if p.is_empty()
+        ));
+    }
+
+    #[test]
+    fn errors_are_one_line_and_name_the_problem() {
+        assert_eq!(
+            decode_manifest(b"apiVersion: v1\nkind: Deployment\n")
+                .err()
+                .unwrap(),
+            "kind is \"Deployment\", expected \"Pod\" or \"PodList\""
+        );
+        assert!(decode_manifest(b"kind: Pod\n")
+            .err()
+            .unwrap()
+            .starts_with("apiVersion"));
+        assert!(decode_manifest(b"   \n").is_err());
+        let err = decode_manifest(
+            b"apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\nspec:\n  containers:\n  - name: a\n    ports:\n    - containerPort: eighty\n",
+        )
+        .err()
+        .unwrap();
+        assert!(
+            err.contains("spec.containers[0].ports[0].containerPort"),
+            "{err}"
+        );
+        assert!(!err.contains('\n'));
+    }
+}

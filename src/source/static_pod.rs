@@ -1,0 +1,286 @@
+//! Static pod naming and defaults, as upstream's pod config does for file and http pods
+//! (pkg/kubelet/config/common.go): a content-derived UID, the node-suffixed name, the default
+//! namespace, the node binding and the config annotations.
+
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus, Toleration};
+use md5::{Digest, Md5};
+
+use super::api_defaults::apply_api_defaults;
+use super::validation::{
+    dns1123_subdomain_problems, validate_pod, FieldError, FieldErrorKind, ValidationErrors,
+};
+use super::{SourceKind, SourcedPod};
+
+pub const CONFIG_HASH_ANNOTATION: &str = "kubernetes.io/config.hash";
+pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
+pub const CONFIG_SEEN_ANNOTATION: &str = "kubernetes.io/config.seen";
+
+/// `<name>-<node>`: unique among nodes, as upstream names static pods.
+pub fn static_pod_name(name: &str, node_name: &str) -> String {
+    format!("{name}-{}", node_name.to_lowercase())
+}
+
+/// Hex MD5 of the pod's canonical JSON (k8s-openapi writes fields in a fixed order and maps
+/// sorted), followed by where it came from: "host:<node>" and "file:<path>" for a file,
+/// "url:<url>" for a URL (as upstream). Unchanged bytes on the same node and path give the same
+/// UID across agent restarts; any edit gives a new pod.
+pub fn static_pod_uid(pod: &Pod, source: SourceKind, origin: &str, node_name: &str) -> String {
+    let mut hasher = Md5::new();
+    // Serializing a k8s-openapi Pod cannot fail: it holds only strings, numbers and maps.
+    hasher.update(serde_json::to_vec(pod).expect("a Pod serializes to JSON"));
+    match source {
+        SourceKind::File => {
+            hasher.update(format!("host:{node_name}"));
+            hasher.update(format!("file:{origin}"));
+        }
+        SourceKind::Http => hasher.update(format!("url:{origin}")),
+    }
+    hex::encode(hasher.finalize())
+}
+
+/// Applies API defaults, validates, and turns a manifest's pod into the pod this node runs.
+/// `kubernetes.io/config.seen` is not set here: it is a time, and it is added after hashing by
+/// [`SeenTimes`], so that re-reading an unchanged manifest yields an identical pod.
+pub fn prepare_static_pod(
+    mut pod: Pod,
+    source: SourceKind,
+    origin: &str,
+    node_name: &str,
+) -> Result<Pod, ValidationErrors> {
+    apply_api_defaults(&mut pod);
+    validate_pod(&pod)?;
+    let uid = match pod.metadata.uid.as_deref() {
+        Some(uid) if !uid.is_empty() => uid.to_string(),
+        _ => static_pod_uid(&pod, source, origin, node_name),
+    };
+    let name = static_pod_name(pod.metadata.name.as_deref().unwrap_or_default(), node_name);
+    if let Some(problem) = dns1123_subdomain_problems(&name).into_iter().next() {
+        return Err(ValidationErrors(vec![FieldError {
+            field: "metadata.name".into(),
+            kind: FieldErrorKind::Invalid {
+                value: name,
+                detail: format!("{problem} (after adding the node name)"),
+            },
+        }]));
+    }
+    pod.metadata.uid = Some(uid.clone());
+    pod.metadata.name = Some(name);
+    if pod
+        .metadata
+        .namespace
+        .as_deref()
+        .unwrap_or_default()
+        .is_empty()
+    {
+        pod.metadata.namespace = Some("default".into());
+    }
+    let spec = pod.spec.get_or_insert_with(Default::default);
+    spec.node_name = Some(node_name.to_string());
+    if source == SourceKind::File {
+        // Static pods from files tolerate every NoExecute taint so node trouble never evicts
+        // them, as upstream adds.
+        let toleration = Toleration {
+            operator: Some("Exists".into()),
+            effect: Some("NoExecute".into()),
+            ..Default::default()
+        };
+        let tolerations = spec.tolerations.get_or_insert_with(Vec::new);
+        if !tolerations.contains(&toleration) {
+            tolerations.push(toleration);
+        }
+    }
+    let annotations = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    annotations.insert(CONFIG_HASH_ANNOTATION.into(), uid);
+    annotations.insert(CONFIG_SOURCE_ANNOTATION.into(), source.to_string());
+    pod.status = Some(PodStatus {
+        phase: Some("Pending".into()),
+        ..Default::default()
+    });
+    Ok(pod)
+}
+
+/// First-seen times per pod UID, so `kubernetes.io/config.seen` stays the same while a pod
+/// stays in its source's set.
+#[derive(Debug, Default)]
+pub struct SeenTimes {
+    by_uid: HashMap<String, String>,
+}
+
+impl SeenTimes {
+    /// Sets the seen annotation on each pod (now, for a UID not seen before) and forgets UIDs
+    /// that left the set.
+    pub fn stamp(&mut self, pods: &mut [SourcedPod]) {
+        let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
+        let mut current = HashMap::new();
+        for sourced in pods.iter_mut() {
+            let uid = sourced.pod.metadata.uid.clone().unwrap_or_default();
+            let seen = self
+                .by_uid
+                .get(&uid)
+                .cloned()
+                .unwrap_or_else(|| now.clone());
+            sourced
+                .pod
+                .metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(CONFIG_SEEN_ANNOTATION.into(), seen.clone());
+            current.insert(uid, seen);
+        }
+        self.by_uid = current;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::decode::{decode_manifest, Manifest};
+
+    const MANIFEST: &[u8] = b"apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: app\n    image: nginx:1.27\n";
+
+    fn parse(bytes: &[u8]) -> Pod {
+        match decode_manifest(bytes).unwrap() {
+            Manifest::Pod(p) => *p,
+            Manifest::List(_) => panic!("expected a pod"),
+        }
+    }
+
+    fn prepared(bytes: &[u8], source: SourceKind, origin: &str, node: &str) -> Pod {
+        prepare_static_pod(parse(bytes), source, origin, node).unwrap()
+    }
+
+    fn uid(pod: &Pod) -> String {
+        pod.metadata.uid.clone().unwrap()
+    }
+
+    #[test]
+    fn uid_is_stable_for_the_same_bytes_and_changes_with_content_node_or_origin() {
+        let a = prepared(MANIFEST, SourceKind::File, "/m/web.yaml", "node1");
+        let b = prepared(MANIFEST, SourceKind::File, "/m/web.yaml", "node1");
+        assert_eq!(uid(&a), uid(&b));
+        assert_eq!(uid(&a).len(), 32);
+        assert!(uid(&a).bytes().all(|c| c.is_ascii_hexdigit()));
+
+        let edited = String::from_utf8(MANIFEST.to_vec())
+            .unwrap()
+            .replace("nginx:1.27", "nginx:1.28");
+        let c = prepared(edited.as_bytes(), SourceKind::File, "/m/web.yaml", "node1");
+        assert_ne!(uid(&a), uid(&c), "an edit makes a new pod");
+        let d = prepared(MANIFEST, SourceKind::File, "/m/web.yaml", "node2");
+        assert_ne!(uid(&a), uid(&d), "another node");
+        let e = prepared(MANIFEST, SourceKind::File, "/m/other.yaml", "node1");
+        assert_ne!(uid(&a), uid(&e), "another file");
+        let f = prepared(MANIFEST, SourceKind::Http, "http://h/pods", "node1");
+        assert_ne!(uid(&a), uid(&f), "another source");
+
+        // Formatting that does not change the pod does not change the UID.
+        let reformatted = b"kind: Pod\napiVersion: v1\nspec:\n  containers:\n  - image: nginx:1.27\n    name: app\nmetadata: {name: web}\n";
+        let g = prepared(reformatted, SourceKind::File, "/m/web.yaml", "node1");
+        assert_eq!(uid(&a), uid(&g));
+    }
+
+    #[test]
+    fn a_given_uid_is_kept() {
+        let with_uid = String::from_utf8(MANIFEST.to_vec())
+            .unwrap()
+            .replace("  name: web\n", "  name: web\n  uid: fixed-uid\n");
+        let pod = prepared(
+            with_uid.as_bytes(),
+            SourceKind::File,
+            "/m/web.yaml",
+            "node1",
+        );
+        assert_eq!(uid(&pod), "fixed-uid");
+        assert_eq!(
+            pod.metadata.annotations.unwrap()[CONFIG_HASH_ANNOTATION],
+            "fixed-uid"
+        );
+    }
+
+    #[test]
+    fn names_binds_and_annotates() {
+        let pod = prepared(MANIFEST, SourceKind::File, "/m/web.yaml", "Node1");
+        assert_eq!(pod.metadata.name.as_deref(), Some("web-node1"));
+        assert_eq!(pod.metadata.namespace.as_deref(), Some("default"));
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(spec.node_name.as_deref(), Some("Node1"));
+        assert_eq!(
+            spec.restart_policy.as_deref(),
+            Some("Always"),
+            "API defaults applied"
+        );
+        let tolerations = spec.tolerations.as_ref().unwrap();
+        assert_eq!(tolerations[0].operator.as_deref(), Some("Exists"));
+        assert_eq!(tolerations[0].effect.as_deref(), Some("NoExecute"));
+        let annotations = pod.metadata.annotations.as_ref().unwrap();
+        assert_eq!(annotations[CONFIG_HASH_ANNOTATION], uid(&pod));
+        assert_eq!(annotations[CONFIG_SOURCE_ANNOTATION], "file");
+        assert!(!annotations.contains_key(CONFIG_SEEN_ANNOTATION));
+        assert_eq!(pod.status.unwrap().phase.as_deref(), Some("Pending"));
+
+        let http = prepared(MANIFEST, SourceKind::Http, "http://h/p", "node1");
+        assert_eq!(
+            http.metadata.annotations.unwrap()[CONFIG_SOURCE_ANNOTATION],
+            "http"
+        );
+        assert!(http.spec.unwrap().tolerations.is_none());
+    }
+
+    #[test]
+    fn keeps_a_given_namespace() {
+        let text = String::from_utf8(MANIFEST.to_vec())
+            .unwrap()
+            .replace("  name: web\n", "  name: web\n  namespace: kube-system\n");
+        let pod = prepared(text.as_bytes(), SourceKind::File, "/m/web.yaml", "n");
+        assert_eq!(pod.metadata.namespace.as_deref(), Some("kube-system"));
+    }
+
+    #[test]
+    fn invalid_pods_are_refused() {
+        let bad = b"apiVersion: v1\nkind: Pod\nmetadata:\n  name: Web\nspec:\n  containers:\n  - name: app\n";
+        let err = prepare_static_pod(parse(bad), SourceKind::File, "/m/x.yaml", "n").unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.starts_with("[metadata.name: Invalid value: \"Web\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("spec.containers[0].image: Required value"),
+            "{text}"
+        );
+
+        let long_node = "n".repeat(250);
+        let err = prepare_static_pod(parse(MANIFEST), SourceKind::File, "/m/x.yaml", &long_node)
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("after adding the node name"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn seen_time_is_set_once_per_uid() {
+        let pod = prepared(MANIFEST, SourceKind::File, "/m/web.yaml", "n");
+        let mut seen = SeenTimes::default();
+        let mut first = vec![SourcedPod {
+            pod: pod.clone(),
+            origin: "/m/web.yaml".into(),
+        }];
+        seen.stamp(&mut first);
+        let stamp =
+            first[0].pod.metadata.annotations.as_ref().unwrap()[CONFIG_SEEN_ANNOTATION].clone();
+        assert!(
+            chrono::DateTime::parse_from_rfc3339(&stamp).is_ok(),
+            "{stamp}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let mut again = vec![SourcedPod {
+            pod,
+            origin: "/m/web.yaml".into(),
+        }];
+        seen.stamp(&mut again);
+        assert_eq!(first, again);
+    }
+}

@@ -1,0 +1,398 @@
+//! Validation of static pod manifests, with upstream's field paths and messages so users see
+//! the errors they know from `kubectl apply` (e.g. `spec.containers[0].image: Required value`).
+
+use std::collections::HashSet;
+use std::fmt;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+
+const DNS1123_LABEL_MAX: usize = 63;
+const DNS1123_SUBDOMAIN_MAX: usize = 253;
+const DNS1123_LABEL_MESSAGE: &str = "a lowercase RFC 1123 label must consist of lower case \
+    alphanumeric characters or '-', and must start and end with an alphanumeric character \
+    (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+const DNS1123_SUBDOMAIN_MESSAGE: &str = "a lowercase RFC 1123 subdomain must consist of lower \
+    case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric \
+    character (e.g. 'example.com', regex used for validation is \
+    '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+const RESTART_POLICIES: &[&str] = &["Always", "OnFailure", "Never"];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FieldErrorKind {
+    Required {
+        detail: Option<String>,
+    },
+    Invalid {
+        value: String,
+        detail: String,
+    },
+    Duplicate {
+        value: String,
+    },
+    NotSupported {
+        value: String,
+        supported: Vec<&'static str>,
+    },
+}
+
+/// One problem with one field, e.g. `spec.containers[1].name: Duplicate value: "app"`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    pub field: String,
+    pub kind: FieldErrorKind,
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: ", self.field)?;
+        match &self.kind {
+            FieldErrorKind::Required { detail: None } => write!(f, "Required value"),
+            FieldErrorKind::Required {
+                detail: Some(detail),
+            } => write!(f, "Required value: {detail}"),
+            FieldErrorKind::Invalid { value, detail } => {
+                write!(f, "Invalid value: {value:?}: {detail}")
+            }
+            FieldErrorKind::Duplicate { value } => write!(f, "Duplicate value: {value:?}"),
+            FieldErrorKind::NotSupported { value, supported } => {
+                let list: Vec<String> = supported.iter().map(|s| format!("{s:?}")).collect();
+                write!(
+                    f,
+                    "Unsupported value: {value:?}: supported values: {}",
+                    list.join(", ")
+                )
+            }
+        }
+    }
+}
+
+/// All problems found in one pod. Shown as upstream aggregates them: one error alone, several
+/// as `[a, b]`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ValidationErrors(pub Vec<FieldError>);
+
+impl fmt::Display for ValidationErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self.0.iter().map(ToString::to_string).collect();
+        match parts.len() {
+            1 => write!(f, "{}", parts[0]),
+            _ => write!(f, "[{}]", parts.join(", ")),
+        }
+    }
+}
+
+impl std::error::Error for ValidationErrors {}
+
+impl ValidationErrors {
+    fn required(&mut self, field: impl Into<String>, detail: Option<&str>) {
+        self.0.push(FieldError {
+            field: field.into(),
+            kind: FieldErrorKind::Required {
+                detail: detail.map(str::to_string),
+            },
+        });
+    }
+
+    fn invalid(&mut self, field: &str, value: &str, detail: impl Into<String>) {
+        self.0.push(FieldError {
+            field: field.to_string(),
+            kind: FieldErrorKind::Invalid {
+                value: value.to_string(),
+                detail: detail.into(),
+            },
+        });
+    }
+}
+
+/// Problems with `value` as a DNS-1123 label, as upstream's messages (empty when valid).
+pub fn dns1123_label_problems(value: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    if value.len() > DNS1123_LABEL_MAX {
+        problems.push(format!(
+            "must be no more than {DNS1123_LABEL_MAX} characters"
+        ));
+    }
+    if !is_label_shape(value) {
+        problems.push(DNS1123_LABEL_MESSAGE.to_string());
+    }
+    problems
+}
+
+/// Problems with `value` as a DNS-1123 subdomain, as upstream's messages (empty when valid).
+pub fn dns1123_subdomain_problems(value: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    if value.len() > DNS1123_SUBDOMAIN_MAX {
+        problems.push(format!(
+            "must be no more than {DNS1123_SUBDOMAIN_MAX} characters"
+        ));
+    }
+    if !value.split('.').all(is_label_shape) {
+        problems.push(DNS1123_SUBDOMAIN_MESSAGE.to_string());
+    }
+    problems
+}
+
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`
+fn is_label_shape(s: &str) -> bool {
+    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    let bytes = s.as_bytes();
+    match (bytes.first(), bytes.last()) {
+        (Some(&first), Some(&last)) => {
+            alnum(first) && alnum(last) && bytes.iter().all(|&b| alnum(b) || b == b'-')
+        }
+        _ => false,
+    }
+}
+
+/// Checks what the agent relies on: metadata.name (a DNS-1123 subdomain; checked before the
+/// node suffix is added), metadata.namespace (a DNS-1123 label, when set), at least one
+/// container, container and init container names (DNS-1123 labels, unique across both lists),
+/// images, and the restart policy.
+pub fn validate_pod(pod: &Pod) -> Result<(), ValidationErrors> {
+    let mut errors = ValidationErrors::default();
+    match pod.metadata.name.as_deref() {
+        None | Some("") => {
+            errors.required("metadata.name", Some("name or generateName is required"))
+        }
+        Some(name) => {
+            for problem in dns1123_subdomain_problems(name) {
+                errors.invalid("metadata.name", name, problem);
+            }
+        }
+    }
+    if let Some(namespace) = pod.metadata.namespace.as_deref().filter(|n| !n.is_empty()) {
+        for problem in dns1123_label_problems(namespace) {
+            errors.invalid("metadata.namespace", namespace, problem);
+        }
+    }
+
+    let default_spec = Default::default();
+    let spec = pod.spec.as_ref().unwrap_or(&default_spec);
+    let mut names = HashSet::new();
+    if spec.containers.is_empty() {
+        errors.required("spec.containers", None);
+    }
+    // Regular containers first, then init containers, so a clash between the two lists is
+    // reported on the init container, as upstream does.
+    validate_containers(&spec.containers, "spec.containers", &mut names, &mut errors);
+    if let Some(init) = &spec.init_containers {
+        validate_containers(init, "spec.initContainers", &mut names, &mut errors);
+    }
+    if let Some(policy) = spec.restart_policy.as_deref() {
+        if !RESTART_POLICIES.contains(&policy) {
+            errors.0.push(FieldError {
+                field: "spec.restartPolicy".into(),
+                kind: FieldErrorKind::NotSupported {
+                    value: policy.to_string(),
+                    supported: RESTART_POLICIES.to_vec(),
+                },
+            });
+        }
+    }
+    if errors.0.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
+}
+
+fn validate_containers(
+    containers: &[Container],
+    path: &str,
+    names: &mut HashSet<String>,
+    errors: &mut ValidationErrors,
+) {
+    for (i, container) in containers.iter().enumerate() {
+        let name_path = format!("{path}[{i}].name");
+        if container.name.is_empty() {
+            errors.required(name_path, None);
+        } else {
+            for problem in dns1123_label_problems(&container.name) {
+                errors.invalid(&name_path, &container.name, problem);
+            }
+            if !names.insert(container.name.clone()) {
+                errors.0.push(FieldError {
+                    field: name_path,
+                    kind: FieldErrorKind::Duplicate {
+                        value: container.name.clone(),
+                    },
+                });
+            }
+        }
+        let image_path = format!("{path}[{i}].image");
+        match container.image.as_deref() {
+            None | Some("") => errors.required(image_path, None),
+            Some(image) if image.trim() != image => errors.invalid(
+                &image_path,
+                image,
+                "must not have leading or trailing whitespace",
+            ),
+            Some(_) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::PodSpec;
+
+    fn container(name: &str, image: Option<&str>) -> Container {
+        Container {
+            name: name.to_string(),
+            image: image.map(str::to_string),
+            ..Default::default()
+        }
+    }
+
+    fn pod(name: &str, containers: Vec<Container>) -> Pod {
+        Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(name.to_string()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers,
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    fn messages(pod: &Pod) -> Vec<String> {
+        validate_pod(pod)
+            .unwrap_err()
+            .0
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn a_good_pod_passes() {
+        let mut p = pod("web.example", vec![container("app", Some("nginx:1.27"))]);
+        p.metadata.namespace = Some("kube-system".into());
+        p.spec.as_mut().unwrap().init_containers = Some(vec![container("init", Some("busybox"))]);
+        p.spec.as_mut().unwrap().restart_policy = Some("OnFailure".into());
+        assert_eq!(validate_pod(&p), Ok(()));
+    }
+
+    #[test]
+    fn containers_are_required() {
+        assert_eq!(
+            messages(&pod("a", vec![])),
+            vec!["spec.containers: Required value"]
+        );
+        let mut no_spec = pod("a", vec![]);
+        no_spec.spec = None;
+        assert_eq!(messages(&no_spec), vec!["spec.containers: Required value"]);
+    }
+
+    #[test]
+    fn names_must_be_valid_and_unique() {
+        let p = pod(
+            "Foo_",
+            vec![
+                container("app", Some("a")),
+                container("app", Some("b")),
+                container("Bad", Some("c")),
+                container("", Some("d")),
+            ],
+        );
+        assert_eq!(
+            messages(&p),
+            vec![
+                format!("metadata.name: Invalid value: \"Foo_\": {DNS1123_SUBDOMAIN_MESSAGE}"),
+                "spec.containers[1].name: Duplicate value: \"app\"".to_string(),
+                format!("spec.containers[2].name: Invalid value: \"Bad\": {DNS1123_LABEL_MESSAGE}"),
+                "spec.containers[3].name: Required value".to_string(),
+            ]
+        );
+        assert!(DNS1123_SUBDOMAIN_MESSAGE.starts_with(
+            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
+        ));
+    }
+
+    #[test]
+    fn init_container_clashing_with_container_is_reported_on_the_init_container() {
+        let mut p = pod("a", vec![container("app", Some("x"))]);
+        p.spec.as_mut().unwrap().init_containers = Some(vec![container("app", Some("y"))]);
+        assert_eq!(
+            messages(&p),
+            vec!["spec.initContainers[0].name: Duplicate value: \"app\""]
+        );
+    }
+
+    #[test]
+    fn image_is_required() {
+        let mut p = pod(
+            "a",
+            vec![container("app", None), container("b", Some(" x"))],
+        );
+        p.spec.as_mut().unwrap().init_containers = Some(vec![container("i", Some(""))]);
+        assert_eq!(
+            messages(&p),
+            vec![
+                "spec.containers[0].image: Required value",
+                "spec.containers[1].image: Invalid value: \" x\": must not have leading or trailing whitespace",
+                "spec.initContainers[0].image: Required value",
+            ]
+        );
+    }
+
+    #[test]
+    fn metadata_checks() {
+        let mut p = pod("", vec![container("app", Some("x"))]);
+        p.metadata.namespace = Some("Kube.System".into());
+        assert_eq!(
+            messages(&p),
+            vec![
+                "metadata.name: Required value: name or generateName is required".to_string(),
+                format!(
+                    "metadata.namespace: Invalid value: \"Kube.System\": {DNS1123_LABEL_MESSAGE}"
+                ),
+            ]
+        );
+        let long = "a".repeat(254);
+        let p = pod(&long, vec![container("app", Some("x"))]);
+        assert_eq!(
+            messages(&p),
+            vec![format!(
+                "metadata.name: Invalid value: \"{long}\": must be no more than 253 characters"
+            )]
+        );
+    }
+
+    #[test]
+    fn restart_policy_must_be_known() {
+        let mut p = pod("a", vec![container("app", Some("x"))]);
+        p.spec.as_mut().unwrap().restart_policy = Some("Sometimes".into());
+        assert_eq!(
+            messages(&p),
+            vec!["spec.restartPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", \"OnFailure\", \"Never\""]
+        );
+    }
+
+    #[test]
+    fn several_errors_display_as_a_list() {
+        let p = pod(
+            "a",
+            vec![container("app", None), container("app", Some("x"))],
+        );
+        assert_eq!(
+            validate_pod(&p).unwrap_err().to_string(),
+            "[spec.containers[0].image: Required value, spec.containers[1].name: Duplicate value: \"app\"]"
+        );
+    }
+
+    #[test]
+    fn dns_helpers() {
+        assert!(dns1123_label_problems("a-1").is_empty());
+        assert!(!dns1123_label_problems("-a").is_empty());
+        assert!(!dns1123_label_problems("a.b").is_empty());
+        assert_eq!(dns1123_label_problems(&"a".repeat(64)).len(), 1);
+        assert!(dns1123_subdomain_problems("a.b-c.d").is_empty());
+        assert!(!dns1123_subdomain_problems("a..b").is_empty());
+        assert!(!dns1123_subdomain_problems("").is_empty());
+    }
+}
