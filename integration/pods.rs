@@ -143,6 +143,15 @@ fn removal_stops_gracefully_and_cleans_everything() {
         serde_json::from_slice(&std::fs::read(pod_dir.join("sandbox.json")).unwrap()).unwrap();
     let netns = state["netns"].as_str().unwrap().to_string();
     assert!(std::path::Path::new(&netns).exists());
+    // host-local keeps one file per allocated address.
+    let ip = pod["status"]["podIP"].as_str().unwrap().to_string();
+    let ipam_files: Vec<std::path::PathBuf> = std::fs::read_dir("/var/lib/cni/networks")
+        .unwrap()
+        .flatten()
+        .map(|d| d.path().join(&ip))
+        .filter(|f| f.exists())
+        .collect();
+    assert_eq!(ipam_files.len(), 1, "IPAM record of {ip}");
     node.remove_manifest("a.yaml");
     node.wait_gone("a", 60);
     assert!(
@@ -154,6 +163,11 @@ fn removal_stops_gracefully_and_cleans_everything() {
     let log_dir = format!("/var/log/pods/default_{}_{uid}", node.pod_name("a"));
     assert!(!std::path::Path::new(&log_dir).exists(), "log dir left");
     assert!(!std::path::Path::new(&netns).exists(), "netns {netns} left");
+    assert!(!ipam_files[0].exists(), "CNI allocation {} left", ipam_files[0].display());
+    let (ok, snaps) = ctr(&["snapshots", "ls"], &node.ns);
+    assert!(ok);
+    let active: Vec<&str> = snaps.lines().filter(|l| l.contains("Active")).collect();
+    assert!(active.is_empty(), "container snapshots left: {active:?}");
     let log = node.log();
     assert!(log.contains("stopping container"), "{log}");
     // The container handled SIGTERM itself: no SIGKILL was needed.

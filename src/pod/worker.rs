@@ -195,7 +195,12 @@ impl Worker {
             sandbox_ready: sandbox.is_some_and(|s| s.is_running()),
             pod_ips: &ips,
             host_ip: &self.shared.host_ip,
-            start_time: self.start_time,
+            // The oldest record dates the pod's start across agent restarts.
+            start_time: records
+                .iter()
+                .filter_map(|r| r.created_at)
+                .min()
+                .map_or(self.start_time, |t| t.min(self.start_time)),
             now: Utc::now(),
             previous: self.last_status.as_ref(),
         });

@@ -1,0 +1,421 @@
+//! Bad input and the other pod sources, against the real binary and containerd: each bad
+//! manifest or container gives a clear error or upstream's waiting reason, and the other
+//! pods run on.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::Command;
+
+use common::*;
+use serde_json::Value;
+
+fn running(p: &Value) -> bool {
+    p["status"]["phase"] == "Running" && condition(p, "Ready")["status"] == "True"
+}
+
+fn waiting_reason(p: &Value, c: &str) -> String {
+    container_status(p, c)["state"]["waiting"]["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn broken_manifests_are_reported_and_the_others_run() {
+    let Some(node) = Node::start("bad-manifests") else {
+        return;
+    };
+    node.write_manifest(
+        "good.yaml",
+        &busybox_pod("good", "Always", "exec sleep 3600"),
+    );
+    node.write_manifest(
+        "broken.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: x\n  bad: [\n",
+    );
+    node.write_manifest(
+        "empty.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: nocontainers}\nspec: {containers: []}\n",
+    );
+    node.write_manifest(
+        "dup.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: dup}}\nspec:\n  containers:\n  - {{name: a, image: {BUSYBOX}}}\n  - {{name: a, image: {BUSYBOX}}}\n"
+        ),
+    );
+    node.write_manifest(
+        "badname.yaml",
+        &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: Bad_Name}}\nspec:\n  containers:\n  - {{name: a, image: {BUSYBOX}}}\n"),
+    );
+    node.wait_pod("good", 60, "Running", running);
+    node.wait_until(20, "errors logged", || {
+        let log = node.log();
+        log.contains("broken.yaml")
+            && log.contains("dup.yaml")
+            && log.contains("badname.yaml")
+            && log.contains("empty.yaml")
+    });
+    let log = node.log();
+    assert!(log.contains("spec.containers: Required value"), "{log}");
+    assert!(
+        log.contains("spec.containers[1].name: Duplicate value: \"a\""),
+        "{log}"
+    );
+    assert!(
+        log.contains("metadata.name: Invalid value: \"Bad_Name\""),
+        "{log}"
+    );
+    assert_eq!(node.pods().len(), 1, "only the good pod runs");
+}
+
+#[test]
+fn missing_images_and_commands_give_upstream_reasons() {
+    let Some(node) = Node::start("bad-containers") else {
+        return;
+    };
+    let pod = |name: &str, image: &str, policy: &str, cmd: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: {image}\n    imagePullPolicy: {policy}\n    command: [{cmd}]\n"
+        )
+    };
+    node.write_manifest(
+        "never.yaml",
+        &pod(
+            "never",
+            "example.invalid/none:1",
+            "Never",
+            "\"sleep\", \"1\"",
+        ),
+    );
+    node.write_manifest(
+        "pull.yaml",
+        &pod(
+            "pull",
+            "example.invalid/none:1",
+            "IfNotPresent",
+            "\"sleep\", \"1\"",
+        ),
+    );
+    node.write_manifest(
+        "nocmd.yaml",
+        &pod("nocmd", BUSYBOX, "IfNotPresent", "\"/no/such/binary\""),
+    );
+    node.write_manifest(
+        "fine.yaml",
+        &busybox_pod("fine", "Always", "exec sleep 3600"),
+    );
+
+    let p = node.wait_pod("never", 60, "ErrImageNeverPull", |p| {
+        waiting_reason(p, "c") == "ErrImageNeverPull"
+    });
+    let msg = container_status(&p, "c")["state"]["waiting"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        msg.contains("example.invalid/none:1") && msg.contains("Never"),
+        "{msg}"
+    );
+    assert_eq!(p["status"]["phase"], "Pending");
+
+    let p = node.wait_pod("pull", 60, "ErrImagePull", |p| {
+        matches!(
+            waiting_reason(p, "c").as_str(),
+            "ErrImagePull" | "ImagePullBackOff"
+        )
+    });
+    assert!(container_status(&p, "c")["state"]["waiting"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("example.invalid/none:1"));
+
+    let p = node.wait_pod("nocmd", 60, "RunContainerError or its back-off", |p| {
+        matches!(
+            waiting_reason(p, "c").as_str(),
+            "RunContainerError" | "CrashLoopBackOff"
+        )
+    });
+    let c = container_status(&p, "c");
+    let text = c.to_string();
+    assert!(text.contains("/no/such/binary"), "{text}");
+
+    node.wait_pod("fine", 60, "Running", running);
+    let mut n = node;
+    assert!(n.is_running(), "the agent must not exit on bad pods");
+}
+
+#[test]
+fn manifest_folder_that_appears_later() {
+    if !integration_enabled("late-folder") {
+        return;
+    }
+    let Some(mut node) = Node::start("late-folder") else {
+        return;
+    };
+    // Point a second agent run at a folder that does not exist yet.
+    node.kill9();
+    let late = node.root.path().join("later");
+    node.extra_args
+        .push(format!("--pod-manifest-path={}", late.display()));
+    node.launch();
+    node.wait_until(20, "missing folder reported", || {
+        node.log().contains(&late.display().to_string())
+    });
+    std::fs::create_dir_all(&late).unwrap();
+    std::fs::write(
+        late.join("p.yaml"),
+        busybox_pod("late", "Always", "exec sleep 3600"),
+    )
+    .unwrap();
+    node.wait_pod("late", 60, "Running", running);
+    std::fs::remove_file(late.join("p.yaml")).unwrap();
+    node.wait_gone("late", 60);
+    assert!(node.is_running());
+}
+
+/// A tiny HTTP server on loopback answering every GET with `body`; returns its URL.
+fn serve_manifest(body: String) -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/pods", l.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let mut s = s;
+            let mut buf = [0u8; 4096];
+            let n = s.read(&mut buf).unwrap_or(0);
+            let req = String::from_utf8_lossy(&buf[..n]).to_string();
+            let status = if req.to_ascii_lowercase().contains("x-test: yes") {
+                "200 OK"
+            } else {
+                "403 Forbidden"
+            };
+            let _ = write!(
+                s,
+                "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    url
+}
+
+#[test]
+fn pods_from_a_manifest_url() {
+    if !integration_enabled("http-source") {
+        return;
+    }
+    let url = serve_manifest(busybox_pod("fromurl", "Always", "exec sleep 3600"));
+    let Some(node) = Node::start_with(
+        "http-source",
+        &[
+            &format!("--manifest-url={url}"),
+            "--manifest-url-header=X-Test:yes",
+            "--http-check-frequency=1s",
+        ],
+    ) else {
+        return;
+    };
+    let p = node.wait_pod("fromurl", 60, "Running", running);
+    assert_eq!(
+        p["metadata"]["annotations"]["kubernetes.io/config.source"],
+        "http"
+    );
+}
+
+#[test]
+fn invalid_flags_and_config_exit_2() {
+    let bin = env!("CARGO_BIN_EXE_kubelet-rs");
+    let out = Command::new(bin).arg("--no-such-flag").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--no-such-flag"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+
+    let out = Command::new(bin).arg("--max-pods=zero").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("kubelet.yaml");
+    std::fs::write(
+        &cfg,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPod: 3\n",
+    )
+    .unwrap();
+    let out = Command::new(bin)
+        .arg(format!("--config={}", cfg.display()))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("maxPod") && err.contains("kubelet.yaml"),
+        "{err}"
+    );
+
+    let out = Command::new(bin).arg("--help").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("--pod-manifest-path"));
+}
+
+#[test]
+fn host_network_pod_uses_the_node_address() {
+    let Some(node) = Node::start("hostnet") else {
+        return;
+    };
+    let m = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: hn}}\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {{name: c, image: {BUSYBOX}, command: [sh, -c, 'ls /sys/class/net; exec sleep 3600']}}\n"
+    );
+    node.write_manifest("hn.yaml", &m);
+    let p = node.wait_pod("hn", 60, "Running", running);
+    assert_eq!(p["status"]["podIP"], p["status"]["hostIP"]);
+    // The container sees the host's interfaces, not a pod eth0.
+    let host_ifs: Vec<String> = std::fs::read_dir("/sys/class/net")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    node.wait_until(20, "interfaces listed", || !read_log(&p, "c", 0).is_empty());
+    let log = read_log(&p, "c", 0);
+    let some_host_if = host_ifs.iter().find(|i| i.as_str() != "lo").unwrap();
+    assert!(log.contains(some_host_if.as_str()), "{log}");
+}
+
+#[test]
+fn spec_translation_reaches_the_container() {
+    let Some(node) = Node::start("spec") else {
+        return;
+    };
+    let m = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: sp}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: {BUSYBOX}
+    workingDir: /tmp
+    command: ["sh", "-c"]
+    args: ["echo uid=$(id -u) gid=$(id -g) pwd=$(pwd) greeting=$(GREETING) full=$FULL; touch /x 2>/dev/null && echo rw || echo ro; exec sleep 3600"]
+    env:
+    - {{name: GREETING, value: hello}}
+    - {{name: FULL, value: "$(GREETING)-world"}}
+    - {{name: POD, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}
+    securityContext: {{runAsUser: 1234, runAsGroup: 4321, readOnlyRootFilesystem: true}}
+    resources:
+      limits: {{cpu: 250m, memory: 48Mi}}
+      requests: {{cpu: 100m, memory: 32Mi}}
+"#
+    );
+    node.write_manifest("sp.yaml", &m);
+    let p = node.wait_pod("sp", 60, "Running", running);
+    node.wait_until(20, "output", || read_log(&p, "c", 0).contains("uid="));
+    let log = read_log(&p, "c", 0);
+    assert!(
+        log.contains("uid=1234 gid=4321 pwd=/tmp greeting=hello full=hello-world"),
+        "{log}"
+    );
+    assert!(
+        log.contains(" ro\n") || log.ends_with(" ro"),
+        "read-only root: {log}"
+    );
+    assert_eq!(p["status"]["qosClass"], "Burstable");
+    let uid = p["metadata"]["uid"].as_str().unwrap();
+    let cid = container_status(&p, "c")["containerID"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("containerd://")
+        .to_string();
+    let base = format!("kubepods/burstable/pod{uid}/{cid}");
+    let v1 = std::path::Path::new("/sys/fs/cgroup/memory").join(&base);
+    if v1.exists() {
+        let mem: u64 = std::fs::read_to_string(v1.join("memory.limit_in_bytes"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(mem, 48 << 20);
+        let cpu = std::path::Path::new("/sys/fs/cgroup/cpu").join(&base);
+        assert_eq!(
+            std::fs::read_to_string(cpu.join("cpu.cfs_quota_us"))
+                .unwrap()
+                .trim(),
+            "25000"
+        );
+        assert_eq!(
+            std::fs::read_to_string(cpu.join("cpu.shares"))
+                .unwrap()
+                .trim(),
+            "102"
+        );
+    } else {
+        let v2 = std::path::Path::new("/sys/fs/cgroup").join(&base);
+        assert_eq!(
+            std::fs::read_to_string(v2.join("memory.max"))
+                .unwrap()
+                .trim(),
+            (48u64 << 20).to_string()
+        );
+        assert_eq!(
+            std::fs::read_to_string(v2.join("cpu.max")).unwrap().trim(),
+            "25000 100000"
+        );
+    }
+}
+
+#[test]
+fn logs_rotate_by_size() {
+    let Some(node) = Node::start_with(
+        "rotate",
+        &[
+            "--container-log-max-size=4Ki",
+            "--container-log-max-files=3",
+        ],
+    ) else {
+        return;
+    };
+    node.write_manifest(
+        "chatty.yaml",
+        &busybox_pod("chatty", "Always", "i=0; while [ $i -lt 2000 ]; do echo line-$i-padding-padding-padding; i=$((i+1)); done; exec sleep 3600"),
+    );
+    let p = node.wait_pod("chatty", 60, "Running", running);
+    let m = &p["metadata"];
+    let dir = format!(
+        "/var/log/pods/default_{}_{}/main",
+        m["name"].as_str().unwrap(),
+        m["uid"].as_str().unwrap()
+    );
+    node.wait_until(30, "rotated files", || {
+        std::fs::read_dir(&dir)
+            .map(|d| d.count() >= 3)
+            .unwrap_or(false)
+    });
+    let files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(files.len() <= 3, "{files:?}");
+    assert!(files.contains(&"0.log".to_string()));
+    assert!(files.iter().any(|f| f.starts_with("0.log.")), "{files:?}");
+    for f in &files {
+        let size = std::fs::metadata(format!("{dir}/{f}")).unwrap().len();
+        assert!(size <= 4096 + 200, "{f} is {size} bytes");
+    }
+}
+
+#[test]
+fn healthz_port_answers() {
+    if !integration_enabled("healthz") {
+        return;
+    }
+    let port = free_port();
+    let Some(node) = Node::start_with("healthz", &[&format!("--healthz-port={port}")]) else {
+        return;
+    };
+    let (code, body) = http_get(port, "/healthz").expect("healthz answers");
+    assert_eq!((code, body.as_str()), (200, "ok"));
+    let (code, _) = http_get(node.port, "/pods").unwrap();
+    assert_eq!(code, 200);
+}
