@@ -108,6 +108,16 @@ fn static_pod_runs_with_status_network_logs_and_one_shim() {
             .to_string()
     };
     assert_eq!(ppid(tasks[0].1), ppid(tasks[1].1), "one shim for the pod");
+    // The app container joined the pause container's network, IPC and UTS namespaces, and
+    // has a mount and PID namespace of its own.
+    let ns = |pid: u32, kind: &str| std::fs::read_link(format!("/proc/{pid}/ns/{kind}")).unwrap();
+    let (a, b) = (tasks[0].1, tasks[1].1);
+    for kind in ["net", "ipc", "uts"] {
+        assert_eq!(ns(a, kind), ns(b, kind), "{kind} namespace shared");
+    }
+    for kind in ["mnt", "pid"] {
+        assert_ne!(ns(a, kind), ns(b, kind), "{kind} namespace private");
+    }
 
     // The pod IP answers from the host (the CNI bridge is real).
     let ping = std::process::Command::new("ping")
@@ -163,7 +173,11 @@ fn removal_stops_gracefully_and_cleans_everything() {
     let log_dir = format!("/var/log/pods/default_{}_{uid}", node.pod_name("a"));
     assert!(!std::path::Path::new(&log_dir).exists(), "log dir left");
     assert!(!std::path::Path::new(&netns).exists(), "netns {netns} left");
-    assert!(!ipam_files[0].exists(), "CNI allocation {} left", ipam_files[0].display());
+    assert!(
+        !ipam_files[0].exists(),
+        "CNI allocation {} left",
+        ipam_files[0].display()
+    );
     let (ok, snaps) = ctr(&["snapshots", "ls"], &node.ns);
     assert!(ok);
     let active: Vec<&str> = snaps.lines().filter(|l| l.contains("Active")).collect();

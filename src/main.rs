@@ -76,6 +76,9 @@ fn init_tracing(cfg: &Config) {
 async fn run(cfg: Config) -> anyhow::Result<()> {
     let cfg = Arc::new(cfg);
     info!(node = %cfg.node_name, root_dir = %cfg.root_dir.display(), "kubelet-rs starting");
+    if !cfg.ignored_config_fields.is_empty() {
+        tracing::debug!(fields = ?cfg.ignored_config_fields, "config file fields accepted but not acted on yet");
+    }
     std::fs::create_dir_all(&cfg.root_dir)
         .with_context(|| format!("creating root dir {}", cfg.root_dir.display()))?;
 

@@ -10,6 +10,7 @@
 pub mod client;
 pub mod containers;
 pub mod events;
+pub mod exec;
 pub mod images;
 pub mod labels;
 pub mod spec;
