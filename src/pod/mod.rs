@@ -3,6 +3,7 @@
 //! away, and wakes them on runtime events. Pods found in containerd or the root dir that
 //! no source wants any more are stopped and cleaned up once every source has reported.
 
+pub mod admission;
 pub mod backoff;
 pub mod files;
 pub mod qos;
@@ -36,6 +37,8 @@ pub struct PodManager {
     expected_sources: HashSet<String>,
     /// UIDs seen in containerd or the root dir at start, not yet claimed by a source.
     orphans: HashMap<String, PodRef>,
+    /// Pods refused at admission; they stay refused (phase Failed) until their source drops them.
+    rejected: HashSet<String>,
     done_tx: mpsc::UnboundedSender<String>,
     done_rx: mpsc::UnboundedReceiver<String>,
 }
@@ -49,6 +52,7 @@ impl PodManager {
             sources: HashMap::new(),
             expected_sources: expected_sources.iter().map(|s| s.to_string()).collect(),
             orphans: HashMap::new(),
+            rejected: HashSet::new(),
             done_tx,
             done_rx,
         }
@@ -94,7 +98,7 @@ impl PodManager {
         loop {
             tokio::select! {
                 u = updates.recv() => match u {
-                    Some(u) => self.apply(u),
+                    Some(u) => self.apply(u).await,
                     None => break,
                 },
                 Some(uid) = events.recv() => {
@@ -117,7 +121,7 @@ impl PodManager {
         }
     }
 
-    fn apply(&mut self, update: SourceUpdate) {
+    async fn apply(&mut self, update: SourceUpdate) {
         let source = update.source.to_string();
         self.sources
             .insert(source, update.pods.into_iter().map(|p| p.pod).collect());
@@ -129,25 +133,54 @@ impl PodManager {
                 }
             }
         }
-        let max = self.shared.cfg.max_pods as usize;
-        let mut admitted = 0usize;
+        // Pods already running keep their place (also those found on the node at start);
+        // new ones are admitted against them.
+        let on_node: HashSet<String> = self.orphans.keys().cloned().collect();
+        let mut admitted: Vec<Pod> = Vec::new();
         for (uid, pod) in &desired {
-            let pod = Arc::new(pod.clone());
             self.orphans.remove(uid);
             if let Some(w) = self.workers.get(uid) {
-                admitted += 1;
-                let changed = w.desired.borrow().as_deref() != Some(&*pod);
-                if changed {
-                    w.desired.send_replace(Some(pod));
+                admitted.push(pod.clone());
+                if w.desired.borrow().as_deref() != Some(pod) {
+                    w.desired.send_replace(Some(Arc::new(pod.clone())));
                 }
+            }
+        }
+        let max = self.shared.cfg.max_pods as usize;
+        let (found, new): (Vec<_>, Vec<_>) =
+            desired.iter().partition(|(u, _)| on_node.contains(*u));
+        for (uid, pod) in found.into_iter().chain(new) {
+            if self.workers.contains_key(uid) || self.rejected.contains(uid) {
                 continue;
             }
-            if admitted >= max {
-                warn!(pod = %pod_ref(&pod).display(), max_pods = max, "pod rejected: the node has no room (OutOfpods)");
-                continue;
+            let refs: Vec<&Pod> = admitted.iter().collect();
+            match admission::admit(pod, &refs, max) {
+                Ok(()) => {
+                    admitted.push(pod.clone());
+                    self.spawn(pod_ref(pod), Some(Arc::new(pod.clone())));
+                }
+                Err((reason, message)) => {
+                    warn!(pod = %pod_ref(pod).display(), %reason, %message, "pod rejected");
+                    self.rejected.insert(uid.clone());
+                    let mut shown = pod.clone();
+                    shown.status = Some(admission::rejected_status(&reason, &message));
+                    self.shared
+                        .statuses
+                        .write()
+                        .await
+                        .insert(uid.clone(), shown);
+                }
             }
-            admitted += 1;
-            self.spawn(pod_ref(&pod), Some(pod));
+        }
+        let gone: Vec<String> = self
+            .rejected
+            .iter()
+            .filter(|u| !desired.contains_key(*u))
+            .cloned()
+            .collect();
+        for uid in gone {
+            self.rejected.remove(&uid);
+            self.shared.statuses.write().await.remove(&uid);
         }
         for (uid, w) in &self.workers {
             if !desired.contains_key(uid) && w.desired.borrow().is_some() {
