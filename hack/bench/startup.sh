@@ -17,50 +17,9 @@ require_root
 RUNS="${RUNS:-3}"
 IDLE_SECONDS="${IDLE_SECONDS:-60}"
 SIZES="${SIZES:-1 10 30}"
-NS=krs-bench
-PORT="${BENCH_PORT:-10299}"
-NODE=bench
-BIN="$PWD/target/release/kubelet-rs"
-WORK="$(mktemp -d /tmp/kubelet-rs-bench.XXXXXX)"
-AGENT_PID=""
-
-cargo build --release --quiet
-KUBELET_RS_NAMESPACE=$NS
-for img in pause busybox; do
-	ctr_ns images import --snapshotter overlayfs "$KUBELET_RS_CACHE/images/$img.oci.tar" >/dev/null
-done
-
-now_ms() { date +%s%3N; }
-
-running_count() {
-	# /pods is compact JSON; one container per pod, so count running container states.
-	curl -s "http://127.0.0.1:$PORT/pods" | grep -o '"running":{"startedAt"' | wc -l
-}
-
-start_agent() {
-	rm -rf "$WORK/manifests" "$WORK/root"
-	mkdir -p "$WORK/manifests"
-	"$BIN" --pod-manifest-path="$WORK/manifests" --root-dir="$WORK/root" \
-		--containerd-namespace=$NS --hostname-override=$NODE \
-		--read-only-port="$PORT" --healthz-port=0 >"$WORK/agent.log" 2>&1 &
-	AGENT_PID=$!
-	until curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null; do sleep 0.05; done
-}
-
-stop_pods_and_agent() {
-	rm -f "$WORK/manifests"/*.yaml
-	local deadline=$((SECONDS + 120))
-	while [[ -n "$(ctr_ns containers ls -q)" ]]; do
-		((SECONDS < deadline)) || die "pods were not cleaned up; see $WORK/agent.log"
-		sleep 0.2
-	done
-	kill "$AGENT_PID" && wait "$AGENT_PID" || true
-}
-
-cleanup() {
-	[[ -n "$AGENT_PID" ]] && kill "$AGENT_PID" 2>/dev/null || true
-}
-trap cleanup EXIT
+# shellcheck source=lib.sh
+source hack/bench/lib.sh
+prepare_bench
 
 write_pods() {
 	local n=$1 i
@@ -81,8 +40,6 @@ YAML
 	done
 }
 
-median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-
 declare -A RESULTS
 for n in $SIZES; do
 	times=()
@@ -95,12 +52,10 @@ for n in $SIZES; do
 		times+=($((t1 - t0)))
 		if [[ "$n" == 30 && "$r" == 0 ]]; then
 			sleep 5
-			hz=$(getconf CLK_TCK)
-			cpu() { awk '{print $14 + $15}' "/proc/$AGENT_PID/stat"; }
-			c0=$(cpu)
+			c0=$(cpu_seconds "$AGENT_PID")
 			sleep "$IDLE_SECONDS"
-			c1=$(cpu)
-			IDLE_CPU=$(awk -v a="$c0" -v b="$c1" -v hz="$hz" 'BEGIN {printf "%.2f", (b - a) / hz}')
+			c1=$(cpu_seconds "$AGENT_PID")
+			IDLE_CPU=$(awk -v a="$c0" -v b="$c1" 'BEGIN {printf "%.2f", b - a}')
 			PEAK_RSS_KB=$(awk '/VmHWM/ {print $2}' "/proc/$AGENT_PID/status")
 			RSS_KB=$(awk '/VmRSS/ {print $2}' "/proc/$AGENT_PID/status")
 			LOGGERS_KB=$(ps -eo rss,args | awk '/kubelet-rs-cri-logger/ && !/awk/ {s += $1; n++} END {printf "%d %d", s, n}')
