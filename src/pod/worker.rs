@@ -653,8 +653,11 @@ impl Worker {
             })
             .and_then(|q| crate::quantity::bytes(&q.0));
         ctx.oom_score_adj = oom_score_adj(qos, mem_request, self.shared.memory_capacity);
-        let mut oci = spec::container_spec(pod, c, &image.config, &ctx)
-            .map_err(|e| Waiting::new("CreateContainerConfigError", e.to_string()))?;
+        let config_error = |e: String| Waiting::new("CreateContainerConfigError", e);
+        let env = spec::container_env(pod, c, &image.config, &ctx)
+            .map_err(|e| config_error(e.to_string()))?;
+        let mut oci = spec::container_spec(pod, c, &image.config, &ctx, &env, &[])
+            .map_err(|e| config_error(e.to_string()))?;
         let id = new_container_id();
         spec::set_cgroup_leaf(&mut oci, &ctx.cgroup_parent, &id);
 

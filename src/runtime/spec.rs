@@ -454,16 +454,18 @@ fn capability_name(c: &str) -> String {
     }
 }
 
-/// An app or init container, joined to the sandbox's namespaces.
+/// An app or init container, joined to the sandbox's namespaces. `env` comes from
+/// `container_env`; `volume_mounts` are the container's volume binds (OCI mount JSON).
 pub fn container_spec(
     pod: &Pod,
     c: &Container,
     image: &ImageConfig,
     ctx: &PodContext,
+    env: &[(String, String)],
+    volume_mounts: &[Value],
 ) -> Result<Spec, RuntimeError> {
     let name = c.name.as_str();
-    let env = container_env(pod, c, image, ctx)?;
-    let args = container_args(c, image, &env);
+    let args = container_args(c, image, env);
     if args.is_empty() {
         return Err(spec_err(
             name,
@@ -580,9 +582,18 @@ pub fn container_spec(
     }
 
     let mut mounts = default_mounts(privileged);
-    mounts.push(bind("/etc/hosts", &ctx.hosts_file, read_only));
-    mounts.push(bind("/etc/hostname", &ctx.hostname_file, read_only));
-    mounts.push(bind("/etc/resolv.conf", &ctx.resolv_file, read_only));
+    let taken = |dest: &str| volume_mounts.iter().any(|m| m["destination"] == dest);
+    // A volume mounted over one of these files wins, as upstream.
+    for (dest, src) in [
+        ("/etc/hosts", &ctx.hosts_file),
+        ("/etc/hostname", &ctx.hostname_file),
+        ("/etc/resolv.conf", &ctx.resolv_file),
+    ] {
+        if !taken(dest) {
+            mounts.push(bind(dest, src, read_only));
+        }
+    }
+    mounts.extend(volume_mounts.iter().cloned());
 
     let res = c.resources.as_ref();
     let get =
@@ -746,6 +757,11 @@ mod tests {
         }
     }
 
+    fn spec_of(p: &Pod, c: &Container) -> Result<Spec, RuntimeError> {
+        let env = container_env(p, c, &image(), &ctx())?;
+        container_spec(p, c, &image(), &ctx(), &env, &[])
+    }
+
     #[test]
     fn expansion_rules() {
         let l = |n: &str| (n == "X").then(|| "1".to_string());
@@ -797,7 +813,7 @@ mod tests {
             "securityContext": {"runAsUser": 1000, "runAsGroup": 2000, "readOnlyRootFilesystem": true,
                 "allowPrivilegeEscalation": false,
                 "capabilities": {"add": ["NET_ADMIN"], "drop": ["KILL"]}}}));
-        let s = container_spec(&p, &c, &image(), &ctx()).unwrap();
+        let s = spec_of(&p, &c).unwrap();
         let v = serde_json::to_value(&s).unwrap();
         assert_eq!(v["linux"]["resources"]["cpu"]["shares"], 256);
         assert_eq!(v["linux"]["resources"]["cpu"]["quota"], 50000);
@@ -822,9 +838,7 @@ mod tests {
     fn run_as_non_root_refuses_root() {
         let (p, c) =
             pod(json!({"name": "c", "image": "i", "securityContext": {"runAsNonRoot": true}}));
-        let e = container_spec(&p, &c, &image(), &ctx())
-            .unwrap_err()
-            .to_string();
+        let e = spec_of(&p, &c).unwrap_err().to_string();
         assert!(e.contains("runAsNonRoot"), "{e}");
     }
 
@@ -832,7 +846,7 @@ mod tests {
     fn privileged_gets_all_caps_and_no_masks() {
         let (p, c) =
             pod(json!({"name": "c", "image": "i", "securityContext": {"privileged": true}}));
-        let v = serde_json::to_value(container_spec(&p, &c, &image(), &ctx()).unwrap()).unwrap();
+        let v = serde_json::to_value(spec_of(&p, &c).unwrap()).unwrap();
         assert_eq!(
             v["process"]["capabilities"]["bounding"]
                 .as_array()
