@@ -76,3 +76,151 @@ spec:
         "nothing created for the rejected pod"
     );
 }
+
+#[test]
+fn volumes_are_shared_mounted_and_cleaned_up() {
+    let Some(node) = Node::start("volumes") else {
+        return;
+    };
+    let host_dir = node.root.path().join("host-data");
+    let m = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: vol
+  labels: {{app: vol, tier: "a b"}}
+  annotations: {{note: hello}}
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - {{name: shared, emptyDir: {{}}}}
+  - {{name: mem, emptyDir: {{medium: Memory, sizeLimit: 8Mi}}}}
+  - {{name: host, hostPath: {{path: {host}, type: DirectoryOrCreate}}}}
+  - name: info
+    downwardAPI:
+      items:
+      - {{path: labels, fieldRef: {{fieldPath: metadata.labels}}}}
+      - {{path: name, fieldRef: {{fieldPath: metadata.name}}}}
+      - {{path: mem_limit, resourceFieldRef: {{containerName: server, resource: limits.memory, divisor: 1Mi}}}}
+  - name: proj
+    projected:
+      sources:
+      - downwardAPI:
+          items:
+          - {{path: ann, fieldRef: {{fieldPath: "metadata.annotations['note']"}}}}
+  containers:
+  - name: server
+    image: {BUSYBOX}
+    command: ["sh", "-c", "echo from-server > /data/index.html; exec httpd -f -p 8080 -h /data"]
+    resources: {{limits: {{memory: 64Mi}}}}
+    volumeMounts:
+    - {{name: shared, mountPath: /data}}
+  - name: client
+    image: {BUSYBOX}
+    env: [{{name: POD, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}]
+    command:
+    - sh
+    - -c
+    - |
+      sleep 1
+      echo "shared=$(wget -qO- http://localhost:8080/index.html)"
+      echo "mem=$(grep ' /mem ' /proc/mounts | cut -d' ' -f3,4)"
+      echo "labels=$(cat /info/labels | tr '\n' ';')"
+      echo "name=$(cat /info/name) limit=$(cat /info/mem_limit) ann=$(cat /proj/ann)"
+      echo hello-host > /host/out.txt
+      touch /info/x 2>/dev/null && echo info-rw || echo info-ro
+      touch /ro/x 2>/dev/null && echo ro-rw || echo ro-ro
+      echo "sub=$(cat /sub/index.html) expr=$(ls /exprs)"
+      exec sleep 3600
+    volumeMounts:
+    - {{name: mem, mountPath: /mem}}
+    - {{name: info, mountPath: /info}}
+    - {{name: proj, mountPath: /proj}}
+    - {{name: host, mountPath: /host}}
+    - {{name: shared, mountPath: /ro, readOnly: true}}
+    - {{name: shared, mountPath: /sub, subPath: .}}
+    - {{name: shared, mountPath: /exprs, subPathExpr: "dirs/$(POD)"}}
+"#,
+        host = host_dir.display()
+    );
+    node.write_manifest("vol.yaml", &m);
+    let p = node.wait_pod("vol", 60, "Running", running);
+    node.wait_until(30, "client output", || {
+        read_log(&p, "client", 0).contains("sub=")
+    });
+    let log = read_log(&p, "client", 0);
+    assert!(log.contains("shared=from-server"), "{log}");
+    assert!(log.contains("mem=tmpfs rw"), "{log}");
+    assert!(log.contains("size=8192k"), "{log}");
+    assert!(log.contains(r#"labels=app="vol";tier="a b""#), "{log}");
+    assert!(
+        log.contains(&format!("name={} limit=64 ann=hello", node.pod_name("vol"))),
+        "{log}"
+    );
+    assert!(log.contains("info-ro"), "{log}");
+    assert!(log.contains("ro-ro"), "{log}");
+    assert!(log.contains("sub=from-server"), "{log}");
+    assert_eq!(
+        std::fs::read_to_string(host_dir.join("out.txt")).unwrap(),
+        "hello-host\n"
+    );
+    // subPathExpr made its directory inside the volume.
+    let uid = p["metadata"]["uid"].as_str().unwrap();
+    let vol_dir = node
+        .root
+        .path()
+        .join("root/pods")
+        .join(uid)
+        .join("volumes/kubernetes.io~empty-dir/shared");
+    assert!(vol_dir.join("dirs").join(node.pod_name("vol")).is_dir());
+    let mem_dir = node
+        .root
+        .path()
+        .join("root/pods")
+        .join(uid)
+        .join("volumes/kubernetes.io~empty-dir/mem");
+    node.remove_manifest("vol.yaml");
+    node.wait_gone("vol", 60);
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    assert!(
+        !mounts.contains(&mem_dir.display().to_string()),
+        "tmpfs left mounted"
+    );
+    assert!(!vol_dir.exists());
+    // hostPath contents are never removed with the pod.
+    assert!(host_dir.join("out.txt").exists());
+}
+
+#[test]
+fn a_volume_that_cannot_be_set_up_holds_only_its_pod() {
+    let Some(node) = Node::start("volume-error") else {
+        return;
+    };
+    let m = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: badvol}}
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes: [{{name: h, hostPath: {{path: /no/such/dir/anywhere, type: Directory}}}}]
+  containers:
+  - {{name: c, image: {BUSYBOX}, command: [sleep, "3600"], volumeMounts: [{{name: h, mountPath: /h}}]}}
+"#
+    );
+    node.write_manifest("bad.yaml", &m);
+    node.write_manifest(
+        "good.yaml",
+        &busybox_pod("good", "Always", "exec sleep 3600"),
+    );
+    let p = node.wait_pod("badvol", 60, "waiting on its volume", |p| {
+        container_status(p, "c")["state"]["waiting"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("/no/such/dir/anywhere"))
+    });
+    assert_eq!(
+        container_status(&p, "c")["state"]["waiting"]["reason"],
+        "ContainerCreating"
+    );
+    assert_eq!(p["status"]["phase"], "Pending");
+    node.wait_pod("good", 60, "Running", running);
+}

@@ -116,6 +116,8 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             .map(|i| i.to_string())
             .unwrap_or_else(|| "127.0.0.1".into()),
         memory_capacity: memory_capacity().unwrap_or(i64::MAX),
+        cpu_capacity_millis: std::thread::available_parallelism().map_or(1, |n| n.get()) as i64
+            * 1000,
         oom_score_adj_min: oom_score_adj_min(),
     });
 

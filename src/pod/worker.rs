@@ -29,6 +29,7 @@ use crate::runtime::images::ImageInfo;
 use crate::runtime::labels::{self, Kind, PodRef};
 use crate::runtime::spec::{self, PodContext};
 use crate::runtime::{Containerd, RuntimeError};
+use crate::volume::{self, Allocatable, DownwardContext, PodVolumes};
 
 /// How often a settled pod is re-checked even with no event (the events are the fast path).
 const RESYNC: Duration = Duration::from_secs(10);
@@ -45,6 +46,7 @@ pub struct Shared {
     pub exe: PathBuf,
     pub host_ip: String,
     pub memory_capacity: i64,
+    pub cpu_capacity_millis: i64,
     /// See `PodContext::oom_score_adj_min`.
     pub oom_score_adj_min: i64,
 }
@@ -54,6 +56,7 @@ struct Sandbox {
     id: String,
     pid: u32,
     ips: Vec<String>,
+    volumes: Option<PodVolumes>,
 }
 
 pub struct Worker {
@@ -64,6 +67,7 @@ pub struct Worker {
     start_time: DateTime<Utc>,
     last_status: Option<PodStatus>,
     sandbox_error: Option<String>,
+    volume_error: Option<Waiting>,
 }
 
 fn policy(pod: &Pod) -> &str {
@@ -120,6 +124,7 @@ impl Worker {
             start_time: Utc::now(),
             last_status: None,
             sandbox_error: None,
+            volume_error: None,
         }
     }
 
@@ -235,7 +240,7 @@ impl Worker {
             return Ok(RESYNC * 6);
         }
 
-        let sandbox = match self.ensure_sandbox(pod, &records).await {
+        let mut sandbox = match self.ensure_sandbox(pod, &records).await {
             Ok(s) => {
                 self.sandbox_error = None;
                 s
@@ -249,6 +254,41 @@ impl Worker {
                 return Ok(RETRY);
             }
         };
+        // Volumes before any container; set-up is idempotent, so every sync re-checks them
+        // (and refreshes downwardAPI files).
+        let pod_dir = PodDir::new(&self.shared.cfg.root_dir, &self.pod_ref.uid);
+        let downward = DownwardContext {
+            node_name: self.shared.cfg.node_name.clone(),
+            host_ip: self.shared.host_ip.clone(),
+            pod_ips: sandbox.ips.clone(),
+            allocatable: Allocatable {
+                cpu_millis: Some(self.shared.cpu_capacity_millis),
+                memory_bytes: Some(self.shared.memory_capacity),
+                ephemeral_storage_bytes: None,
+            },
+        };
+        match volume::setup_pod_volumes(pod, &pod_dir.dir, &downward).await {
+            Ok(v) => sandbox.volumes = Some(v),
+            Err(e) => {
+                let w = Waiting::new(e.waiting_reason(), e.to_string());
+                if self.volume_error.as_ref() != Some(&w) {
+                    error!(pod = %self.pod_ref.display(), error = %e, "pod volumes cannot be set up");
+                }
+                for c in pod.spec.iter().flat_map(|s| {
+                    s.init_containers
+                        .iter()
+                        .flatten()
+                        .chain(s.containers.iter())
+                }) {
+                    self.waiting.insert(c.name.clone(), w.clone());
+                }
+                self.volume_error = Some(w);
+                return Ok(RETRY * 5);
+            }
+        }
+        if self.volume_error.take().is_some() {
+            self.waiting.clear();
+        }
         // Creating a sandbox may have stopped old containers: look again.
         let records = rt.pod_containers(&self.pod_ref.uid).await?;
         let mut next = RESYNC;
@@ -446,6 +486,7 @@ impl Worker {
                     id: sb.id.clone(),
                     pid,
                     ips: split_ips(sb.labels.get(labels::POD_IPS)),
+                    volumes: None,
                 });
             }
         }
@@ -525,7 +566,12 @@ impl Worker {
         .await?;
         let pid = rt.start_task(&id, "").await?;
         info!(pod = %self.pod_ref.display(), sandbox = %id, ips = ?ips, "pod sandbox started");
-        Ok(Sandbox { id, pid, ips })
+        Ok(Sandbox {
+            id,
+            pid,
+            ips,
+            volumes: None,
+        })
     }
 
     fn attach_request(
@@ -579,6 +625,8 @@ impl Worker {
             pod_ips: ips.to_vec(),
             host_ip: self.shared.host_ip.clone(),
             node_name: self.shared.cfg.node_name.clone(),
+            allocatable_cpu_millis: self.shared.cpu_capacity_millis,
+            allocatable_memory: self.shared.memory_capacity,
         }
     }
 
@@ -656,7 +704,12 @@ impl Worker {
         let config_error = |e: String| Waiting::new("CreateContainerConfigError", e);
         let env = spec::container_env(pod, c, &image.config, &ctx)
             .map_err(|e| config_error(e.to_string()))?;
-        let mut oci = spec::container_spec(pod, c, &image.config, &ctx, &env, &[])
+        let mounts = match &sandbox.volumes {
+            Some(v) => volume::container_mounts(c, v, &env)
+                .map_err(|e| Waiting::new(e.waiting_reason(), e.to_string()))?,
+            None => Vec::new(),
+        };
+        let mut oci = spec::container_spec(pod, c, &image.config, &ctx, &env, &mounts)
             .map_err(|e| config_error(e.to_string()))?;
         let id = new_container_id();
         spec::set_cgroup_leaf(&mut oci, &ctx.cgroup_parent, &id);
@@ -833,7 +886,10 @@ impl Worker {
         ] {
             remove_pod_cgroups(&pod_cgroup_parent(&self.pod_ref.uid, qos));
         }
-        PodDir::new(&cfg.root_dir, &self.pod_ref.uid)
+        let pod_dir = PodDir::new(&cfg.root_dir, &self.pod_ref.uid);
+        // Volumes first: removing the pod dir must never walk into a mounted tmpfs.
+        volume::teardown_pod_volumes(&pod_dir.dir).await?;
+        pod_dir
             .remove()
             .map_err(|e| SandboxError::Files(self.pod_ref.uid.clone(), e))?;
         self.backoff.forget_prefix(&self.pod_ref.uid);
@@ -848,6 +904,8 @@ pub enum SandboxError {
     Runtime(#[from] RuntimeError),
     #[error("network: {0}")]
     Network(#[from] crate::network::NetworkError),
+    #[error("volumes: {0}")]
+    Volume(#[from] crate::volume::VolumeError),
     #[error("pod directory {0}: {1}")]
     Files(String, std::io::Error),
 }

@@ -41,6 +41,9 @@ pub struct PodContext {
     pub pod_ips: Vec<String>,
     pub host_ip: String,
     pub node_name: String,
+    /// Node allocatable, which an unset limit stands for in `resourceFieldRef` (as upstream).
+    pub allocatable_cpu_millis: i64,
+    pub allocatable_memory: i64,
 }
 
 fn spec_err(container: &str, field: &str, reason: impl Into<String>) -> RuntimeError {
@@ -354,14 +357,19 @@ pub fn container_env(
                     )
                 })?
             } else if let Some(r) = &from.resource_field_ref {
-                resource_field(c, &r.resource, r.divisor.as_ref().map(|d| d.0.as_str()))
-                    .ok_or_else(|| {
-                        spec_err(
-                            &c.name,
-                            &format!("{field}.valueFrom.resourceFieldRef.resource"),
-                            format!("unsupported resource {:?}", r.resource),
-                        )
-                    })?
+                resource_field(
+                    c,
+                    ctx,
+                    &r.resource,
+                    r.divisor.as_ref().map(|d| d.0.as_str()),
+                )
+                .ok_or_else(|| {
+                    spec_err(
+                        &c.name,
+                        &format!("{field}.valueFrom.resourceFieldRef.resource"),
+                        format!("unsupported resource {:?}", r.resource),
+                    )
+                })?
             } else {
                 return Err(spec_err(
                     &c.name,
@@ -392,7 +400,12 @@ pub fn container_env(
 }
 
 /// `resourceFieldRef`: a container's limit or request, divided by the divisor and rounded up.
-fn resource_field(c: &Container, resource: &str, divisor: Option<&str>) -> Option<String> {
+fn resource_field(
+    c: &Container,
+    ctx: &PodContext,
+    resource: &str,
+    divisor: Option<&str>,
+) -> Option<String> {
     let (kind, name) = resource.split_once('.')?;
     let res = c.resources.as_ref();
     let map = match kind {
@@ -403,7 +416,12 @@ fn resource_field(c: &Container, resource: &str, divisor: Option<&str>) -> Optio
     let q = map.and_then(|m| m.get(name)).map(|q| q.0.clone());
     match name {
         "cpu" => {
-            let millis = q.as_deref().and_then(quantity::cpu_millis).unwrap_or(0);
+            let unset = if kind == "limits" {
+                ctx.allocatable_cpu_millis
+            } else {
+                0
+            };
+            let millis = q.as_deref().and_then(quantity::cpu_millis).unwrap_or(unset);
             let div = divisor
                 .and_then(quantity::cpu_millis)
                 .filter(|d| *d > 0)
@@ -411,7 +429,12 @@ fn resource_field(c: &Container, resource: &str, divisor: Option<&str>) -> Optio
             Some(((millis + div - 1) / div).to_string())
         }
         "memory" | "ephemeral-storage" => {
-            let b = q.as_deref().and_then(quantity::bytes).unwrap_or(0);
+            let unset = if kind == "limits" && name == "memory" {
+                ctx.allocatable_memory
+            } else {
+                0
+            };
+            let b = q.as_deref().and_then(quantity::bytes).unwrap_or(unset);
             let div = divisor
                 .and_then(quantity::bytes)
                 .filter(|d| *d > 0)
@@ -733,6 +756,8 @@ mod tests {
             pod_ips: vec!["10.88.0.5".into()],
             host_ip: "192.0.2.1".into(),
             node_name: "node".into(),
+            allocatable_cpu_millis: 2000,
+            allocatable_memory: 1 << 30,
         }
     }
 
@@ -795,6 +820,8 @@ mod tests {
             {"name": "N", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": "L", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
             {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "MEM", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}},
+            {"name": "CPU", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}},
         ]}));
         let env = container_env(&p, &c, &image(), &ctx()).unwrap();
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
@@ -804,6 +831,9 @@ mod tests {
         assert_eq!(get("L"), Some("x"));
         assert_eq!(get("IP"), Some("10.88.0.5"));
         assert_eq!(get("PATH"), Some("/bin"));
+        // No limits: node allocatable stands in, as upstream.
+        assert_eq!(get("MEM"), Some("1024"));
+        assert_eq!(get("CPU"), Some("2"));
     }
 
     #[test]

@@ -1,0 +1,72 @@
+//! What can go wrong with a pod's volumes, each error naming the pod, the volume (or the
+//! container and its volumeMount) and the field at fault, so the message alone tells a user
+//! what to fix.
+
+use std::io;
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum VolumeError {
+    /// The volume's spec is wrong (a bad path, a missing field): fixing the pod fixes it.
+    #[error("pod {pod}: volume {volume:?}: {field}: {reason}")]
+    Invalid {
+        pod: String,
+        volume: String,
+        field: String,
+        reason: String,
+    },
+
+    /// A kind this agent cannot serve (cluster-only sources, remote storage).
+    #[error("pod {pod}: volume {volume:?}: volume kind {kind} is not supported by this node agent{hint}")]
+    Unsupported {
+        pod: String,
+        volume: String,
+        kind: String,
+        /// Extra words for a user, e.g. that the kind needs the apiserver.
+        hint: String,
+    },
+
+    /// Setting the volume up failed on the node (upstream's "MountVolume.SetUp failed").
+    #[error("pod {pod}: MountVolume.SetUp failed for volume {volume:?}: {reason}")]
+    SetUp {
+        pod: String,
+        volume: String,
+        reason: String,
+    },
+
+    /// A container's volumeMount cannot be turned into a mount.
+    #[error("pod {pod}: container {container:?}: volumeMounts[{index}] (volume {volume:?}): {field}: {reason}")]
+    Mount {
+        pod: String,
+        container: String,
+        index: usize,
+        volume: String,
+        field: &'static str,
+        reason: String,
+    },
+
+    /// Tearing a pod's volumes down failed; the caller retries.
+    #[error("tearing down volumes: {op} {path}: {source}")]
+    TearDown {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+
+    /// The blocking worker thread was lost (panic or runtime shutdown).
+    #[error("volume worker thread failed: {0}")]
+    Worker(String),
+}
+
+impl VolumeError {
+    /// The waiting reason upstream shows for a container held back by this error: volume
+    /// set-up keeps the pod in ContainerCreating (with a FailedMount event), while a bad
+    /// volumeMount is the container's own CreateContainerConfigError.
+    pub fn waiting_reason(&self) -> &'static str {
+        match self {
+            VolumeError::Mount { .. } => "CreateContainerConfigError",
+            _ => "ContainerCreating",
+        }
+    }
+}
