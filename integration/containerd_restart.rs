@@ -56,6 +56,8 @@ fn restart_containerd(down: Duration) {
             .append(true)
             .open("/var/log/containerd.log")
             .unwrap();
+        // containerd must outlive this test (it serves every later one), so it is not waited on.
+        #[allow(clippy::zombie_processes)]
         Command::new("containerd")
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())

@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod logs;
+pub mod metrics;
 pub mod network;
 pub mod pod;
 pub mod prober;

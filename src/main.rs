@@ -87,13 +87,18 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     if cfg.healthz_port != 0 {
         server::serve_healthz(SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port)).await?;
     }
+    // The HTTP servers come up before containerd is reached, so the node answers (and its
+    // server is testable) while the runtime is still starting.
+    let server_state = server::ServerState::new(cfg.clone(), statuses.clone());
+    server::serve_main(server_state.clone()).await?;
     if cfg.read_only_port != 0 {
-        server::serve_read_only(
-            SocketAddr::new(IpAddr::from([0, 0, 0, 0]), cfg.read_only_port),
-            statuses.clone(),
+        server::serve_read_only_with(
+            SocketAddr::new(cfg.address, cfg.read_only_port),
+            server_state.clone(),
         )
         .await?;
     }
+    kubelet_rs::metrics::set_node_name(&cfg.node_name);
 
     let rt = Containerd::connect_with_backoff(
         &cfg.container_runtime_endpoint,

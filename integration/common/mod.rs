@@ -110,6 +110,8 @@ pub struct Node {
     pub manifests: tempfile::TempDir,
     pub root: tempfile::TempDir,
     pub port: u16,
+    /// The authenticated TLS port (10250 upstream).
+    pub secure_port: u16,
     pub extra_args: Vec<String>,
     pub log_path: PathBuf,
     child: Option<Child>,
@@ -148,6 +150,7 @@ impl Node {
             manifests: tempfile::tempdir().unwrap(),
             root,
             port: free_port(),
+            secure_port: free_port(),
             extra_args: extra.iter().map(|s| s.to_string()).collect(),
             log_path,
             child: None,
@@ -163,6 +166,7 @@ impl Node {
             format!("--containerd-namespace={}", self.ns),
             format!("--hostname-override={}", self.node_name),
             format!("--read-only-port={}", self.port),
+            format!("--port={}", self.secure_port),
             "--healthz-port=0".to_string(),
             "--file-check-frequency=2s".to_string(),
             "--v=3".to_string(),
@@ -365,7 +369,14 @@ pub fn purge_namespace(ns: &str) {
     for i in imgs.lines().filter(|l| !l.trim().is_empty()) {
         let _ = ctr(&["images", "rm", i], ns);
     }
-    let _ = ctr(&["namespaces", "rm", ns], "");
+    // containerd's GC removes the snapshots in the background; the namespace can only go
+    // once they have.
+    for _ in 0..25 {
+        if ctr(&["namespaces", "rm", ns], "").0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// A pod manifest with one busybox container running `script` under `sh -c`.

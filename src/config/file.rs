@@ -16,6 +16,7 @@ use serde_json::{Map, Value};
 use super::duration::parse_duration;
 use super::error::ConfigError;
 use super::quantity::parse_quantity;
+use super::AuthorizationMode;
 
 pub(crate) const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
 pub(crate) const KIND: &str = "KubeletConfiguration";
@@ -170,6 +171,12 @@ const USED_FIELDS: &[&str] = &[
     "address",
     "port",
     "logging",
+    "authentication",
+    "authorization",
+    "tlsCertFile",
+    "tlsPrivateKeyFile",
+    "tlsMinVersion",
+    "tlsCipherSuites",
 ];
 
 /// Fields of component-base's LoggingConfiguration (the `logging` block).
@@ -205,6 +212,17 @@ pub(crate) struct FileSettings {
     pub verbosity: Option<u8>,
     /// Known upstream fields present in the file that the agent does not act on.
     pub ignored_fields: Vec<String>,
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_private_key_file: Option<PathBuf>,
+    pub tls_min_version: Option<String>,
+    pub tls_cipher_suites: Option<Vec<String>>,
+    pub client_ca_file: Option<PathBuf>,
+    pub anonymous_auth: Option<bool>,
+    pub authentication_token_webhook: Option<bool>,
+    pub authentication_token_webhook_cache_ttl: Option<Duration>,
+    pub authorization_mode: Option<AuthorizationMode>,
+    pub authorization_webhook_cache_authorized_ttl: Option<Duration>,
+    pub authorization_webhook_cache_unauthorized_ttl: Option<Duration>,
 }
 
 pub(crate) fn load_file(path: &Path) -> Result<FileSettings, ConfigError> {
@@ -231,7 +249,11 @@ pub(crate) fn parse_text(path: &Path, text: &str) -> Result<FileSettings, Config
         Value::Null => &empty,
         other => return Err(parse_error(format!("expected a mapping, found {other}"))),
     };
-    let reader = FieldReader { path, obj };
+    let reader = FieldReader {
+        path,
+        obj,
+        prefix: String::new(),
+    };
 
     let api_version = reader.string("apiVersion")?.unwrap_or_default();
     if api_version != API_VERSION {
@@ -292,7 +314,14 @@ pub(crate) fn parse_text(path: &Path, text: &str) -> Result<FileSettings, Config
         logging_format: None,
         verbosity: None,
         ignored_fields,
+        tls_cert_file: reader.string("tlsCertFile")?.map(PathBuf::from),
+        tls_private_key_file: reader.string("tlsPrivateKeyFile")?.map(PathBuf::from),
+        tls_min_version: reader.string("tlsMinVersion")?,
+        tls_cipher_suites: reader.string_list("tlsCipherSuites")?,
+        ..FileSettings::default()
     };
+    read_authentication(&reader, &mut settings)?;
+    read_authorization(&reader, &mut settings)?;
     // Non-pointer fields upstream: their zero value means "default". healthzPort and
     // containerLogMaxFiles are pointers, so an explicit 0 there is kept (and 0 disables healthz).
     settings.max_pods = settings.max_pods.filter(|n| *n != 0);
@@ -317,26 +346,117 @@ pub(crate) fn parse_text(path: &Path, text: &str) -> Result<FileSettings, Config
                 field: format!("logging.{key}"),
             });
         }
-        let reader = FieldReader { path, obj: logging };
+        let reader = FieldReader {
+            path,
+            obj: logging,
+            prefix: "logging.".into(),
+        };
         settings.logging_format = reader.string("format")?;
         settings.verbosity = reader.int_in("verbosity", 0, 255)?.map(|n| n as u8);
     }
     Ok(settings)
 }
 
+/// `authentication: {x509: {clientCAFile}, webhook: {enabled, cacheTTL}, anonymous: {enabled}}`.
+fn read_authentication(
+    reader: &FieldReader<'_>,
+    settings: &mut FileSettings,
+) -> Result<(), ConfigError> {
+    let Some(auth) = reader.block("authentication", &["x509", "webhook", "anonymous"])? else {
+        return Ok(());
+    };
+    if let Some(x509) = auth.block("x509", &["clientCAFile"])? {
+        settings.client_ca_file = x509.string("clientCAFile")?.map(PathBuf::from);
+    }
+    if let Some(webhook) = auth.block("webhook", &["enabled", "cacheTTL"])? {
+        settings.authentication_token_webhook = webhook.boolean("enabled")?;
+        settings.authentication_token_webhook_cache_ttl = webhook.duration("cacheTTL")?;
+    }
+    if let Some(anonymous) = auth.block("anonymous", &["enabled"])? {
+        settings.anonymous_auth = anonymous.boolean("enabled")?;
+    }
+    Ok(())
+}
+
+/// `authorization: {mode, webhook: {cacheAuthorizedTTL, cacheUnauthorizedTTL}}`.
+fn read_authorization(
+    reader: &FieldReader<'_>,
+    settings: &mut FileSettings,
+) -> Result<(), ConfigError> {
+    let Some(authz) = reader.block("authorization", &["mode", "webhook"])? else {
+        return Ok(());
+    };
+    if let Some(mode) = authz.string("mode")? {
+        settings.authorization_mode = Some(
+            AuthorizationMode::parse(&mode)
+                .map_err(|reason| authz.bad("mode", &Value::String(mode.clone()), reason))?,
+        );
+    }
+    if let Some(webhook) =
+        authz.block("webhook", &["cacheAuthorizedTTL", "cacheUnauthorizedTTL"])?
+    {
+        settings.authorization_webhook_cache_authorized_ttl =
+            webhook.duration("cacheAuthorizedTTL")?;
+        settings.authorization_webhook_cache_unauthorized_ttl =
+            webhook.duration("cacheUnauthorizedTTL")?;
+    }
+    Ok(())
+}
+
 struct FieldReader<'a> {
     path: &'a Path,
     obj: &'a Map<String, Value>,
+    /// Dotted path of this block for messages ("authentication.webhook."), empty at the top.
+    prefix: String,
 }
 
-impl FieldReader<'_> {
+impl<'a> FieldReader<'a> {
     fn bad(&self, field: &str, value: &Value, reason: impl Into<String>) -> ConfigError {
         ConfigError::InvalidFileField {
             path: self.path.to_path_buf(),
-            field: field.to_string(),
+            field: format!("{}{field}", self.prefix),
             value: value.to_string(),
             reason: reason.into(),
         }
+    }
+
+    /// A nested mapping whose keys must all be in `fields` (strict, as upstream decodes).
+    fn block(&self, field: &str, fields: &[&str]) -> Result<Option<FieldReader<'a>>, ConfigError> {
+        let Some(value) = self.obj.get(field).filter(|v| !v.is_null()) else {
+            return Ok(None);
+        };
+        let obj = value
+            .as_object()
+            .ok_or_else(|| self.bad(field, value, "expected a mapping"))?;
+        let prefix = format!("{}{field}.", self.prefix);
+        if let Some(key) = obj.keys().find(|k| !fields.contains(&k.as_str())) {
+            return Err(ConfigError::UnknownField {
+                path: self.path.to_path_buf(),
+                field: format!("{prefix}{key}"),
+            });
+        }
+        Ok(Some(FieldReader {
+            path: self.path,
+            obj,
+            prefix,
+        }))
+    }
+
+    fn boolean(&self, field: &str) -> Result<Option<bool>, ConfigError> {
+        match self.get(field) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(other) => Err(self.bad(field, other, "expected true or false")),
+        }
+    }
+
+    fn string_list(&self, field: &str) -> Result<Option<Vec<String>>, ConfigError> {
+        let Some(value) = self.get(field) else {
+            return Ok(None);
+        };
+        serde_json::from_value::<Vec<String>>(value.clone())
+            .map(|v| Some(v).filter(|v| !v.is_empty()))
+            .map_err(|_| self.bad(field, value, "expected a list of strings"))
     }
 
     fn get(&self, field: &str) -> Option<&Value> {
@@ -560,8 +680,20 @@ pub(crate) mod tests {
         assert_eq!(s.healthz_port, Some(10248));
         assert_eq!(s.file_check_frequency, None);
         assert_eq!(s.verbosity, Some(0));
-        assert!(s.ignored_fields.contains(&"authentication".to_string()));
+        assert!(!s.ignored_fields.contains(&"authentication".to_string()));
         assert!(s.ignored_fields.contains(&"cgroupDriver".to_string()));
+        assert_eq!(
+            s.client_ca_file,
+            Some(PathBuf::from("/etc/kubernetes/pki/ca.crt"))
+        );
+        assert_eq!(s.anonymous_auth, Some(false));
+        assert_eq!(s.authentication_token_webhook, Some(true));
+        assert_eq!(
+            s.authentication_token_webhook_cache_ttl, None,
+            "0s = default"
+        );
+        assert_eq!(s.authorization_mode, Some(AuthorizationMode::Webhook));
+        assert_eq!(s.authorization_webhook_cache_authorized_ttl, None);
     }
 
     /// The shape `kubeadm init` writes to /var/lib/kubelet/config.yaml.

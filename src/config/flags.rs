@@ -28,6 +28,16 @@ const fn value(name: &'static str, value_name: &'static str, help: &'static str)
     }
 }
 
+const fn bool_flag(name: &'static str, help: &'static str) -> FlagSpec {
+    FlagSpec {
+        name,
+        short: None,
+        kind: FlagKind::Bool,
+        value_name: "",
+        help,
+    }
+}
+
 pub(crate) const FLAGS: &[FlagSpec] = &[
     value("config", "FILE", "KubeletConfiguration file (kubelet.config.k8s.io/v1beta1, YAML or JSON); flags override it"),
     value("pod-manifest-path", "PATH", "folder (or file) of static pod manifests (staticPodPath)"),
@@ -62,6 +72,18 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         help: "log verbosity (logging.verbosity)",
     },
     value("logging-format", "FORMAT", "log format, text or json (logging.format, default text)"),
+    value("tls-cert-file", "FILE", "serving certificate (chain) of the main server (tlsCertFile); else a self-signed one in --cert-dir"),
+    value("tls-private-key-file", "FILE", "private key of --tls-cert-file (tlsPrivateKeyFile)"),
+    value("cert-dir", "PATH", "where the self-signed serving certificate is kept (default <root-dir>/pki)"),
+    value("tls-min-version", "VERSION", "lowest TLS version: VersionTLS12 or VersionTLS13 (tlsMinVersion)"),
+    value("tls-cipher-suites", "NAMES", "comma-separated TLS 1.2 cipher suites, Go names (tlsCipherSuites)"),
+    value("client-ca-file", "FILE", "CA bundle that client certificates are verified against (authentication.x509.clientCAFile)"),
+    bool_flag("anonymous-auth", "let unauthenticated requests in as system:anonymous (default true without --config)"),
+    bool_flag("authentication-token-webhook", "check bearer tokens with TokenReview (default false without --config)"),
+    value("authentication-token-webhook-cache-ttl", "DURATION", "how long TokenReview answers are cached (default 2m0s)"),
+    value("authorization-mode", "MODE", "AlwaysAllow or Webhook (SubjectAccessReview) (default AlwaysAllow without --config)"),
+    value("authorization-webhook-cache-authorized-ttl", "DURATION", "how long 'allowed' answers are cached (default 5m0s)"),
+    value("authorization-webhook-cache-unauthorized-ttl", "DURATION", "how long 'denied' answers are cached (default 30s)"),
     FlagSpec {
         name: "help",
         short: Some('h'),

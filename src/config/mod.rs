@@ -3,6 +3,7 @@
 //! Precedence is upstream's: built-in defaults, then the `--config` file, then flags given on
 //! the command line (a flag always wins over the file).
 
+mod configz;
 mod duration;
 mod error;
 mod file;
@@ -11,9 +12,10 @@ mod quantity;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use configz::configz_json;
 pub use duration::{format_duration, parse_duration};
 pub use error::ConfigError;
 pub use quantity::parse_quantity;
@@ -76,7 +78,81 @@ pub struct Config {
     /// Upstream fields present in the config file that the agent accepts but does not act on;
     /// main logs them once logging is set up.
     pub ignored_config_fields: Vec<String>,
+    /// --tls-cert-file / tlsCertFile: the serving certificate (chain) of the main server.
+    pub tls_cert_file: Option<PathBuf>,
+    /// --tls-private-key-file / tlsPrivateKeyFile.
+    pub tls_private_key_file: Option<PathBuf>,
+    /// --cert-dir: where the self-signed serving certificate is kept when no certificate file
+    /// is given (default `<root-dir>/pki`).
+    pub cert_dir: PathBuf,
+    /// --tls-min-version / tlsMinVersion (`VersionTLS12`, ...); None = the TLS library default.
+    pub tls_min_version: Option<String>,
+    /// --tls-cipher-suites / tlsCipherSuites: Go names of TLS 1.2 suites; empty = defaults.
+    pub tls_cipher_suites: Vec<String>,
+    /// --client-ca-file / authentication.x509.clientCAFile.
+    pub client_ca_file: Option<PathBuf>,
+    /// --anonymous-auth / authentication.anonymous.enabled.
+    pub anonymous_auth: bool,
+    /// --authentication-token-webhook / authentication.webhook.enabled.
+    pub authentication_token_webhook: bool,
+    /// --authentication-token-webhook-cache-ttl / authentication.webhook.cacheTTL.
+    pub authentication_token_webhook_cache_ttl: Duration,
+    /// --authorization-mode / authorization.mode.
+    pub authorization_mode: AuthorizationMode,
+    /// --authorization-webhook-cache-authorized-ttl / authorization.webhook.cacheAuthorizedTTL.
+    pub authorization_webhook_cache_authorized_ttl: Duration,
+    /// --authorization-webhook-cache-unauthorized-ttl / authorization.webhook.cacheUnauthorizedTTL.
+    pub authorization_webhook_cache_unauthorized_ttl: Duration,
 }
+
+/// How requests to the main server are authorized (authorization.mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthorizationMode {
+    AlwaysAllow,
+    /// SubjectAccessReview against the API server.
+    Webhook,
+}
+
+impl AuthorizationMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuthorizationMode::AlwaysAllow => "AlwaysAllow",
+            AuthorizationMode::Webhook => "Webhook",
+        }
+    }
+
+    pub(crate) fn parse(text: &str) -> Result<AuthorizationMode, String> {
+        match text {
+            "AlwaysAllow" => Ok(AuthorizationMode::AlwaysAllow),
+            "Webhook" => Ok(AuthorizationMode::Webhook),
+            _ => Err("expected AlwaysAllow or Webhook".to_string()),
+        }
+    }
+}
+
+/// tlsMinVersion values the kubelet accepts (Go's crypto/tls names).
+pub const TLS_VERSIONS: &[&str] = &[
+    "VersionTLS10",
+    "VersionTLS11",
+    "VersionTLS12",
+    "VersionTLS13",
+];
+
+/// tlsCipherSuites names (Go's crypto/tls names) that the TLS library here implements.
+/// Go's CBC, RC4 and 3DES suites are refused: rustls has none of them.
+pub const TLS_CIPHER_SUITES: &[&str] = &[
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+    "TLS_AES_128_GCM_SHA256",
+    "TLS_AES_256_GCM_SHA384",
+    "TLS_CHACHA20_POLY1305_SHA256",
+];
 
 pub const DEFAULT_ROOT_DIR: &str = "/var/lib/kubelet-rs";
 pub const DEFAULT_CONTAINER_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
@@ -87,7 +163,9 @@ pub const LEGACY_READ_ONLY_PORT: u16 = 10255;
 
 impl Config {
     /// Upstream's v1beta1 defaults plus the agent's own; `node_name` is left empty.
-    /// `with_config_file` selects the read-only port default (see [`Config::read_only_port`]).
+    /// `with_config_file` selects between the v1beta1 defaults and the kubelet's legacy
+    /// command-line defaults (`applyLegacyDefaults`): read-only port 10255, anonymous
+    /// authentication on, token webhook off, authorization AlwaysAllow.
     pub fn defaults(with_config_file: bool) -> Config {
         Config {
             node_name: String::new(),
@@ -123,6 +201,22 @@ impl Config {
             bootstrap_kubeconfig: None,
             config_file: None,
             ignored_config_fields: Vec::new(),
+            tls_cert_file: None,
+            tls_private_key_file: None,
+            cert_dir: PathBuf::from(DEFAULT_ROOT_DIR).join("pki"),
+            tls_min_version: None,
+            tls_cipher_suites: Vec::new(),
+            client_ca_file: None,
+            anonymous_auth: !with_config_file,
+            authentication_token_webhook: with_config_file,
+            authentication_token_webhook_cache_ttl: Duration::from_secs(120),
+            authorization_mode: if with_config_file {
+                AuthorizationMode::Webhook
+            } else {
+                AuthorizationMode::AlwaysAllow
+            },
+            authorization_webhook_cache_authorized_ttl: Duration::from_secs(300),
+            authorization_webhook_cache_unauthorized_ttl: Duration::from_secs(30),
         }
     }
 }
@@ -158,6 +252,10 @@ where
         config.config_file = Some(path.clone());
     }
     apply_flags(&mut config, &given)?;
+    // --cert-dir defaults under the root dir, wherever --root-dir put it.
+    if !given.iter().any(|f| f.name == "cert-dir") {
+        config.cert_dir = config.root_dir.join("pki");
+    }
     if config.node_name.is_empty() {
         config.node_name = host_node_name()?;
     }
@@ -186,6 +284,17 @@ fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError
         logging_format,
         verbosity,
         ignored_fields,
+        tls_cert_file,
+        tls_private_key_file,
+        tls_min_version,
+        tls_cipher_suites,
+        client_ca_file,
+        anonymous_auth,
+        authentication_token_webhook,
+        authentication_token_webhook_cache_ttl,
+        authorization_mode,
+        authorization_webhook_cache_authorized_ttl,
+        authorization_webhook_cache_unauthorized_ttl,
     } = file;
     fn set<T>(target: &mut T, value: Option<T>) {
         if let Some(v) = value {
@@ -218,6 +327,29 @@ fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError
     set(&mut config.logging_format, logging_format);
     set(&mut config.verbosity, verbosity);
     config.ignored_config_fields = ignored_fields;
+    config.tls_cert_file = tls_cert_file.or(config.tls_cert_file.take());
+    config.tls_private_key_file = tls_private_key_file.or(config.tls_private_key_file.take());
+    config.tls_min_version = tls_min_version.or(config.tls_min_version.take());
+    set(&mut config.tls_cipher_suites, tls_cipher_suites);
+    config.client_ca_file = client_ca_file.or(config.client_ca_file.take());
+    set(&mut config.anonymous_auth, anonymous_auth);
+    set(
+        &mut config.authentication_token_webhook,
+        authentication_token_webhook,
+    );
+    set(
+        &mut config.authentication_token_webhook_cache_ttl,
+        authentication_token_webhook_cache_ttl,
+    );
+    set(&mut config.authorization_mode, authorization_mode);
+    set(
+        &mut config.authorization_webhook_cache_authorized_ttl,
+        authorization_webhook_cache_authorized_ttl,
+    );
+    set(
+        &mut config.authorization_webhook_cache_unauthorized_ttl,
+        authorization_webhook_cache_unauthorized_ttl,
+    );
     Ok(())
 }
 
@@ -317,6 +449,42 @@ fn apply_flags(config: &mut Config, given: &[FlagValue]) -> Result<(), ConfigErr
                     .map_err(|_| bad("expected an integer from 0 to 255"))?
             }
             "logging-format" => config.logging_format = v.to_string(),
+            "tls-cert-file" => config.tls_cert_file = optional_path(v),
+            "tls-private-key-file" => config.tls_private_key_file = optional_path(v),
+            "cert-dir" => config.cert_dir = non_empty_path(v).map_err(|r| bad(&r))?,
+            "tls-min-version" => {
+                config.tls_min_version = Some(v.to_string()).filter(|s| !s.is_empty())
+            }
+            "tls-cipher-suites" => {
+                config.tls_cipher_suites = v
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(String::from)
+                    .collect()
+            }
+            "client-ca-file" => config.client_ca_file = optional_path(v),
+            "anonymous-auth" => {
+                config.anonymous_auth = flags::parse_bool(v).map_err(|r| bad(&r))?
+            }
+            "authentication-token-webhook" => {
+                config.authentication_token_webhook = flags::parse_bool(v).map_err(|r| bad(&r))?
+            }
+            "authentication-token-webhook-cache-ttl" => {
+                config.authentication_token_webhook_cache_ttl =
+                    parse_duration(v).map_err(|r| bad(&r))?
+            }
+            "authorization-mode" => {
+                config.authorization_mode = AuthorizationMode::parse(v).map_err(|r| bad(&r))?
+            }
+            "authorization-webhook-cache-authorized-ttl" => {
+                config.authorization_webhook_cache_authorized_ttl =
+                    parse_duration(v).map_err(|r| bad(&r))?
+            }
+            "authorization-webhook-cache-unauthorized-ttl" => {
+                config.authorization_webhook_cache_unauthorized_ttl =
+                    parse_duration(v).map_err(|r| bad(&r))?
+            }
             other => unreachable!("flag --{other} is in the table but not applied"),
         }
     }
@@ -367,6 +535,10 @@ fn socket_path(endpoint: &str) -> Result<PathBuf, String> {
         );
     }
     Ok(PathBuf::from(path))
+}
+
+fn optional_path(text: &str) -> Option<PathBuf> {
+    Some(PathBuf::from(text)).filter(|_| !text.is_empty())
 }
 
 fn non_empty_path(text: &str) -> Result<PathBuf, String> {
@@ -457,6 +629,50 @@ fn validate(config: &Config) -> Result<(), ConfigError> {
             "podLogsDir (--pod-logs-dir)",
             config.pod_logs_dir.display(),
             "must be an absolute path",
+        ));
+    }
+    if config.tls_cert_file.is_some() != config.tls_private_key_file.is_some() {
+        return Err(invalid(
+            "tlsCertFile/tlsPrivateKeyFile (--tls-cert-file, --tls-private-key-file)",
+            format!(
+                "{:?}/{:?}",
+                config.tls_cert_file.as_deref().unwrap_or(Path::new("")),
+                config
+                    .tls_private_key_file
+                    .as_deref()
+                    .unwrap_or(Path::new(""))
+            ),
+            "both or neither must be given",
+        ));
+    }
+    if let Some(version) = &config.tls_min_version {
+        if !TLS_VERSIONS.contains(&version.as_str()) {
+            return Err(invalid(
+                "tlsMinVersion (--tls-min-version)",
+                version,
+                "expected one of VersionTLS10, VersionTLS11, VersionTLS12, VersionTLS13",
+            ));
+        }
+    }
+    for suite in &config.tls_cipher_suites {
+        if !TLS_CIPHER_SUITES.contains(&suite.as_str()) {
+            return Err(ConfigError::Invalid {
+                setting: "tlsCipherSuites (--tls-cipher-suites)",
+                value: suite.clone(),
+                reason: format!(
+                    "unknown or unsupported cipher suite; supported: {}",
+                    TLS_CIPHER_SUITES.join(", ")
+                ),
+            });
+        }
+    }
+    if config.tls_min_version.as_deref() == Some("VersionTLS13")
+        && !config.tls_cipher_suites.is_empty()
+    {
+        return Err(invalid(
+            "tlsCipherSuites (--tls-cipher-suites)",
+            config.tls_cipher_suites.join(","),
+            "cannot be set when tlsMinVersion is VersionTLS13",
         ));
     }
     if let Some(url) = &config.static_pod_url {

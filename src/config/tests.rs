@@ -324,3 +324,110 @@ fn help_is_exit_code_0() {
     }
     assert!(load(&["--help=false"]).is_ok());
 }
+
+#[test]
+fn auth_and_tls_defaults_differ_between_cli_and_config_file() {
+    let c = load(&[]).unwrap();
+    assert!(c.anonymous_auth, "legacy CLI default");
+    assert!(!c.authentication_token_webhook);
+    assert_eq!(c.authorization_mode, AuthorizationMode::AlwaysAllow);
+    assert_eq!(c.cert_dir, PathBuf::from("/var/lib/kubelet-rs/pki"));
+    assert_eq!(
+        c.authentication_token_webhook_cache_ttl,
+        Duration::from_secs(120)
+    );
+    assert_eq!(
+        c.authorization_webhook_cache_authorized_ttl,
+        Duration::from_secs(300)
+    );
+    assert_eq!(
+        c.authorization_webhook_cache_unauthorized_ttl,
+        Duration::from_secs(30)
+    );
+
+    let file = config_file(HEADER);
+    let c = load(&[&format!("--config={}", file.path().display())]).unwrap();
+    assert!(!c.anonymous_auth, "v1beta1 default");
+    assert!(c.authentication_token_webhook);
+    assert_eq!(c.authorization_mode, AuthorizationMode::Webhook);
+}
+
+#[test]
+fn auth_and_tls_settings_from_file_then_flags() {
+    let file = config_file(&format!(
+        "{HEADER}authentication:\n  x509:\n    clientCAFile: /ca.pem\n  webhook:\n    enabled: false\n    cacheTTL: 10s\n  anonymous:\n    enabled: true\n\
+         authorization:\n  mode: AlwaysAllow\n  webhook:\n    cacheAuthorizedTTL: 1m\n    cacheUnauthorizedTTL: 5s\n\
+         tlsCertFile: /c.crt\ntlsPrivateKeyFile: /c.key\ntlsMinVersion: VersionTLS13\n"
+    ));
+    let c = load(&[&format!("--config={}", file.path().display())]).unwrap();
+    assert_eq!(c.client_ca_file, Some(PathBuf::from("/ca.pem")));
+    assert!(!c.authentication_token_webhook && c.anonymous_auth);
+    assert_eq!(
+        c.authentication_token_webhook_cache_ttl,
+        Duration::from_secs(10)
+    );
+    assert_eq!(c.authorization_mode, AuthorizationMode::AlwaysAllow);
+    assert_eq!(
+        c.authorization_webhook_cache_authorized_ttl,
+        Duration::from_secs(60)
+    );
+    assert_eq!(
+        c.authorization_webhook_cache_unauthorized_ttl,
+        Duration::from_secs(5)
+    );
+    assert_eq!(c.tls_cert_file, Some(PathBuf::from("/c.crt")));
+    assert_eq!(c.tls_min_version.as_deref(), Some("VersionTLS13"));
+
+    let c = load(&[
+        &format!("--config={}", file.path().display()),
+        "--anonymous-auth=false",
+        "--authorization-mode=Webhook",
+        "--authentication-token-webhook",
+        "--root-dir=/r",
+        "--tls-min-version=VersionTLS12",
+        "--tls-cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+    ])
+    .unwrap();
+    assert!(!c.anonymous_auth && c.authentication_token_webhook);
+    assert_eq!(c.authorization_mode, AuthorizationMode::Webhook);
+    assert_eq!(c.cert_dir, PathBuf::from("/r/pki"));
+    assert_eq!(c.tls_cipher_suites.len(), 2);
+}
+
+#[test]
+fn auth_and_tls_mistakes_are_usage_errors() {
+    let err = load(&["--authorization-mode=RBAC"]).unwrap_err();
+    assert_eq!(err.exit_code(), 2);
+    assert!(err.to_string().contains("--authorization-mode"), "{err}");
+    let err = load(&["--tls-cipher-suites=TLS_RSA_WITH_RC4_128_SHA"]).unwrap_err();
+    assert!(
+        err.to_string().contains("TLS_RSA_WITH_RC4_128_SHA"),
+        "{err}"
+    );
+    assert_eq!(err.exit_code(), 2);
+    let err = load(&["--tls-min-version=TLS1.2"]).unwrap_err();
+    assert!(err.to_string().contains("tlsMinVersion"), "{err}");
+    let err = load(&["--tls-cert-file=/a.crt"]).unwrap_err();
+    assert!(err.to_string().contains("both or neither"), "{err}");
+
+    let file = config_file(&format!(
+        "{HEADER}authentication:\n  webhook:\n    enable: true\n"
+    ));
+    let err = load(&[&format!("--config={}", file.path().display())]).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("unknown field \"authentication.webhook.enable\""),
+        "{err}"
+    );
+    let file = config_file(&format!("{HEADER}authorization:\n  mode: Node\n"));
+    let err = load(&[&format!("--config={}", file.path().display())]).unwrap_err();
+    assert!(err.to_string().contains("authorization.mode"), "{err}");
+    let file = config_file(&format!(
+        "{HEADER}authentication:\n  anonymous:\n    enabled: yes please\n"
+    ));
+    let err = load(&[&format!("--config={}", file.path().display())]).unwrap_err();
+    assert!(
+        err.to_string().contains("authentication.anonymous.enabled"),
+        "{err}"
+    );
+}

@@ -1,41 +1,57 @@
-//! The kubelet's HTTP endpoints. Handlers read caches (the pod status store) and never
-//! call containerd on the request path.
+//! The kubelet's HTTP endpoints. Handlers read caches (the pod status store, the stats
+//! collector's views) and never call containerd on the request path.
 //!
-//! Served so far: the read-only port (10255, off unless configured) with `/pods` and
-//! `/healthz`, and the healthz port (10248 on 127.0.0.1). The authenticated TLS port
-//! 10250 comes with the stats and server work.
+//! - main server (`address:port`, 10250): TLS, authentication and authorization
+//!   ([`serve_main`]);
+//! - read-only server (10255, off unless configured): the unauthenticated subset
+//!   ([`serve_read_only`], [`serve_read_only_with`]);
+//! - healthz server (10248 on 127.0.0.1): `/healthz` only ([`serve_healthz`]).
+//!
+//! Both ports share one router ([`router`]); they differ only in authentication and in which
+//! routes exist.
+
+pub mod apiclient;
+pub mod auth;
+pub mod container_logs;
+pub mod router;
+pub mod tls;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::Full;
+
 use hyper::body::Incoming;
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use rustls::pki_types::CertificateDer;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tracing::{debug, info, warn};
 
+pub use apiclient::{ApiClient, ApiError};
+pub use router::{Auth, Body, Port, ServerState, StatsViews};
+pub use tls::TlsError;
+
+use crate::config::{AuthorizationMode, Config};
 use crate::pod::StatusStore;
 
-/// Errors starting a server (a port already in use, say).
+/// Why a server could not start.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot listen on {addr} for the {what} server: {source}")]
-pub struct ServeError {
-    pub addr: SocketAddr,
-    pub what: &'static str,
-    #[source]
-    pub source: std::io::Error,
-}
-
-type Body = Full<Bytes>;
-
-fn text(code: StatusCode, body: &str) -> Response<Body> {
-    Response::builder()
-        .status(code)
-        .header("Content-Type", "text/plain; charset=utf-8")
-        .body(Full::new(Bytes::from(body.to_string())))
-        .expect("static response")
+pub enum ServeError {
+    #[error("cannot listen on {addr} for the {what} server: {source}")]
+    Bind {
+        addr: SocketAddr,
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("main server TLS: {0}")]
+    Tls(#[from] TlsError),
+    #[error("main server authentication/authorization: {0}")]
+    Auth(String),
 }
 
 /// The PodList JSON of /pods, as upstream serves it.
@@ -51,90 +67,204 @@ pub async fn pod_list_json(store: &StatusStore) -> Vec<u8> {
     serde_json::to_vec(&list).unwrap_or_default()
 }
 
-async fn read_only(
-    req: Request<Incoming>,
-    store: StatusStore,
-) -> Result<Response<Body>, Infallible> {
-    let path = req.uri().path();
-    debug!(method = %req.method(), path, "request");
-    let resp = match path {
-        "/healthz" | "/healthz/ping" | "/healthz/syncloop" | "/healthz/log" => {
-            text(StatusCode::OK, "ok")
-        }
-        "/pods" | "/pods/" => {
-            if req.method() != Method::GET {
-                let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed");
-                r.headers_mut()
-                    .insert("Allow", "GET".parse().expect("static"));
-                r
-            } else {
-                Response::builder()
-                    .status(StatusCode::OK)
-                    .header("Content-Type", "application/json")
-                    .body(Full::new(Bytes::from(pod_list_json(&store).await)))
-                    .expect("static response")
-            }
-        }
-        _ => text(StatusCode::NOT_FOUND, "404 page not found"),
-    };
-    Ok(resp)
+async fn bind(addr: SocketAddr, what: &'static str) -> Result<TcpListener, ServeError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Bind { addr, what, source })?;
+    info!(%addr, "{what} server listening");
+    Ok(listener)
 }
 
-async fn healthz_only(req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
-    Ok(match req.uri().path() {
-        "/healthz" => text(StatusCode::OK, "ok"),
-        _ => text(StatusCode::NOT_FOUND, "404 page not found"),
-    })
+/// The read-only server with only the pod store (stats endpoints answer "not ready").
+/// Kept for callers that have no [`ServerState`]; prefer [`serve_read_only_with`].
+pub async fn serve_read_only(addr: SocketAddr, store: StatusStore) -> Result<(), ServeError> {
+    let mut config = Config::defaults(false);
+    config.node_name = String::from("unknown");
+    serve_read_only_with(addr, ServerState::new(Arc::new(config), store)).await
 }
 
 /// Binds now (so a port conflict is reported at start), then serves in the background.
-pub async fn serve_read_only(addr: SocketAddr, store: StatusStore) -> Result<(), ServeError> {
-    let listener = TcpListener::bind(addr).await.map_err(|source| ServeError {
-        addr,
-        what: "read-only",
-        source,
-    })?;
-    info!(%addr, "read-only server listening");
-    tokio::spawn(accept_loop(listener, move |req| {
-        read_only(req, store.clone())
-    }));
+pub async fn serve_read_only_with(
+    addr: SocketAddr,
+    state: Arc<ServerState>,
+) -> Result<(), ServeError> {
+    let listener = bind(addr, "read-only").await?;
+    tokio::spawn(async move {
+        loop {
+            let Some(stream) = accept(&listener).await else {
+                continue;
+            };
+            let state = state.clone();
+            tokio::spawn(serve_connection(stream, move |req| {
+                router::handle(
+                    state.clone(),
+                    Port::ReadOnly,
+                    None,
+                    Arc::new(Vec::new()),
+                    req,
+                )
+            }));
+        }
+    });
     Ok(())
 }
 
 pub async fn serve_healthz(addr: SocketAddr) -> Result<(), ServeError> {
-    let listener = TcpListener::bind(addr).await.map_err(|source| ServeError {
-        addr,
-        what: "healthz",
-        source,
-    })?;
-    info!(%addr, "healthz server listening");
-    tokio::spawn(accept_loop(listener, healthz_only));
+    let listener = bind(addr, "healthz").await?;
+    tokio::spawn(async move {
+        loop {
+            let Some(stream) = accept(&listener).await else {
+                continue;
+            };
+            tokio::spawn(serve_connection(
+                stream,
+                |req: Request<Incoming>| async move {
+                    Ok::<_, Infallible>(match req.uri().path() {
+                        "/healthz" => router::text(StatusCode::OK, "ok"),
+                        _ => router::text(StatusCode::NOT_FOUND, "404 page not found\n"),
+                    })
+                },
+            ));
+        }
+    });
     Ok(())
 }
 
-async fn accept_loop<F, Fut>(listener: TcpListener, handler: F)
-where
-    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<Response<Body>, Infallible>> + Send + 'static,
-{
-    loop {
-        let (stream, _) = match listener.accept().await {
-            Ok(s) => s,
-            Err(e) => {
-                warn!(error = %e, "accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+/// Builds the main server's authentication and authorization from the configuration. The
+/// webhook modes need `--kubeconfig` (as upstream, which refuses to start without a client).
+pub fn build_auth(
+    config: &Config,
+    provider: &Arc<rustls::crypto::CryptoProvider>,
+) -> Result<Auth, ServeError> {
+    let client_ca = match &config.client_ca_file {
+        Some(path) => Some(tls::client_ca_verifier(path, provider)?),
+        None => None,
+    };
+    let needs_client = config.authentication_token_webhook
+        || config.authorization_mode == AuthorizationMode::Webhook;
+    let client: Option<Arc<dyn auth::ReviewClient>> = if needs_client {
+        let path = config.kubeconfig.as_ref().ok_or_else(|| {
+            ServeError::Auth(
+                "authentication.webhook.enabled or authorization.mode=Webhook needs an API server: \
+                 give --kubeconfig, or use --authentication-token-webhook=false and \
+                 --authorization-mode=AlwaysAllow"
+                    .into(),
+            )
+        })?;
+        Some(Arc::new(
+            ApiClient::from_kubeconfig(path).map_err(|e| ServeError::Auth(e.to_string()))?,
+        ))
+    } else {
+        None
+    };
+    let clock = auth::system_clock();
+    let tokens = match (&client, config.authentication_token_webhook) {
+        (Some(c), true) => Some(auth::TokenReviewer::new(
+            c.clone(),
+            config.authentication_token_webhook_cache_ttl,
+            clock.clone(),
+        )),
+        _ => None,
+    };
+    let authorizer = match (&client, config.authorization_mode) {
+        (Some(c), AuthorizationMode::Webhook) => {
+            auth::Authorizer::Webhook(auth::SubjectAccessReviewer::new(
+                c.clone(),
+                config.authorization_webhook_cache_authorized_ttl,
+                config.authorization_webhook_cache_unauthorized_ttl,
+                clock,
+            ))
+        }
+        _ => auth::Authorizer::AlwaysAllow,
+    };
+    Ok(Auth {
+        authenticator: auth::Authenticator {
+            client_ca,
+            tokens,
+            anonymous: config.anonymous_auth,
+        },
+        authorizer,
+    })
+}
+
+/// The main server on `config.address:config.port` over TLS. Binds and loads certificates
+/// now (errors are returned), then serves in the background.
+pub async fn serve_main(state: Arc<ServerState>) -> Result<(), ServeError> {
+    let config = state.config.clone();
+    let provider = Arc::new(tls::provider(&config)?);
+    let auth = Arc::new(build_auth(&config, &provider)?);
+    let tls_config = tls::server_config(&config, provider, auth.authenticator.client_ca.as_ref())?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls_config));
+    let listener = bind(SocketAddr::new(config.address, config.port), "main (TLS)").await?;
+    tokio::spawn(async move {
+        loop {
+            let Some(stream) = accept(&listener).await else {
                 continue;
-            }
-        };
-        let h = handler.clone();
-        tokio::spawn(async move {
-            let svc = hyper::service::service_fn(&h);
-            if let Err(e) = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), svc)
-                .await
-            {
-                debug!(error = %e, "connection ended with an error");
-            }
-        });
+            };
+            let (acceptor, state, auth) = (acceptor.clone(), state.clone(), auth.clone());
+            tokio::spawn(async move {
+                let tls =
+                    match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream))
+                        .await
+                    {
+                        Ok(Ok(tls)) => tls,
+                        Ok(Err(e)) => {
+                            debug!(error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            debug!("TLS handshake timed out");
+                            return;
+                        }
+                    };
+                let peer: Arc<Vec<CertificateDer<'static>>> = Arc::new(
+                    tls.get_ref()
+                        .1
+                        .peer_certificates()
+                        .map(|c| c.to_vec())
+                        .unwrap_or_default(),
+                );
+                serve_connection(tls, move |req| {
+                    router::handle(
+                        state.clone(),
+                        Port::Main,
+                        Some(auth.clone()),
+                        peer.clone(),
+                        req,
+                    )
+                })
+                .await;
+            });
+        }
+    });
+    Ok(())
+}
+
+async fn accept(listener: &TcpListener) -> Option<tokio::net::TcpStream> {
+    match listener.accept().await {
+        Ok((s, _)) => Some(s),
+        Err(e) => {
+            warn!(error = %e, "accept failed");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            None
+        }
+    }
+}
+
+async fn serve_connection<S, F, Fut, B>(stream: S, handler: F)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Response<B>, Infallible>> + Send + 'static,
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let svc = hyper::service::service_fn(handler);
+    if let Err(e) = hyper::server::conn::http1::Builder::new()
+        .max_buf_size(1 << 20)
+        .serve_connection(TokioIo::new(stream), svc)
+        .await
+    {
+        debug!(error = %e, "connection ended with an error");
     }
 }

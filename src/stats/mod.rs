@@ -1,1 +1,34 @@
-//! (being written)
+//! The built-in stats collector, in place of cAdvisor.
+//!
+//! A [`Collector`] samples the node's and every pod's cgroups, /proc and filesystems once per
+//! housekeeping tick (10 s by default) into a cache; the Summary API (`/stats/summary`), the
+//! Prometheus view (`/metrics/resource`) and eviction all read that one snapshot, so requests
+//! never touch files and never fan out per container.
+//!
+//! Cgroup and /proc files are read with the small parsers in [`parse`] and [`cgroup`] rather
+//! than cgroups-rs or procfs: the few counters needed are one-line or `key value` files, and
+//! the crates would add ~177 dependencies (cgroups-rs pulls zbus) while getting v2 key names
+//! wrong (see [`cgroup`]).
+//!
+//! Upstream's value rules are kept: cumulative cpu in ns and `usageNanoCores` as the rate
+//! between the last two samples; working set = usage − inactive_file (floored at 0);
+//! available = limit − working set when limited (the node's limit is MemTotal); node memory
+//! from the root cgroup (v2 root: anon + file); network from the pause process's netns with
+//! eth0 inlined; filesystem capacity from statvfs and usage from directory walks.
+
+pub mod cgroup;
+pub mod collector;
+pub mod disk;
+pub mod error;
+pub mod parse;
+pub mod prometheus;
+pub mod summary;
+
+pub use cgroup::{CgroupSample, CgroupVersion, Cgroups, MemorySample, PidsSample, ProcessCgroup};
+pub use collector::{
+    cgroup_of_pid, usage_nano_cores, Collector, CollectorConfig, ContainerInfo, PodInfo, PodLister,
+    Snapshot, VolumeInfo,
+};
+pub use error::StatsError;
+pub use prometheus::{render_resource_metrics, CONTENT_TYPE as METRICS_CONTENT_TYPE};
+pub use summary::Summary;

@@ -1,0 +1,470 @@
+//! The kubelet's HTTP servers, driven through the real binary: TLS on the main port (the
+//! self-signed certificate and its reuse), client-certificate authentication, the webhook
+//! modes against a local HTTPS "API server" answering TokenReview and SubjectAccessReview,
+//! the read-only port, and /containerLogs validation.
+//!
+//! Not gated on containerd: the agent starts its HTTP servers before it connects to
+//! containerd, so these run with a containerd socket path that does not exist.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A CA and a way to issue certificates from it.
+struct Ca {
+    cert: rcgen::Certificate,
+    key: KeyPair,
+}
+
+impl Ca {
+    fn new(name: &str) -> Ca {
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name.push(DnType::CommonName, name);
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let cert = p.self_signed(&key).unwrap();
+        Ca { cert, key }
+    }
+
+    /// (cert PEM, key PEM).
+    fn issue(
+        &self,
+        cn: &str,
+        orgs: &[&str],
+        sans: &[&str],
+        usage: ExtendedKeyUsagePurpose,
+    ) -> (String, String) {
+        let key = KeyPair::generate().unwrap();
+        let mut p =
+            CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
+        p.distinguished_name.push(DnType::CommonName, cn);
+        for o in orgs {
+            p.distinguished_name.push(DnType::OrganizationName, *o);
+        }
+        p.extended_key_usages = vec![usage];
+        let cert = p.signed_by(&key, &self.cert, &self.key).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+}
+
+struct Agent {
+    root: tempfile::TempDir,
+    _manifests: tempfile::TempDir,
+    port: u16,
+    read_only_port: u16,
+    args: Vec<String>,
+    child: Option<Child>,
+}
+
+impl Agent {
+    fn start(extra: &[String]) -> Agent {
+        let mut a = Agent {
+            root: tempfile::tempdir().unwrap(),
+            _manifests: tempfile::tempdir().unwrap(),
+            port: free_port(),
+            read_only_port: free_port(),
+            args: extra.to_vec(),
+            child: None,
+        };
+        a.launch();
+        a
+    }
+
+    fn launch(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.root.path().join("agent.log"))
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_kubelet-rs"))
+            .arg(format!(
+                "--pod-manifest-path={}",
+                self._manifests.path().display()
+            ))
+            .arg(format!(
+                "--root-dir={}",
+                self.root.path().join("root").display()
+            ))
+            .arg("--hostname-override=test-node")
+            .arg("--address=127.0.0.1")
+            .arg(format!("--port={}", self.port))
+            .arg(format!("--read-only-port={}", self.read_only_port))
+            .arg("--healthz-port=0")
+            .arg(format!(
+                "--container-runtime-endpoint=unix://{}",
+                self.root.path().join("no-containerd.sock").display()
+            ))
+            .arg("--v=4")
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("agent exited with {status}: {}", self.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "main port never opened: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.root.path().join("agent.log")).unwrap_or_default()
+    }
+
+    fn cert_dir(&self) -> PathBuf {
+        self.root.path().join("root").join("pki")
+    }
+
+    /// The self-signed chain's CA (second certificate of kubelet.crt).
+    fn serving_roots(&self) -> rustls::RootCertStore {
+        let pem = std::fs::read(self.cert_dir().join("kubelet.crt")).unwrap();
+        let certs: Vec<CertificateDer> = CertificateDer::pem_slice_iter(&pem)
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(certs[1].clone()).unwrap();
+        roots
+    }
+
+    /// One HTTPS request to the main port; (status, body).
+    async fn get(
+        &self,
+        path: &str,
+        client_cert: Option<&(String, String)>,
+        token: Option<&str>,
+    ) -> (u16, String) {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(self.serving_roots());
+        let config = match client_cert {
+            Some((cert, key)) => builder
+                .with_client_auth_cert(
+                    CertificateDer::pem_slice_iter(cert.as_bytes())
+                        .collect::<Result<_, _>>()
+                        .unwrap(),
+                    PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+                )
+                .unwrap(),
+            None => builder.with_no_client_auth(),
+        };
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            .await
+            .unwrap();
+        let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(ServerName::try_from("test-node").unwrap(), tcp)
+            .await
+            .expect("TLS handshake with the self-signed certificate for the node name");
+        let auth = token
+            .map(|t| format!("Authorization: Bearer {t}\r\n"))
+            .unwrap_or_default();
+        tls.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: test-node\r\n{auth}Connection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+        let mut buf = Vec::new();
+        let _ = tls.read_to_end(&mut buf).await;
+        parse_response(&buf)
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn parse_response(buf: &[u8]) -> (u16, String) {
+    let text = String::from_utf8_lossy(buf).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
+    let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (code, body.to_string())
+}
+
+fn http_get(port: u16, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).unwrap();
+    parse_response(&buf)
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[tokio::test]
+async fn self_signed_certificate_is_created_and_reused_across_restarts() {
+    let mut agent = Agent::start(&[]);
+    let crt = agent.cert_dir().join("kubelet.crt");
+    let first = std::fs::read(&crt).unwrap();
+    assert!(agent.cert_dir().join("kubelet.key").is_file());
+    // Legacy command-line defaults: anonymous and AlwaysAllow.
+    let (code, body) = agent.get("/pods", None, None).await;
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("\"kind\":\"PodList\""), "{body}");
+
+    agent.stop();
+    agent.launch();
+    assert_eq!(std::fs::read(&crt).unwrap(), first, "the pair is reused");
+    let (code, _) = agent.get("/healthz", None, None).await;
+    assert_eq!(code, 200);
+}
+
+#[tokio::test]
+async fn client_certificates_authenticate_against_the_client_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("client-ca");
+    let other = Ca::new("other-ca");
+    let ca_file = write(dir.path(), "ca.crt", &ca.cert.pem());
+    let good = ca.issue(
+        "alice",
+        &["admins"],
+        &[],
+        ExtendedKeyUsagePurpose::ClientAuth,
+    );
+    let foreign = other.issue("mallory", &[], &[], ExtendedKeyUsagePurpose::ClientAuth);
+    let agent = Agent::start(&[
+        format!("--client-ca-file={}", ca_file.display()),
+        "--anonymous-auth=false".into(),
+    ]);
+
+    assert_eq!(
+        agent.get("/pods", None, None).await,
+        (401, "Unauthorized".to_string())
+    );
+    assert_eq!(
+        agent.get("/pods", Some(&foreign), None).await,
+        (401, "Unauthorized".to_string()),
+        "a certificate from another CA"
+    );
+    let (code, body) = agent.get("/pods", Some(&good), None).await;
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = agent.get("/configz", Some(&good), None).await;
+    assert_eq!(code, 200);
+    let configz: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        configz["kubeletconfig"]["authentication"]["anonymous"]["enabled"],
+        false
+    );
+
+    // /containerLogs validation comes before the pod lookup, as upstream.
+    assert_eq!(
+        agent
+            .get("/containerLogs/default/nope/c", Some(&good), None)
+            .await,
+        (404, "pod \"nope\" does not exist".to_string())
+    );
+    assert_eq!(
+        agent
+            .get(
+                "/containerLogs/default/nope/c?tailLines=-1",
+                Some(&good),
+                None
+            )
+            .await,
+        (422, r#"{"message": "Invalid request."}"#.to_string())
+    );
+    assert_eq!(
+        agent
+            .get(
+                "/containerLogs/default/nope/c?sinceSeconds=x",
+                Some(&good),
+                None
+            )
+            .await,
+        (400, r#"{"message": "Unable to decode query."}"#.to_string())
+    );
+    assert_eq!(
+        agent.get("/exec/default/p/c", Some(&good), None).await.0,
+        501
+    );
+    // Unknown paths: Go's ServeMux answer, before any authentication.
+    assert_eq!(
+        agent.get("/nothing", None, None).await,
+        (404, "404 page not found\n".to_string())
+    );
+}
+
+/// A stand-in API server over HTTPS: TokenReview accepts the token "good" as user "bob";
+/// SubjectAccessReview allows only the `pods` subresource. Counts the reviews it answers.
+async fn fake_apiserver(dir: &Path, reviews: Arc<AtomicUsize>) -> PathBuf {
+    let ca = Ca::new("apiserver-ca");
+    let (cert, key) = ca.issue(
+        "apiserver",
+        &[],
+        &["127.0.0.1"],
+        ExtendedKeyUsagePurpose::ServerAuth,
+    );
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            CertificateDer::pem_slice_iter(cert.as_bytes())
+                .collect::<Result<_, _>>()
+                .unwrap(),
+            PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+        )
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr: SocketAddr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let (acceptor, reviews) = (acceptor.clone(), reviews.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let svc = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let reviews = reviews.clone();
+                        async move {
+                            let path = req.uri().path().to_string();
+                            let body = req.into_body().collect().await.unwrap().to_bytes();
+                            let review: Value = serde_json::from_slice(&body).unwrap();
+                            let answer = if path.ends_with("/tokenreviews") {
+                                if review["spec"]["token"] == "good" {
+                                    json!({"status": {"authenticated": true, "user": {"username": "bob", "groups": ["devs"]}}})
+                                } else {
+                                    json!({"status": {"authenticated": false}})
+                                }
+                            } else {
+                                reviews.fetch_add(1, Ordering::SeqCst);
+                                let attrs = &review["spec"]["resourceAttributes"];
+                                assert_eq!(attrs["resource"], "nodes");
+                                assert_eq!(attrs["name"], "test-node");
+                                assert_eq!(review["spec"]["user"], "bob");
+                                json!({"status": {"allowed": attrs["subresource"] == "pods"}})
+                            };
+                            Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
+                                Bytes::from(answer.to_string()),
+                            )))
+                        }
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
+                    .await;
+            });
+        }
+    });
+    let ca_file = write(dir, "apiserver-ca.crt", &ca.cert.pem());
+    write(
+        dir,
+        "kubeconfig",
+        &format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: t\n\
+             clusters:\n- name: c\n  cluster:\n    server: https://{addr}\n    certificate-authority: {}\n\
+             users:\n- name: u\n  user: {{}}\n\
+             contexts:\n- name: t\n  context: {{cluster: c, user: u}}\n",
+            ca_file.display()
+        ),
+    )
+}
+
+#[tokio::test]
+async fn webhook_modes_ask_the_api_server_and_cache_its_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let reviews = Arc::new(AtomicUsize::new(0));
+    let kubeconfig = fake_apiserver(dir.path(), reviews.clone()).await;
+    let agent = Agent::start(&[
+        format!("--kubeconfig={}", kubeconfig.display()),
+        "--authentication-token-webhook".into(),
+        "--authorization-mode=Webhook".into(),
+        "--anonymous-auth=false".into(),
+    ]);
+
+    assert_eq!(agent.get("/pods", None, Some("bad")).await.0, 401);
+    let (code, body) = agent.get("/pods", None, Some("good")).await;
+    assert_eq!(code, 200, "{body}\n{}", agent.log());
+    assert_eq!(reviews.load(Ordering::SeqCst), 1);
+
+    assert_eq!(
+        agent.get("/configz", None, Some("good")).await,
+        (
+            403,
+            "Forbidden (user=bob, verb=get, resource=nodes, subresource(s)=[configz proxy])\n"
+                .to_string()
+        )
+    );
+    assert_eq!(reviews.load(Ordering::SeqCst), 3, "configz, then proxy");
+    assert_eq!(agent.get("/configz", None, Some("good")).await.0, 403);
+    assert_eq!(agent.get("/pods", None, Some("good")).await.0, 200);
+    assert_eq!(
+        reviews.load(Ordering::SeqCst),
+        3,
+        "identical requests are answered from the cache"
+    );
+}
+
+#[tokio::test]
+async fn read_only_port_serves_the_public_set_only() {
+    let agent = Agent::start(&[]);
+    let (code, body) = http_get(agent.read_only_port, "/pods");
+    assert_eq!(code, 200);
+    assert!(body.contains("PodList"));
+    assert_eq!(
+        http_get(agent.read_only_port, "/configz"),
+        (404, "404 page not found\n".to_string())
+    );
+    assert_eq!(
+        http_get(agent.read_only_port, "/healthz"),
+        (200, "ok".to_string())
+    );
+    let (code, body) = http_get(agent.read_only_port, "/metrics");
+    assert_eq!(code, 200);
+    assert!(
+        body.contains("# TYPE kubelet_http_requests_total counter"),
+        "{body}"
+    );
+    let (code, body) = http_get(agent.read_only_port, "/metrics/resource");
+    assert_eq!(code, 200);
+    assert!(
+        body.contains("resource_scrape_error 1"),
+        "no collector wired: {body}"
+    );
+}

@@ -1,0 +1,150 @@
+//! `/configz`: the effective configuration as upstream's kubelet shows it,
+//! `{"kubeletconfig": {...}}` with KubeletConfiguration v1beta1 field names, for the fields
+//! this agent has. Empty optional fields are left out, as Go's `omitempty` does.
+
+use serde_json::{json, Map, Value};
+
+use super::{format_duration, Config};
+
+fn quantity(bytes: u64) -> String {
+    for (unit, size) in [("Gi", 1u64 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)] {
+        if bytes >= size && bytes.is_multiple_of(size) {
+            return format!("{}{unit}", bytes / size);
+        }
+    }
+    bytes.to_string()
+}
+
+/// The configz document for `config`.
+pub fn configz_json(config: &Config) -> Value {
+    let mut c = Map::new();
+    let mut put = |key: &str, value: Value| {
+        c.insert(key.to_string(), value);
+    };
+    put("enableServer", json!(true));
+    if let Some(p) = &config.static_pod_path {
+        put("staticPodPath", json!(p.display().to_string()));
+    }
+    put(
+        "podLogsDir",
+        json!(config.pod_logs_dir.display().to_string()),
+    );
+    put(
+        "syncFrequency",
+        json!(format_duration(config.sync_frequency)),
+    );
+    put(
+        "fileCheckFrequency",
+        json!(format_duration(config.file_check_frequency)),
+    );
+    put(
+        "httpCheckFrequency",
+        json!(format_duration(config.http_check_frequency)),
+    );
+    if let Some(url) = &config.static_pod_url {
+        put("staticPodURL", json!(url));
+    }
+    if !config.static_pod_url_header.is_empty() {
+        put("staticPodURLHeader", json!(config.static_pod_url_header));
+    }
+    put("address", json!(config.address.to_string()));
+    put("port", json!(config.port));
+    put("readOnlyPort", json!(config.read_only_port));
+    // Upstream fills these in with the self-signed pair's paths when none were given.
+    let (cert, key) = match (&config.tls_cert_file, &config.tls_private_key_file) {
+        (Some(c), Some(k)) => (c.clone(), k.clone()),
+        _ => (
+            config.cert_dir.join("kubelet.crt"),
+            config.cert_dir.join("kubelet.key"),
+        ),
+    };
+    put("tlsCertFile", json!(cert.display().to_string()));
+    put("tlsPrivateKeyFile", json!(key.display().to_string()));
+    if !config.tls_cipher_suites.is_empty() {
+        put("tlsCipherSuites", json!(config.tls_cipher_suites));
+    }
+    if let Some(v) = &config.tls_min_version {
+        put("tlsMinVersion", json!(v));
+    }
+    let mut x509 = Map::new();
+    if let Some(ca) = &config.client_ca_file {
+        x509.insert("clientCAFile".into(), json!(ca.display().to_string()));
+    }
+    put(
+        "authentication",
+        json!({
+            "x509": x509,
+            "webhook": {
+                "enabled": config.authentication_token_webhook,
+                "cacheTTL": format_duration(config.authentication_token_webhook_cache_ttl),
+            },
+            "anonymous": {"enabled": config.anonymous_auth},
+        }),
+    );
+    put(
+        "authorization",
+        json!({
+            "mode": config.authorization_mode.as_str(),
+            "webhook": {
+                "cacheAuthorizedTTL": format_duration(config.authorization_webhook_cache_authorized_ttl),
+                "cacheUnauthorizedTTL": format_duration(config.authorization_webhook_cache_unauthorized_ttl),
+            },
+        }),
+    );
+    put("healthzPort", json!(config.healthz_port));
+    put(
+        "healthzBindAddress",
+        json!(config.healthz_bind_address.to_string()),
+    );
+    put("maxPods", json!(config.max_pods));
+    put(
+        "containerLogMaxSize",
+        json!(quantity(config.container_log_max_size)),
+    );
+    put(
+        "containerLogMaxFiles",
+        json!(config.container_log_max_files),
+    );
+    put(
+        "containerRuntimeEndpoint",
+        json!(format!(
+            "unix://{}",
+            config.container_runtime_endpoint.display()
+        )),
+    );
+    put(
+        "logging",
+        json!({"format": config.logging_format, "verbosity": config.verbosity}),
+    );
+    json!({ "kubeletconfig": c })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uses_v1beta1_names_and_go_formats() {
+        let mut config = Config::defaults(true);
+        config.node_name = "n".into();
+        config.client_ca_file = Some("/ca.crt".into());
+        let v = configz_json(&config);
+        let k = &v["kubeletconfig"];
+        assert_eq!(k["port"], 10250);
+        assert_eq!(k["readOnlyPort"], 0);
+        assert_eq!(k["syncFrequency"], "1m0s");
+        assert_eq!(k["containerLogMaxSize"], "10Mi");
+        assert_eq!(k["authentication"]["x509"]["clientCAFile"], "/ca.crt");
+        assert_eq!(k["authentication"]["webhook"]["enabled"], true);
+        assert_eq!(k["authentication"]["webhook"]["cacheTTL"], "2m0s");
+        assert_eq!(k["authentication"]["anonymous"]["enabled"], false);
+        assert_eq!(k["authorization"]["mode"], "Webhook");
+        assert_eq!(k["authorization"]["webhook"]["cacheUnauthorizedTTL"], "30s");
+        assert_eq!(k["tlsCertFile"], "/var/lib/kubelet-rs/pki/kubelet.crt");
+        assert!(k.get("staticPodPath").is_none(), "omitempty");
+        assert_eq!(
+            k["containerRuntimeEndpoint"],
+            "unix:///run/containerd/containerd.sock"
+        );
+    }
+}

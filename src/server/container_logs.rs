@@ -1,0 +1,472 @@
+//! `GET /containerLogs/{namespace}/{pod}/{container}`: the query decoded as upstream decodes a
+//! v1.PodLogOptions, validated as upstream validates it, then the container's CRI log file
+//! streamed back (only the content, optionally prefixed with each record's time).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytes::Bytes;
+use chrono::{DateTime, FixedOffset, SecondsFormat, Utc};
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tokio::sync::mpsc;
+
+use crate::logs::{container_log_path, parse_cri_line, pod_log_dir};
+use crate::pod::StatusStore;
+
+/// The log options of a request (v1.PodLogOptions fields the kubelet uses).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LogOptions {
+    pub follow: bool,
+    pub previous: bool,
+    pub timestamps: bool,
+    pub since_seconds: Option<i64>,
+    pub since_time: Option<DateTime<FixedOffset>>,
+    pub tail_lines: Option<i64>,
+    pub limit_bytes: Option<i64>,
+}
+
+/// A refusal, with upstream's status and body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogError {
+    pub status: u16,
+    pub body: String,
+}
+
+fn err(status: u16, body: impl Into<String>) -> LogError {
+    LogError {
+        status,
+        body: body.into(),
+    }
+}
+
+/// `application/x-www-form-urlencoded` decoding of a query string: every value per key.
+pub fn parse_query(query: &str) -> HashMap<String, Vec<String>> {
+    let mut out: HashMap<String, Vec<String>> = HashMap::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        out.entry(percent_decode(k))
+            .or_default()
+            .push(percent_decode(v));
+    }
+    out
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Go's query-parameter bool: only `0`, `f` and `false` (any case) are false.
+fn query_bool(v: &str) -> bool {
+    !(v == "0" || v.eq_ignore_ascii_case("f") || v.eq_ignore_ascii_case("false"))
+}
+
+/// Decodes and validates the query: 400 `Unable to decode query.`, 422 `Invalid request.`.
+pub fn parse_log_options(query: &str) -> Result<LogOptions, LogError> {
+    let mut q = parse_query(query);
+    // The legacy `tail` parameter wins over tailLines; `tail=all` means no limit.
+    if let Some(tail) = q.get("tail").and_then(|v| v.first()).cloned() {
+        if !tail.is_empty() {
+            q.remove("tailLines");
+            if tail != "all" {
+                q.insert("tailLines".into(), vec![tail]);
+            }
+        }
+    }
+    let decode_error = || err(400, r#"{"message": "Unable to decode query."}"#);
+    let first = |k: &str| q.get(k).and_then(|v| v.first()).map(String::as_str);
+    let int = |k: &str| -> Result<Option<i64>, LogError> {
+        match first(k) {
+            None | Some("") => Ok(None),
+            Some(v) => v.parse().map(Some).map_err(|_| decode_error()),
+        }
+    };
+    let opts = LogOptions {
+        follow: first("follow").is_some_and(query_bool),
+        previous: first("previous").is_some_and(query_bool),
+        timestamps: first("timestamps").is_some_and(query_bool),
+        since_seconds: int("sinceSeconds")?,
+        since_time: match first("sinceTime") {
+            None | Some("") => None,
+            Some(v) => Some(DateTime::parse_from_rfc3339(v).map_err(|_| decode_error())?),
+        },
+        tail_lines: int("tailLines")?,
+        limit_bytes: int("limitBytes")?,
+    };
+    let invalid = || err(422, r#"{"message": "Invalid request."}"#);
+    if opts.tail_lines.is_some_and(|n| n < 0)
+        || opts.limit_bytes.is_some_and(|n| n < 1)
+        || (opts.since_seconds.is_some() && opts.since_time.is_some())
+        || opts.since_seconds.is_some_and(|n| n < 1)
+        // Choosing a stream needs the PodLogsQuerySplitStreams gate, off upstream by default.
+        || first("stream").is_some()
+    {
+        return Err(invalid());
+    }
+    Ok(opts)
+}
+
+/// Where a container's log is, and whether it is still being written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogTarget {
+    pub path: PathBuf,
+    pub pod_uid: String,
+    pub restart_count: u32,
+}
+
+fn statuses(pod: &Pod) -> impl Iterator<Item = &ContainerStatus> {
+    let s = pod.status.as_ref();
+    s.and_then(|s| s.container_statuses.as_ref())
+        .into_iter()
+        .chain(s.and_then(|s| s.init_container_statuses.as_ref()))
+        .chain(s.and_then(|s| s.ephemeral_container_statuses.as_ref()))
+        .flatten()
+}
+
+fn has_container(pod: &Pod, name: &str) -> bool {
+    pod.spec.as_ref().is_some_and(|s| {
+        s.containers.iter().any(|c| c.name == name)
+            || s.init_containers.iter().flatten().any(|c| c.name == name)
+            || s.ephemeral_containers
+                .iter()
+                .flatten()
+                .any(|c| c.name == name)
+    })
+}
+
+/// Finds the pod and container and picks the log file, with upstream's 404/400 answers.
+pub async fn locate(
+    store: &StatusStore,
+    pod_logs_dir: &std::path::Path,
+    namespace: &str,
+    pod_name: &str,
+    container: &str,
+    opts: &LogOptions,
+) -> Result<LogTarget, LogError> {
+    let pods = store.read().await;
+    let pod = pods
+        .values()
+        .find(|p| {
+            p.metadata.name.as_deref() == Some(pod_name)
+                && p.metadata.namespace.as_deref().unwrap_or("default") == namespace
+        })
+        .ok_or_else(|| err(404, format!("pod {pod_name:?} does not exist")))?;
+    if !has_container(pod, container) {
+        return Err(err(
+            404,
+            format!("container {container:?} not found in pod {pod_name:?}"),
+        ));
+    }
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let status = statuses(pod).find(|s| s.name == container);
+    let restart_count = status.map_or(0, |s| s.restart_count.max(0) as u32);
+    let state = status.and_then(|s| s.state.as_ref());
+    let restart_count = if opts.previous {
+        let had_previous = status
+            .and_then(|s| s.last_state.as_ref())
+            .is_some_and(|l| l.terminated.is_some());
+        if !had_previous || restart_count == 0 {
+            return Err(err(
+                400,
+                format!(
+                    "previous terminated container {container:?} in pod {pod_name:?} not found"
+                ),
+            ));
+        }
+        restart_count - 1
+    } else {
+        match state {
+            Some(s) if s.running.is_some() || s.terminated.is_some() => restart_count,
+            Some(s) => match s.waiting.as_ref() {
+                // A restarting container's last run still has a log to show.
+                Some(_) if status.and_then(|s| s.last_state.as_ref()).is_some_and(|l| l.terminated.is_some()) => {
+                    restart_count.saturating_sub(1)
+                }
+                Some(w) => {
+                    return Err(err(
+                        400,
+                        format!(
+                            "container {container:?} in pod {pod_name:?} is waiting to start: {}",
+                            w.reason.as_deref().unwrap_or("ContainerCreating")
+                        ),
+                    ))
+                }
+                None => restart_count,
+            },
+            None => {
+                return Err(err(
+                    400,
+                    format!("container {container:?} in pod {pod_name:?} is waiting to start: ContainerCreating"),
+                ))
+            }
+        }
+    };
+    let dir = pod_log_dir(pod_logs_dir, namespace, pod_name, &uid);
+    Ok(LogTarget {
+        path: container_log_path(&dir, container, restart_count),
+        pod_uid: uid,
+        restart_count,
+    })
+}
+
+/// Whether the container still runs the instance whose log is being followed.
+async fn still_writing(
+    store: &StatusStore,
+    uid: &str,
+    container: &str,
+    restart_count: u32,
+) -> bool {
+    let pods = store.read().await;
+    let Some(pod) = pods
+        .values()
+        .find(|p| p.metadata.uid.as_deref() == Some(uid))
+    else {
+        return false;
+    };
+    let running = statuses(pod).any(|s| {
+        s.name == container
+            && s.restart_count.max(0) as u32 == restart_count
+            && s.state.as_ref().is_some_and(|st| st.running.is_some())
+    });
+    running
+}
+
+/// Turns CRI records into client output, applying since, timestamps and limitBytes.
+struct Emitter {
+    since: Option<DateTime<FixedOffset>>,
+    timestamps: bool,
+    remaining: Option<u64>,
+}
+
+impl Emitter {
+    /// Output for one record; None once limitBytes is used up.
+    fn record(&mut self, raw: &[u8]) -> Option<Vec<u8>> {
+        if self.remaining == Some(0) {
+            return None;
+        }
+        let Ok(rec) = parse_cri_line(raw) else {
+            return Some(Vec::new());
+        };
+        if self.since.is_some_and(|s| rec.timestamp < s) {
+            return Some(Vec::new());
+        }
+        let mut out = Vec::with_capacity(rec.content.len() + 40);
+        if self.timestamps {
+            let t = rec.timestamp.with_timezone(&Utc);
+            out.extend_from_slice(t.to_rfc3339_opts(SecondsFormat::Nanos, true).as_bytes());
+            out.push(b' ');
+        }
+        out.extend_from_slice(rec.content);
+        if !rec.partial {
+            out.push(b'\n');
+        }
+        if let Some(rem) = self.remaining.as_mut() {
+            out.truncate((*rem).min(out.len() as u64) as usize);
+            *rem -= out.len() as u64;
+        }
+        Some(out)
+    }
+}
+
+/// Streams the log into `tx` until done (or, with follow, until the instance stops or the
+/// client goes away, which closes the channel).
+pub async fn stream(
+    store: StatusStore,
+    container: String,
+    target: LogTarget,
+    opts: LogOptions,
+    tx: mpsc::Sender<Bytes>,
+) {
+    let since = opts.since_time.or_else(|| {
+        opts.since_seconds
+            .map(|s| (Utc::now() - chrono::Duration::seconds(s)).fixed_offset())
+    });
+    let mut emit = Emitter {
+        since,
+        timestamps: opts.timestamps,
+        remaining: opts.limit_bytes.map(|n| n as u64),
+    };
+    let mut file = match tokio::fs::File::open(&target.path).await {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = tx
+                .send(Bytes::from(format!(
+                    "failed to open log file {:?}: {e}\n",
+                    target.path
+                )))
+                .await;
+            return;
+        }
+    };
+    let mut data = Vec::new();
+    if file.read_to_end(&mut data).await.is_err() {
+        return;
+    }
+    // Only whole records; a record still being written is picked up on the next read.
+    let complete = data.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let mut offset = complete as u64;
+    let records: Vec<&[u8]> = data[..complete].split_inclusive(|&b| b == b'\n').collect();
+    let skip = match opts.tail_lines {
+        Some(n) => records.len().saturating_sub(n as usize),
+        None => 0,
+    };
+    let mut chunk = Vec::new();
+    for raw in &records[skip..] {
+        match emit.record(raw) {
+            Some(out) => chunk.extend_from_slice(&out),
+            None => break,
+        }
+    }
+    if !chunk.is_empty() && tx.send(Bytes::from(chunk)).await.is_err() {
+        return;
+    }
+    if !opts.follow {
+        return;
+    }
+    let mut pending: Vec<u8> = data[complete..].to_vec();
+    loop {
+        if emit.remaining == Some(0) || tx.is_closed() {
+            return;
+        }
+        let mut buf = Vec::new();
+        let _ = file
+            .seek(std::io::SeekFrom::Start(offset + pending.len() as u64))
+            .await;
+        if file.read_to_end(&mut buf).await.is_err() {
+            return;
+        }
+        if buf.is_empty() {
+            if !still_writing(&store, &target.pod_uid, &container, target.restart_count).await {
+                return;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+                _ = tx.closed() => return,
+            }
+            continue;
+        }
+        pending.extend_from_slice(&buf);
+        let Some(end) = pending.iter().rposition(|&b| b == b'\n').map(|i| i + 1) else {
+            continue;
+        };
+        let mut out = Vec::new();
+        for raw in pending[..end].split_inclusive(|&b| b == b'\n') {
+            match emit.record(raw) {
+                Some(o) => out.extend_from_slice(&o),
+                None => break,
+            }
+        }
+        offset += end as u64;
+        pending.drain(..end);
+        if !out.is_empty() && tx.send(Bytes::from(out)).await.is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_query_like_go() {
+        let q = parse_query("a=1&a=2&b=x%20y+z&c&d=%zz");
+        assert_eq!(q["a"], ["1", "2"]);
+        assert_eq!(q["b"], ["x y z"]);
+        assert_eq!(q["c"], [""]);
+        assert_eq!(q["d"], ["%zz"]);
+    }
+
+    #[test]
+    fn parses_log_options() {
+        let o = parse_log_options(
+            "follow=true&previous=1&timestamps=T&tailLines=10&limitBytes=5&sinceTime=2024-01-02T03:04:05Z",
+        )
+        .unwrap();
+        assert!(o.follow && o.previous && o.timestamps);
+        assert_eq!(o.tail_lines, Some(10));
+        assert_eq!(o.limit_bytes, Some(5));
+        assert_eq!(
+            o.since_time.unwrap().to_rfc3339(),
+            "2024-01-02T03:04:05+00:00"
+        );
+        assert!(!parse_log_options("follow=false").unwrap().follow);
+        assert!(
+            parse_log_options("follow=").unwrap().follow,
+            "Go: empty is true"
+        );
+        assert_eq!(parse_log_options("tail=3").unwrap().tail_lines, Some(3));
+        assert_eq!(
+            parse_log_options("tail=all&tailLines=4")
+                .unwrap()
+                .tail_lines,
+            None
+        );
+        assert_eq!(
+            parse_log_options("sinceSeconds=").unwrap().since_seconds,
+            None
+        );
+    }
+
+    #[test]
+    fn rejects_bad_options_with_upstream_answers() {
+        let decode = err(400, r#"{"message": "Unable to decode query."}"#);
+        let invalid = err(422, r#"{"message": "Invalid request."}"#);
+        assert_eq!(parse_log_options("tailLines=x"), Err(decode.clone()));
+        assert_eq!(
+            parse_log_options("sinceTime=yesterday"),
+            Err(decode.clone())
+        );
+        assert_eq!(parse_log_options("tail=many"), Err(decode));
+        assert_eq!(parse_log_options("tailLines=-1"), Err(invalid.clone()));
+        assert_eq!(parse_log_options("limitBytes=0"), Err(invalid.clone()));
+        assert_eq!(parse_log_options("sinceSeconds=0"), Err(invalid.clone()));
+        assert_eq!(
+            parse_log_options("sinceSeconds=5&sinceTime=2024-01-02T03:04:05Z"),
+            Err(invalid.clone())
+        );
+        assert_eq!(parse_log_options("stream=Stdout"), Err(invalid));
+    }
+
+    #[test]
+    fn emitter_applies_since_timestamps_and_limit() {
+        let mut e = Emitter {
+            since: Some(DateTime::parse_from_rfc3339("2024-01-01T00:00:01Z").unwrap()),
+            timestamps: true,
+            remaining: Some(45),
+        };
+        assert_eq!(
+            e.record(b"2024-01-01T00:00:00Z stdout F old\n"),
+            Some(vec![])
+        );
+        assert_eq!(
+            e.record(b"2024-01-01T01:00:02.5+01:00 stdout P par\n")
+                .unwrap(),
+            b"2024-01-01T00:00:02.500000000Z par".to_vec()
+        );
+        let last = e.record(b"2024-01-01T00:00:03Z stderr F tial\n").unwrap();
+        assert_eq!(last, b"2024-01-01T".to_vec(), "cut at 45 bytes");
+        assert_eq!(e.record(b"2024-01-01T00:00:04Z stdout F more\n"), None);
+    }
+}

@@ -1,0 +1,549 @@
+//! One router for both ports: the read-only port serves the unauthenticated set, the main
+//! port everything, behind authentication and authorization. Answers follow upstream's
+//! go-restful server: `404 page not found` for unknown paths (no auth), `405: Method Not
+//! Allowed` with `Allow`, `404: Page Not Found` inside a known prefix.
+
+use std::convert::Infallible;
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use rustls::pki_types::CertificateDer;
+use tokio_stream::wrappers::ReceiverStream;
+use tracing::debug;
+
+use super::auth::{self, Authenticator, Authorizer, Decision};
+use super::container_logs;
+use crate::config::{configz_json, Config};
+use crate::pod::StatusStore;
+
+pub type Body = BoxBody<Bytes, Infallible>;
+
+/// The stats collector's views, served on `/stats/summary` and `/metrics/resource`.
+/// `None` means "nothing collected yet".
+pub trait StatsViews: Send + Sync {
+    /// The Summary JSON (`only_cpu_and_memory`: node and pod cpu/memory only).
+    fn summary_json(&self, only_cpu_and_memory: bool) -> Option<Vec<u8>>;
+    /// The `/metrics/resource` text exposition.
+    fn resource_metrics(&self) -> Option<String>;
+}
+
+/// What the handlers read.
+pub struct ServerState {
+    pub config: Arc<Config>,
+    pub statuses: StatusStore,
+    stats: OnceLock<Arc<dyn StatsViews>>,
+}
+
+impl ServerState {
+    pub fn new(config: Arc<Config>, statuses: StatusStore) -> Arc<ServerState> {
+        Arc::new(ServerState {
+            config,
+            statuses,
+            stats: OnceLock::new(),
+        })
+    }
+
+    /// Plugs in the stats collector (once; later calls are ignored).
+    pub fn set_stats(&self, views: Arc<dyn StatsViews>) {
+        let _ = self.stats.set(views);
+    }
+}
+
+/// Which server a request came in on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Port {
+    /// 10255: no authentication, the auth-not-required set only.
+    ReadOnly,
+    /// 10250: everything, authenticated and authorized.
+    Main,
+}
+
+/// The main port's authentication and authorization.
+pub struct Auth {
+    pub authenticator: Authenticator,
+    pub authorizer: Authorizer,
+}
+
+/// What a request asks for, decided before authentication.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Action {
+    Healthz {
+        verbose: bool,
+    },
+    Pods,
+    Summary,
+    Metrics,
+    ResourceMetrics,
+    ProbeMetrics,
+    Configz,
+    RunningPods,
+    ContainerLogs {
+        namespace: String,
+        pod: String,
+        container: String,
+    },
+    /// exec, attach, portForward, run: recognised, not implemented yet.
+    NotSupported(&'static str),
+    MethodNotAllowed(&'static str),
+    /// Inside a known prefix but no route (go-restful's 404).
+    NoRoute,
+    /// Unknown path (Go's ServeMux 404; no authentication).
+    NotFound,
+    BadRequest(&'static str),
+}
+
+/// (action, metrics bucket).
+pub(crate) fn resolve(
+    port: Port,
+    method: &Method,
+    path: &str,
+    query: &str,
+) -> (Action, &'static str) {
+    let only = |allowed: &'static str, ok: bool, action: Action| {
+        if ok {
+            action
+        } else {
+            Action::MethodNotAllowed(allowed)
+        }
+    };
+    let get = method == Method::GET;
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let public = match path {
+        "/healthz" | "/healthz/ping" | "/healthz/log" | "/healthz/syncloop" => Some((
+            Action::Healthz {
+                verbose: path == "/healthz"
+                    && container_logs::parse_query(query).contains_key("verbose"),
+            },
+            "healthz",
+        )),
+        "/pods" | "/pods/" => Some((only("GET", get, Action::Pods), "pods")),
+        "/stats/summary" => Some((
+            only("GET, POST", get || method == Method::POST, Action::Summary),
+            "stats",
+        )),
+        "/metrics" => Some((Action::Metrics, "metrics")),
+        "/metrics/resource" => Some((Action::ResourceMetrics, "metrics/resource")),
+        "/metrics/probes" => Some((Action::ProbeMetrics, "metrics/probes")),
+        _ if path.starts_with("/stats/") => Some((Action::NoRoute, "stats")),
+        _ if path.starts_with("/pods/") => Some((Action::NoRoute, "pods")),
+        _ => None,
+    };
+    if let Some(found) = public {
+        return found;
+    }
+    if port == Port::ReadOnly {
+        return (Action::NotFound, "other");
+    }
+    let get_or_post = get || method == Method::POST;
+    match segments[0] {
+        "configz" if segments.len() == 1 => (Action::Configz, "configz"),
+        "runningpods" if path == "/runningpods/" => {
+            (only("GET", get, Action::RunningPods), "runningpods")
+        }
+        "containerLogs" => {
+            let action = match segments[1..] {
+                [ns, pod, container] => {
+                    if pod.is_empty() {
+                        Action::BadRequest(r#"{"message": "Missing podID."}"#)
+                    } else if container.is_empty() {
+                        Action::BadRequest(r#"{"message": "Missing container name."}"#)
+                    } else if ns.is_empty() {
+                        Action::BadRequest(r#"{"message": "Missing podNamespace."}"#)
+                    } else {
+                        only(
+                            "GET",
+                            get,
+                            Action::ContainerLogs {
+                                namespace: ns.to_string(),
+                                pod: pod.to_string(),
+                                container: container.to_string(),
+                            },
+                        )
+                    }
+                }
+                _ => Action::NoRoute,
+            };
+            (action, "containerLogs")
+        }
+        kind @ ("exec" | "attach") => {
+            let action = match segments.len() {
+                4 | 5 => only(
+                    "GET, POST",
+                    get_or_post,
+                    Action::NotSupported(if kind == "exec" { "exec" } else { "attach" }),
+                ),
+                _ => Action::NoRoute,
+            };
+            (action, if kind == "exec" { "exec" } else { "attach" })
+        }
+        "portForward" => {
+            let action = match segments.len() {
+                3 | 4 => only(
+                    "GET, POST",
+                    get_or_post,
+                    Action::NotSupported("portForward"),
+                ),
+                _ => Action::NoRoute,
+            };
+            (action, "portForward")
+        }
+        "run" => {
+            let action = match segments.len() {
+                4 | 5 => only("POST", method == Method::POST, Action::NotSupported("run")),
+                _ => Action::NoRoute,
+            };
+            (action, "run")
+        }
+        _ => (Action::NotFound, "other"),
+    }
+}
+
+fn full(code: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
+    Response::builder()
+        .status(code)
+        .header("Content-Type", content_type)
+        .body(Full::new(body.into()).boxed())
+        .expect("static response")
+}
+
+pub(crate) fn text(code: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
+    full(code, "text/plain; charset=utf-8", body)
+}
+
+fn json(body: impl Into<Bytes>) -> Response<Body> {
+    full(StatusCode::OK, "application/json", body)
+}
+
+const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+fn method_bucket(method: &Method) -> &'static str {
+    match method.as_str() {
+        "OPTIONS" => "OPTIONS",
+        "GET" => "GET",
+        "HEAD" => "HEAD",
+        "POST" => "POST",
+        "PUT" => "PUT",
+        "DELETE" => "DELETE",
+        "TRACE" => "TRACE",
+        "CONNECT" => "CONNECT",
+        _ => "other",
+    }
+}
+
+/// Serves one request.
+pub async fn handle(
+    state: Arc<ServerState>,
+    port: Port,
+    auth: Option<Arc<Auth>>,
+    peer_chain: Arc<Vec<CertificateDer<'static>>>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or("").to_string();
+    let (action, bucket) = resolve(port, &method, &path, &query);
+    let long_running = matches!(
+        action,
+        Action::NotSupported("exec" | "attach" | "portForward")
+    ) || (matches!(action, Action::ContainerLogs { .. })
+        && container_logs::parse_log_options(&query).is_ok_and(|o| o.follow));
+    crate::metrics::http_request(
+        method_bucket(&method),
+        bucket,
+        if port == Port::Main {
+            "readwrite"
+        } else {
+            "readonly"
+        },
+        long_running,
+    );
+    debug!(%method, path, ?port, "request");
+
+    if action == Action::NotFound {
+        return Ok(text(StatusCode::NOT_FOUND, "404 page not found\n"));
+    }
+    if let (Port::Main, Some(auth)) = (port, &auth) {
+        let authorization = req
+            .headers()
+            .get(hyper::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        let user = match auth
+            .authenticator
+            .authenticate(&peer_chain, authorization)
+            .await
+        {
+            Ok(u) => u,
+            Err(e) => {
+                auth::log_authn_failure(&e);
+                return Ok(text(StatusCode::UNAUTHORIZED, "Unauthorized"));
+            }
+        };
+        let attrs = auth::request_attributes(&user, &state.config.node_name, &method, &path);
+        match auth.authorizer.authorize(&attrs).await {
+            Decision::Allow => {}
+            Decision::Deny => {
+                debug!(user = %user.name, path, "forbidden");
+                return Ok(text(StatusCode::FORBIDDEN, auth::forbidden_body(&attrs)));
+            }
+            Decision::Error(e) => {
+                tracing::error!(user = %user.name, path, error = %e, "authorization error");
+                return Ok(text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    auth::authorization_error_body(&attrs),
+                ));
+            }
+        }
+    }
+    Ok(serve(&state, action, &method, &query).await)
+}
+
+async fn serve(
+    state: &ServerState,
+    action: Action,
+    method: &Method,
+    query: &str,
+) -> Response<Body> {
+    match action {
+        Action::Healthz { verbose } => {
+            if verbose {
+                text(
+                    StatusCode::OK,
+                    "[+]ping ok\n[+]log ok\n[+]syncloop ok\nhealthz check passed\n",
+                )
+            } else {
+                text(StatusCode::OK, "ok")
+            }
+        }
+        Action::Pods => json(super::pod_list_json(&state.statuses).await),
+        Action::RunningPods => json(running_pods_json(&state.statuses).await),
+        Action::Summary => {
+            let q = container_logs::parse_query(query);
+            let only = q
+                .get("only_cpu_and_memory")
+                .is_some_and(|v| v.len() == 1 && v[0] == "true");
+            match state.stats.get().and_then(|s| s.summary_json(only)) {
+                Some(body) => json(body),
+                None => text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "Internal Error: no stats collected yet",
+                ),
+            }
+        }
+        Action::Metrics => full(
+            StatusCode::OK,
+            METRICS_CONTENT_TYPE,
+            crate::metrics::registry().gather(),
+        ),
+        Action::ProbeMetrics => full(
+            StatusCode::OK,
+            METRICS_CONTENT_TYPE,
+            crate::metrics::probes_registry().gather(),
+        ),
+        Action::ResourceMetrics => {
+            // Upstream never fails this endpoint: a failed scrape is reported in-band.
+            let body = state
+                .stats
+                .get()
+                .and_then(|s| s.resource_metrics())
+                .unwrap_or_else(|| {
+                    "# HELP resource_scrape_error [STABLE] 1 if there was an error while getting container metrics, 0 otherwise\n\
+                     # TYPE resource_scrape_error gauge\nresource_scrape_error 1\n"
+                        .to_string()
+                });
+            full(StatusCode::OK, METRICS_CONTENT_TYPE, body)
+        }
+        Action::Configz => json(configz_json(&state.config).to_string()),
+        Action::ContainerLogs {
+            namespace,
+            pod,
+            container,
+        } => container_logs_response(state, &namespace, &pod, &container, query).await,
+        Action::NotSupported(what) => text(
+            StatusCode::NOT_IMPLEMENTED,
+            format!("{what} is not supported yet by kubelet-rs"),
+        ),
+        Action::MethodNotAllowed(allow) => {
+            let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "405: Method Not Allowed");
+            r.headers_mut()
+                .insert("Allow", allow.parse().expect("static header"));
+            let _ = method;
+            r
+        }
+        Action::NoRoute | Action::NotFound => text(StatusCode::NOT_FOUND, "404: Page Not Found"),
+        Action::BadRequest(body) => text(StatusCode::BAD_REQUEST, body),
+    }
+}
+
+async fn container_logs_response(
+    state: &ServerState,
+    namespace: &str,
+    pod: &str,
+    container: &str,
+    query: &str,
+) -> Response<Body> {
+    let fail = |e: container_logs::LogError| {
+        text(
+            StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST),
+            e.body,
+        )
+    };
+    let opts = match container_logs::parse_log_options(query) {
+        Ok(o) => o,
+        Err(e) => return fail(e),
+    };
+    let target = match container_logs::locate(
+        &state.statuses,
+        &state.config.pod_logs_dir,
+        namespace,
+        pod,
+        container,
+        &opts,
+    )
+    .await
+    {
+        Ok(t) => t,
+        Err(e) => return fail(e),
+    };
+    if !target.path.is_file() {
+        return text(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "log file {} of container {container:?} in pod {pod:?} does not exist",
+                target.path.display()
+            ),
+        );
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+    tokio::spawn(container_logs::stream(
+        state.statuses.clone(),
+        container.to_string(),
+        target,
+        opts,
+        tx,
+    ));
+    let body =
+        StreamBody::new(ReceiverStream::new(rx).map(|b| Ok::<_, Infallible>(Frame::data(b))));
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("Content-Type", "text/plain")
+        .body(BodyExt::boxed(body))
+        .expect("static response")
+}
+
+/// `/runningpods/`: the pods with a running container, reduced to what upstream's
+/// runtime-built list carries (name, namespace, uid, containers with name and image).
+/// Built from the pod status cache: handlers do not call containerd.
+async fn running_pods_json(store: &StatusStore) -> Vec<u8> {
+    let pods = store.read().await;
+    let items: Vec<serde_json::Value> = pods
+        .values()
+        .filter(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+                })
+        })
+        .map(|p| {
+            let containers: Vec<serde_json::Value> = p
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .into_iter()
+                .flatten()
+                .filter(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+                .map(|c| serde_json::json!({"name": c.name, "image": c.image, "resources": {}}))
+                .collect();
+            serde_json::json!({
+                "metadata": {"name": p.metadata.name, "namespace": p.metadata.namespace,
+                             "uid": p.metadata.uid, "creationTimestamp": null},
+                "spec": {"containers": containers},
+                "status": {},
+            })
+        })
+        .collect();
+    serde_json::to_vec(&serde_json::json!({
+        "kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items,
+    }))
+    .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(port: Port, method: Method, path: &str) -> Action {
+        resolve(port, &method, path, "").0
+    }
+
+    #[test]
+    fn read_only_port_serves_only_the_public_set() {
+        assert_eq!(r(Port::ReadOnly, Method::GET, "/pods"), Action::Pods);
+        assert_eq!(
+            r(Port::ReadOnly, Method::GET, "/metrics/resource"),
+            Action::ResourceMetrics
+        );
+        assert_eq!(r(Port::ReadOnly, Method::GET, "/configz"), Action::NotFound);
+        assert_eq!(
+            r(Port::ReadOnly, Method::GET, "/containerLogs/a/b/c"),
+            Action::NotFound
+        );
+        assert_eq!(r(Port::Main, Method::GET, "/configz"), Action::Configz);
+    }
+
+    #[test]
+    fn method_rules_follow_upstream_routes() {
+        assert_eq!(
+            r(Port::Main, Method::POST, "/pods"),
+            Action::MethodNotAllowed("GET")
+        );
+        assert_eq!(
+            r(Port::Main, Method::POST, "/stats/summary"),
+            Action::Summary
+        );
+        assert_eq!(
+            r(Port::Main, Method::PUT, "/stats/summary"),
+            Action::MethodNotAllowed("GET, POST")
+        );
+        assert_eq!(
+            r(Port::Main, Method::GET, "/run/ns/p/c"),
+            Action::MethodNotAllowed("POST")
+        );
+        assert_eq!(
+            r(Port::Main, Method::POST, "/exec/ns/p/c"),
+            Action::NotSupported("exec")
+        );
+        assert_eq!(
+            r(Port::Main, Method::GET, "/exec/ns/p/uid/c"),
+            Action::NotSupported("exec")
+        );
+        assert_eq!(
+            r(Port::Main, Method::GET, "/portForward/ns/p"),
+            Action::NotSupported("portForward")
+        );
+        assert_eq!(
+            r(Port::Main, Method::POST, "/containerLogs/ns/p/c"),
+            Action::MethodNotAllowed("GET")
+        );
+        assert_eq!(
+            r(Port::Main, Method::GET, "/containerLogs/ns/p"),
+            Action::NoRoute
+        );
+        assert_eq!(
+            r(Port::Main, Method::GET, "/stats/container"),
+            Action::NoRoute
+        );
+        assert_eq!(r(Port::Main, Method::GET, "/spec/"), Action::NotFound);
+        assert_eq!(
+            r(Port::Main, Method::GET, "/containerLogs/ns//c"),
+            Action::BadRequest(r#"{"message": "Missing podID."}"#)
+        );
+    }
+}

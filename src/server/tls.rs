@@ -1,0 +1,412 @@
+//! TLS for the main (10250) server: the serving certificate (from files, or a self-signed one
+//! kept in the cert dir as upstream does), protocol versions and cipher suites from the
+//! configuration, and client certificates requested but left optional.
+//!
+//! A client certificate is not checked during the handshake: as with upstream's
+//! `tls.RequestClientCert`, a certificate from another CA must still reach the HTTP layer,
+//! where authentication turns it into a 401 (or lets a bearer token win).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{
+    DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme,
+    SupportedCipherSuite,
+};
+use tracing::{info, warn};
+
+use crate::config::Config;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("reading {what} {}: {source}", path.display())]
+    Read {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{what} {}: {reason}", path.display())]
+    Parse {
+        what: &'static str,
+        path: PathBuf,
+        reason: String,
+    },
+    #[error("writing the self-signed serving certificate to {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("generating the self-signed serving certificate: {0}")]
+    Generate(String),
+    #[error("TLS settings: {0}")]
+    Settings(String),
+}
+
+fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|source| TlsError::Read {
+        what,
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Certificates of a PEM file, in order.
+pub(crate) fn read_certs(
+    what: &'static str,
+    path: &Path,
+) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let pem = read(what, path)?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::Parse {
+            what,
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    if certs.is_empty() {
+        return Err(TlsError::Parse {
+            what,
+            path: path.to_path_buf(),
+            reason: "no PEM certificate in it".into(),
+        });
+    }
+    Ok(certs)
+}
+
+pub(crate) fn read_key(
+    what: &'static str,
+    path: &Path,
+) -> Result<PrivateKeyDer<'static>, TlsError> {
+    let pem = read(what, path)?;
+    PrivateKeyDer::from_pem_slice(&pem).map_err(|e| TlsError::Parse {
+        what,
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
+}
+
+/// The serving certificate chain and key: the configured files, else `<cert-dir>/kubelet.crt`
+/// and `kubelet.key`, generated (self-signed) when they are not both there. As upstream, a
+/// generated pair is reused on every later start.
+pub(crate) fn serving_cert(
+    config: &Config,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), TlsError> {
+    let (cert, key) = match (&config.tls_cert_file, &config.tls_private_key_file) {
+        (Some(c), Some(k)) => (c.clone(), k.clone()),
+        _ => {
+            let cert = config.cert_dir.join("kubelet.crt");
+            let key = config.cert_dir.join("kubelet.key");
+            if !(cert.is_file() && key.is_file()) {
+                write_self_signed(&config.node_name, &config.cert_dir, &cert, &key)?;
+                info!(cert = %cert.display(), "generated a self-signed serving certificate");
+            }
+            (cert, key)
+        }
+    };
+    Ok((
+        read_certs("serving certificate", &cert)?,
+        read_key("serving key", &key)?,
+    ))
+}
+
+/// Like upstream's `GenerateSelfSignedCertKey(host)`: a CA named `<host>-ca@<unix time>` and a
+/// serving certificate `<host>@<unix time>` signed by it, valid for a year, with the host as
+/// its one SAN (an IP SAN when the host is an address). The file holds the leaf then the CA.
+/// The key is ECDSA P-256 (upstream uses RSA 2048; the ring backend cannot generate RSA).
+fn write_self_signed(host: &str, dir: &Path, cert: &Path, key: &Path) -> Result<(), TlsError> {
+    let (cert_pem, key_pem) = self_signed_pem(host)?;
+    let write = |path: &Path, text: &str, mode: u32| -> Result<(), TlsError> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let err = |source| TlsError::Write {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .mode(mode)
+            .open(path)
+            .map_err(err)?;
+        f.write_all(text.as_bytes()).map_err(err)
+    };
+    std::fs::create_dir_all(dir).map_err(|source| TlsError::Write {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    write(key, &key_pem, 0o600)?;
+    write(cert, &cert_pem, 0o644)
+}
+
+pub(crate) fn self_signed_pem(host: &str) -> Result<(String, String), TlsError> {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+        KeyUsagePurpose,
+    };
+    let gen = |e: rcgen::Error| TlsError::Generate(e.to_string());
+    let now = chrono::Utc::now();
+    let stamp = now.timestamp();
+    // Valid from today for a year (upstream: now + 1 year); day 29+ is clamped so the
+    // next year's date exists.
+    let (y, m, d) = {
+        use chrono::Datelike;
+        (now.year(), now.month() as u8, (now.day() as u8).min(28))
+    };
+    let not_before = rcgen::date_time_ymd(y, m, d);
+    let not_after = rcgen::date_time_ymd(y + 1, m, d);
+
+    let ca_key = KeyPair::generate().map_err(gen)?;
+    let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(gen)?;
+    ca.distinguished_name
+        .push(DnType::CommonName, format!("{host}-ca@{stamp}"));
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    ca.not_before = not_before;
+    ca.not_after = not_after;
+    let ca_cert = ca.self_signed(&ca_key).map_err(gen)?;
+
+    let key = KeyPair::generate().map_err(gen)?;
+    let mut leaf = CertificateParams::new(vec![host.to_string()]).map_err(gen)?;
+    leaf.distinguished_name
+        .push(DnType::CommonName, format!("{host}@{stamp}"));
+    leaf.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    leaf.not_before = not_before;
+    leaf.not_after = not_after;
+    let leaf_cert = leaf.signed_by(&key, &ca_cert, &ca_key).map_err(gen)?;
+    Ok((
+        format!("{}{}", leaf_cert.pem(), ca_cert.pem()),
+        key.serialize_pem(),
+    ))
+}
+
+/// Go's tlsCipherSuites names mapped to the ring provider's suites.
+pub(crate) fn cipher_suite(name: &str) -> Option<SupportedCipherSuite> {
+    use rustls::crypto::ring::cipher_suite as cs;
+    Some(match name {
+        "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256" => cs::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+        "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384" => cs::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305"
+        | "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256" => {
+            cs::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256
+        }
+        "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256" => cs::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+        "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384" => cs::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+        "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305" | "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256" => {
+            cs::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256
+        }
+        "TLS_AES_128_GCM_SHA256" => cs::TLS13_AES_128_GCM_SHA256,
+        "TLS_AES_256_GCM_SHA384" => cs::TLS13_AES_256_GCM_SHA384,
+        "TLS_CHACHA20_POLY1305_SHA256" => cs::TLS13_CHACHA20_POLY1305_SHA256,
+        _ => return None,
+    })
+}
+
+/// The crypto provider with the configured suites. As in Go, tlsCipherSuites restricts the
+/// TLS 1.2 suites; the TLS 1.3 suites stay enabled unless named explicitly.
+pub(crate) fn provider(config: &Config) -> Result<CryptoProvider, TlsError> {
+    let mut provider = rustls::crypto::ring::default_provider();
+    if !config.tls_cipher_suites.is_empty() {
+        let mut chosen = Vec::new();
+        for name in &config.tls_cipher_suites {
+            let suite = cipher_suite(name)
+                .ok_or_else(|| TlsError::Settings(format!("unsupported cipher suite {name}")))?;
+            if !chosen.contains(&suite) {
+                chosen.push(suite);
+            }
+        }
+        if !chosen
+            .iter()
+            .any(|s| s.version() == &rustls::version::TLS13)
+        {
+            chosen.extend(
+                provider
+                    .cipher_suites
+                    .iter()
+                    .filter(|s| s.version() == &rustls::version::TLS13)
+                    .copied(),
+            );
+        }
+        provider.cipher_suites = chosen;
+    }
+    Ok(provider)
+}
+
+/// The verifier authentication uses for client certificates: chains up to the client CA,
+/// with the client-auth key usage, as Go's x509 authenticator checks them.
+pub(crate) fn client_ca_verifier(
+    path: &Path,
+    provider: &Arc<CryptoProvider>,
+) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+    let mut roots = RootCertStore::empty();
+    for cert in read_certs("client CA file", path)? {
+        roots.add(cert).map_err(|e| TlsError::Parse {
+            what: "client CA file",
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    }
+    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .build()
+        .map_err(|e| TlsError::Parse {
+            what: "client CA file",
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })
+}
+
+/// Asks for a client certificate and takes whatever comes (its signature over the handshake
+/// is still checked, so the client holds the key); authentication verifies the chain.
+#[derive(Debug)]
+struct RequestClientCert {
+    hints: Vec<DistinguishedName>,
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl ClientCertVerifier for RequestClientCert {
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &self.hints
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
+
+/// The main server's TLS configuration. `client_ca` is the verifier from
+/// [`client_ca_verifier`]; without one no client certificate is asked for (as upstream).
+pub(crate) fn server_config(
+    config: &Config,
+    provider: Arc<CryptoProvider>,
+    client_ca: Option<&Arc<dyn ClientCertVerifier>>,
+) -> Result<ServerConfig, TlsError> {
+    let versions: &[&'static rustls::SupportedProtocolVersion] =
+        match config.tls_min_version.as_deref() {
+            Some("VersionTLS13") => &[&rustls::version::TLS13],
+            Some(v @ ("VersionTLS10" | "VersionTLS11")) => {
+                warn!(
+                    tls_min_version = v,
+                    "TLS 1.0 and 1.1 are not implemented; the lowest version served is TLS 1.2"
+                );
+                &[&rustls::version::TLS12, &rustls::version::TLS13]
+            }
+            _ => &[&rustls::version::TLS12, &rustls::version::TLS13],
+        };
+    let (chain, key) = serving_cert(config)?;
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(versions)
+        .map_err(|e| TlsError::Settings(e.to_string()))?;
+    let builder = match client_ca {
+        Some(ca) => builder.with_client_cert_verifier(Arc::new(RequestClientCert {
+            hints: ca.root_hint_subjects().to_vec(),
+            algorithms: provider.signature_verification_algorithms,
+        })),
+        None => builder.with_no_client_auth(),
+    };
+    let mut tls = builder
+        .with_single_cert(chain, key)
+        .map_err(|e| TlsError::Settings(format!("serving certificate and key: {e}")))?;
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tls)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_configurable_suite_maps_to_a_rustls_suite() {
+        for name in crate::config::TLS_CIPHER_SUITES {
+            assert!(cipher_suite(name).is_some(), "{name}");
+        }
+        assert!(cipher_suite("TLS_RSA_WITH_AES_128_CBC_SHA").is_none());
+    }
+
+    #[test]
+    fn named_tls12_suites_restrict_tls12_and_keep_tls13() {
+        let mut config = Config::defaults(false);
+        config.tls_cipher_suites = vec!["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256".into()];
+        let p = provider(&config).unwrap();
+        let tls12: Vec<_> = p
+            .cipher_suites
+            .iter()
+            .filter(|s| s.version() == &rustls::version::TLS12)
+            .collect();
+        assert_eq!(tls12.len(), 1);
+        assert!(p
+            .cipher_suites
+            .iter()
+            .any(|s| s.version() == &rustls::version::TLS13));
+    }
+
+    #[test]
+    fn self_signed_pair_is_created_once_and_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config::defaults(false);
+        config.node_name = "node-a".into();
+        config.cert_dir = dir.path().join("pki");
+        let (chain, _) = serving_cert(&config).unwrap();
+        assert_eq!(chain.len(), 2, "leaf and its CA");
+        let (_, leaf) = x509_parser::parse_x509_certificate(&chain[0]).unwrap();
+        let cn = leaf.subject().iter_common_name().next().unwrap();
+        assert!(cn.as_str().unwrap().starts_with("node-a@"));
+        let san = leaf.subject_alternative_name().unwrap().unwrap();
+        assert_eq!(
+            format!("{:?}", san.value.general_names),
+            r#"[DNSName("node-a")]"#
+        );
+        let mode = std::fs::metadata(config.cert_dir.join("kubelet.key"))
+            .unwrap()
+            .permissions();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(mode.mode() & 0o777, 0o600);
+        let (again, _) = serving_cert(&config).unwrap();
+        assert_eq!(chain, again);
+        server_config(&config, Arc::new(provider(&config).unwrap()), None).unwrap();
+    }
+}

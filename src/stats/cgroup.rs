@@ -1,0 +1,598 @@
+//! Cgroup v1 and v2 readers behind one type, chosen from the mount table.
+//!
+//! The files are read directly rather than through cgroups-rs: the handful of counters the
+//! Summary API needs (cpu usage, memory usage/stat/limit, pids) are one-line or `key value`
+//! files, while cgroups-rs parses v1 key names even on v2 (`rss`/`cache` read 0 there), has no
+//! cpuacct on v2, turns missing files into zeros, and its manager pulls in ~177 crates (zbus).
+//! A missing file here is an error the caller can see, never a silent 0.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use super::error::{Result, StatsError};
+use super::parse::{
+    count_lines, parse_mountinfo, parse_proc_cgroup, read_flat_keyed, read_limit, read_string,
+    read_u64, MountEntry,
+};
+
+/// Upstream treats limits above 2^62 as "no limit" (v1 writes 9223372036854771712 for none).
+pub const UNLIMITED_ABOVE: u64 = 1 << 62;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CgroupVersion {
+    V1,
+    V2,
+}
+
+/// Where one v1 controller's hierarchy is mounted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct V1Mount {
+    pub mount_point: PathBuf,
+    /// The hierarchy path that the mount point shows (`/` on a host).
+    pub root: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Layout {
+    V1 {
+        cpuacct: V1Mount,
+        memory: V1Mount,
+        pids: Option<V1Mount>,
+    },
+    V2 {
+        root: PathBuf,
+    },
+}
+
+/// The host's cgroup hierarchies. Cheap to clone; holds only paths.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cgroups {
+    layout: Layout,
+}
+
+/// One cgroup read at one instant. Every part is optional: a v1 process can sit in
+/// different paths per controller, and a cgroup can vanish between two reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CgroupSample {
+    /// Cumulative CPU time in nanoseconds.
+    pub cpu_usage_ns: Option<u64>,
+    pub memory: Option<MemorySample>,
+    pub pids: Option<PidsSample>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemorySample {
+    pub usage: u64,
+    pub inactive_file: u64,
+    /// v1 `total_rss`, v2 `anon`.
+    pub rss: u64,
+    pub page_faults: u64,
+    pub major_page_faults: u64,
+    /// None when unlimited.
+    pub limit: Option<u64>,
+}
+
+impl MemorySample {
+    /// usage − inactive_file, floored at 0 (cAdvisor's working set).
+    pub fn working_set(&self) -> u64 {
+        self.usage.saturating_sub(self.inactive_file)
+    }
+
+    /// limit − working set when a limit is set (floored at 0 where upstream would wrap).
+    pub fn available(&self) -> Option<u64> {
+        available_bytes(self.limit, self.working_set())
+    }
+}
+
+pub fn available_bytes(limit: Option<u64>, working_set: u64) -> Option<u64> {
+    limit
+        .filter(|l| *l <= UNLIMITED_ABOVE)
+        .map(|l| l.saturating_sub(working_set))
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PidsSample {
+    pub current: u64,
+    pub max: Option<u64>,
+}
+
+/// A process's cgroup paths, per controller on v1 (they can differ) or the one v2 path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessCgroup {
+    pub cpu: String,
+    pub memory: String,
+    pub pids: String,
+}
+
+impl ProcessCgroup {
+    pub fn same(path: &str) -> Self {
+        ProcessCgroup {
+            cpu: path.to_string(),
+            memory: path.to_string(),
+            pids: path.to_string(),
+        }
+    }
+}
+
+impl Cgroups {
+    /// Detects the layout from /proc/self/mountinfo.
+    pub fn detect() -> Result<Self> {
+        Self::detect_from(Path::new("/proc/self/mountinfo"))
+    }
+
+    pub fn detect_from(mountinfo: &Path) -> Result<Self> {
+        let text = read_string(mountinfo)?;
+        Self::from_mounts(mountinfo, &parse_mountinfo(&text))
+    }
+
+    /// cgroup2 mounted at /sys/fs/cgroup means a unified host. Otherwise the v1 controllers
+    /// are used, so a hybrid host (cgroup2 at /sys/fs/cgroup/unified) counts as v1, as the
+    /// runtime and upstream both treat it.
+    pub fn from_mounts(mountinfo: &Path, mounts: &[MountEntry]) -> Result<Self> {
+        if let Some(m) = mounts
+            .iter()
+            .find(|m| m.fs_type == "cgroup2" && m.mount_point == "/sys/fs/cgroup")
+        {
+            return Ok(Cgroups::v2_at(&m.mount_point));
+        }
+        let v1 = |controller: &str| {
+            mounts
+                .iter()
+                .find(|m| m.fs_type == "cgroup" && m.super_options.iter().any(|o| o == controller))
+                .map(|m| V1Mount {
+                    mount_point: PathBuf::from(&m.mount_point),
+                    root: m.root.clone(),
+                })
+        };
+        let missing = |controller| StatsError::NoHierarchy {
+            mountinfo: mountinfo.to_path_buf(),
+            controller,
+        };
+        match (v1("cpuacct"), v1("memory")) {
+            (Some(cpuacct), Some(memory)) => Ok(Cgroups {
+                layout: Layout::V1 {
+                    cpuacct,
+                    memory,
+                    pids: v1("pids"),
+                },
+            }),
+            (cpuacct, _) => {
+                // No usable v1 hierarchy: a cgroup2 mount elsewhere is the only choice left.
+                if let Some(m) = mounts.iter().find(|m| m.fs_type == "cgroup2") {
+                    return Ok(Cgroups::v2_at(&m.mount_point));
+                }
+                Err(missing(if cpuacct.is_none() {
+                    "cpuacct"
+                } else {
+                    "memory"
+                }))
+            }
+        }
+    }
+
+    /// A unified hierarchy rooted at `root` (tests pass a fixture tree).
+    pub fn v2_at(root: impl AsRef<Path>) -> Self {
+        Cgroups {
+            layout: Layout::V2 {
+                root: root.as_ref().to_path_buf(),
+            },
+        }
+    }
+
+    /// v1 hierarchies at `root/cpuacct`, `root/memory`, `root/pids` (tests pass a fixture tree).
+    pub fn v1_at(root: impl AsRef<Path>) -> Self {
+        let m = |c: &str| V1Mount {
+            mount_point: root.as_ref().join(c),
+            root: "/".into(),
+        };
+        Cgroups {
+            layout: Layout::V1 {
+                cpuacct: m("cpuacct"),
+                memory: m("memory"),
+                pids: Some(m("pids")),
+            },
+        }
+    }
+
+    pub fn version(&self) -> CgroupVersion {
+        match self.layout {
+            Layout::V1 { .. } => CgroupVersion::V1,
+            Layout::V2 { .. } => CgroupVersion::V2,
+        }
+    }
+
+    fn v1_dir(mount: &V1Mount, cgroup: &str) -> PathBuf {
+        let rel = if mount.root != "/" {
+            cgroup.strip_prefix(mount.root.as_str()).unwrap_or(cgroup)
+        } else {
+            cgroup
+        };
+        mount.mount_point.join(rel.trim_start_matches('/'))
+    }
+
+    /// The directory holding the memory files of `cgroup` (the unified dir on v2).
+    pub fn memory_dir(&self, cgroup: &str) -> PathBuf {
+        match &self.layout {
+            Layout::V1 { memory, .. } => Self::v1_dir(memory, cgroup),
+            Layout::V2 { root } => root.join(cgroup.trim_start_matches('/')),
+        }
+    }
+
+    fn cpu_dir(&self, cgroup: &str) -> PathBuf {
+        match &self.layout {
+            Layout::V1 { cpuacct, .. } => Self::v1_dir(cpuacct, cgroup),
+            Layout::V2 { root } => root.join(cgroup.trim_start_matches('/')),
+        }
+    }
+
+    fn pids_dir(&self, cgroup: &str) -> Option<PathBuf> {
+        match &self.layout {
+            Layout::V1 { pids, .. } => pids.as_ref().map(|p| Self::v1_dir(p, cgroup)),
+            Layout::V2 { root } => Some(root.join(cgroup.trim_start_matches('/'))),
+        }
+    }
+
+    pub fn exists(&self, cgroup: &str) -> bool {
+        self.memory_dir(cgroup).is_dir() || self.cpu_dir(cgroup).is_dir()
+    }
+
+    /// Reads cpu, memory and pids of one cgroup path (the same path in every hierarchy).
+    pub fn read(&self, cgroup: &str) -> Result<CgroupSample> {
+        self.read_process(&ProcessCgroup::same(cgroup))
+    }
+
+    /// Reads a cgroup given per controller. A controller whose cgroup directory does not
+    /// exist is left out; if none exists the cgroup is gone and a not-found error returns.
+    pub fn read_process(&self, cg: &ProcessCgroup) -> Result<CgroupSample> {
+        let cpu = optional(self.read_cpu(&cg.cpu))?;
+        let memory = optional(self.read_memory(&cg.memory))?;
+        let pids = optional(self.read_pids(&cg.pids))?.flatten();
+        if cpu.is_none() && memory.is_none() {
+            let dir = self.memory_dir(&cg.memory);
+            return Err(StatsError::read(
+                dir,
+                std::io::Error::from(std::io::ErrorKind::NotFound),
+            ));
+        }
+        Ok(CgroupSample {
+            cpu_usage_ns: cpu,
+            memory,
+            pids,
+        })
+    }
+
+    pub fn read_cpu(&self, cgroup: &str) -> Result<u64> {
+        let dir = self.cpu_dir(cgroup);
+        match self.layout {
+            Layout::V1 { .. } => read_u64(&dir.join("cpuacct.usage")),
+            Layout::V2 { .. } => {
+                let path = dir.join("cpu.stat");
+                let stat = read_flat_keyed(&path)?;
+                let usec = stat
+                    .get("usage_usec")
+                    .ok_or_else(|| StatsError::parse(&path, "no usage_usec"))?;
+                Ok(usec * 1000)
+            }
+        }
+    }
+
+    pub fn read_memory(&self, cgroup: &str) -> Result<MemorySample> {
+        let dir = self.memory_dir(cgroup);
+        match self.layout {
+            Layout::V1 { .. } => {
+                let usage = read_u64(&dir.join("memory.usage_in_bytes"))?;
+                let stat = read_flat_keyed(&dir.join("memory.stat"))?;
+                // Hierarchical totals when the kernel has them, as cAdvisor reads them.
+                let get = |k: &str| {
+                    stat.get(&format!("total_{k}"))
+                        .or_else(|| stat.get(k))
+                        .copied()
+                        .unwrap_or(0)
+                };
+                let limit = read_u64(&dir.join("memory.limit_in_bytes"))?;
+                Ok(MemorySample {
+                    usage,
+                    inactive_file: get("inactive_file"),
+                    rss: get("rss"),
+                    page_faults: get("pgfault"),
+                    major_page_faults: get("pgmajfault"),
+                    limit: Some(limit).filter(|l| *l <= UNLIMITED_ABOVE),
+                })
+            }
+            Layout::V2 { .. } => {
+                let stat_path = dir.join("memory.stat");
+                let stat = read_flat_keyed(&stat_path)?;
+                let get = |k: &str| stat.get(k).copied().unwrap_or(0);
+                let (usage, limit) = match read_u64(&dir.join("memory.current")) {
+                    Ok(u) => (u, read_limit(&dir.join("memory.max"))?),
+                    // The root cgroup has no memory.current: the runtime's convention is
+                    // anon + file from its memory.stat.
+                    Err(e) if e.is_not_found() && is_root(cgroup) => {
+                        (get("anon") + get("file"), None)
+                    }
+                    Err(e) => return Err(e),
+                };
+                Ok(MemorySample {
+                    usage,
+                    inactive_file: get("inactive_file"),
+                    rss: get("anon"),
+                    page_faults: get("pgfault"),
+                    major_page_faults: get("pgmajfault"),
+                    limit: limit.filter(|l| *l <= UNLIMITED_ABOVE),
+                })
+            }
+        }
+    }
+
+    /// pids.current/pids.max; None when there is no pids hierarchy or the cgroup has no
+    /// pids files (the root cgroup).
+    pub fn read_pids(&self, cgroup: &str) -> Result<Option<PidsSample>> {
+        let Some(dir) = self.pids_dir(cgroup) else {
+            return Ok(None);
+        };
+        match read_u64(&dir.join("pids.current")) {
+            Ok(current) => Ok(Some(PidsSample {
+                current,
+                max: optional(read_limit(&dir.join("pids.max")))?.flatten(),
+            })),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Processes in `cgroup` and all its descendants (entries of every `cgroup.procs`).
+    /// The pod cgroup itself holds none; its containers' leaves hold them.
+    pub fn process_count(&self, cgroup: &str) -> Result<u64> {
+        let dir = self
+            .pids_dir(cgroup)
+            .filter(|d| d.is_dir())
+            .unwrap_or_else(|| self.memory_dir(cgroup));
+        let mut total = 0;
+        let mut stack = vec![dir];
+        while let Some(d) = stack.pop() {
+            let procs = d.join("cgroup.procs");
+            match read_string(&procs) {
+                Ok(t) => total += count_lines(&t),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+            let entries = match std::fs::read_dir(&d) {
+                Ok(e) => e,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(StatsError::read(&d, e)),
+            };
+            for entry in entries.flatten() {
+                if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                    stack.push(entry.path());
+                }
+            }
+        }
+        Ok(total)
+    }
+
+    /// The earliest modification time among the cgroup's directories: the closest cgroupfs
+    /// offers to a creation time (cAdvisor uses the same for a raw cgroup's start).
+    pub fn creation_time(&self, cgroup: &str) -> Option<SystemTime> {
+        [Some(self.cpu_dir(cgroup)), Some(self.memory_dir(cgroup))]
+            .into_iter()
+            .flatten()
+            .filter_map(|d| std::fs::metadata(d).ok()?.modified().ok())
+            .min()
+    }
+
+    /// A process's cgroups from the text of /proc/<pid>/cgroup.
+    pub fn process_cgroup(&self, proc_cgroup_text: &str) -> Option<ProcessCgroup> {
+        let lines = parse_proc_cgroup(proc_cgroup_text);
+        match self.layout {
+            Layout::V2 { .. } => lines
+                .iter()
+                .find(|l| l.controllers.is_empty())
+                .map(|l| ProcessCgroup::same(&l.path)),
+            Layout::V1 { .. } => {
+                let by = |c: &str| {
+                    lines
+                        .iter()
+                        .find(|l| l.controllers.iter().any(|x| x == c))
+                        .map(|l| l.path.clone())
+                };
+                let memory = by("memory")?;
+                Some(ProcessCgroup {
+                    cpu: by("cpuacct").unwrap_or_else(|| memory.clone()),
+                    pids: by("pids").unwrap_or_else(|| memory.clone()),
+                    memory,
+                })
+            }
+        }
+    }
+}
+
+fn is_root(cgroup: &str) -> bool {
+    cgroup.trim_matches('/').is_empty()
+}
+
+/// Not-found becomes None; other errors pass.
+fn optional<T>(r: Result<T>) -> Result<Option<T>> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POD: &str = "/kubepods/burstable/pod7c1f4a2e-9d3b-4e5f-8a6b-1c2d3e4f5a6b";
+    const APP: &str = "5e0c1a9d3f7b2e4a6c8d0f1b3a5c7e9d1f3b5a7c9e1d3f5b7a9c1e3d5f7b9a1c";
+    const PAUSE: &str = "8f2b4d6e0a1c3e5f7b9d1a3c5e7f9b1d3a5c7e9f1b3d5a7c9e1f3b5d7a9c1e3f";
+
+    fn testdata(rel: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("src/stats/testdata")
+            .join(rel)
+    }
+
+    #[test]
+    fn detects_hybrid_as_v1_with_separate_cpu_and_cpuacct() {
+        let c = Cgroups::detect_from(&testdata("proc/mountinfo.hybrid")).unwrap();
+        assert_eq!(c.version(), CgroupVersion::V1);
+        assert_eq!(
+            c.cpu_dir("/kubepods"),
+            PathBuf::from("/sys/fs/cgroup/cpuacct/kubepods")
+        );
+        assert_eq!(
+            c.memory_dir("/kubepods"),
+            PathBuf::from("/sys/fs/cgroup/memory/kubepods")
+        );
+    }
+
+    #[test]
+    fn detects_comounted_v1_and_unified() {
+        let c = Cgroups::detect_from(&testdata("proc/mountinfo.v1-comounted")).unwrap();
+        assert_eq!(c.version(), CgroupVersion::V1);
+        assert_eq!(
+            c.cpu_dir("/a"),
+            PathBuf::from("/sys/fs/cgroup/cpu,cpuacct/a")
+        );
+        let c = Cgroups::detect_from(&testdata("proc/mountinfo.unified")).unwrap();
+        assert_eq!(c.version(), CgroupVersion::V2);
+        assert_eq!(
+            c.memory_dir("/kubepods"),
+            PathBuf::from("/sys/fs/cgroup/kubepods")
+        );
+    }
+
+    #[test]
+    fn no_hierarchy_names_the_file() {
+        let err = Cgroups::from_mounts(Path::new("/proc/self/mountinfo"), &[]).unwrap_err();
+        assert!(err.to_string().contains("/proc/self/mountinfo"), "{err}");
+    }
+
+    #[test]
+    fn v1_mount_root_inside_a_container_is_stripped() {
+        let mounts = parse_mountinfo(
+            "1 0 0:1 /kubepods/podx /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n\
+             2 0 0:2 /kubepods/podx /sys/fs/cgroup/cpuacct rw - cgroup cgroup rw,cpuacct\n",
+        );
+        let c = Cgroups::from_mounts(Path::new("m"), &mounts).unwrap();
+        assert_eq!(
+            c.memory_dir("/kubepods/podx/ctr"),
+            PathBuf::from("/sys/fs/cgroup/memory/ctr")
+        );
+    }
+
+    #[test]
+    fn v1_pod_and_containers() {
+        let c = Cgroups::v1_at(testdata("v1"));
+        let pod = c.read(POD).unwrap();
+        assert_eq!(pod.cpu_usage_ns, Some(3148951450));
+        let m = pod.memory.unwrap();
+        assert_eq!(m.usage, 63979520);
+        assert_eq!(m.limit, Some(256 << 20));
+        assert!(m.inactive_file > 0 && m.rss > 0 && m.page_faults > 0);
+        assert_eq!(m.working_set(), m.usage - m.inactive_file);
+        assert_eq!(m.available(), Some((256 << 20) - m.working_set()));
+        assert_eq!(
+            pod.pids,
+            Some(PidsSample {
+                current: 3,
+                max: Some(64)
+            })
+        );
+
+        let app = c.read(&format!("{POD}/{APP}")).unwrap();
+        // The leaf under a limited pod reports "no limit" of its own.
+        assert_eq!(app.memory.as_ref().unwrap().limit, None);
+        assert_eq!(app.memory.unwrap().available(), None);
+        assert_eq!(app.pids.unwrap().max, None);
+        assert_eq!(c.process_count(POD).unwrap(), 3);
+        assert_eq!(c.process_count(&format!("{POD}/{PAUSE}")).unwrap(), 1);
+    }
+
+    #[test]
+    fn v1_root_has_no_pids_files() {
+        let c = Cgroups::v1_at(testdata("v1"));
+        let root = c.read("/").unwrap();
+        assert!(root.cpu_usage_ns.unwrap() > 0);
+        assert!(root.memory.as_ref().unwrap().usage > 0);
+        assert_eq!(root.memory.unwrap().limit, None);
+        assert_eq!(root.pids, None);
+    }
+
+    #[test]
+    fn v2_pod_containers_and_root() {
+        let c = Cgroups::v2_at(testdata("v2"));
+        let pod = c.read(POD).unwrap();
+        assert_eq!(pod.cpu_usage_ns, Some(3148951 * 1000));
+        let m = pod.memory.unwrap();
+        assert_eq!(
+            m,
+            MemorySample {
+                usage: 63979520,
+                inactive_file: 20971520,
+                rss: 41287680,
+                page_faults: 9892,
+                major_page_faults: 2,
+                limit: Some(268435456),
+            }
+        );
+        assert_eq!(
+            pod.pids,
+            Some(PidsSample {
+                current: 3,
+                max: Some(64)
+            })
+        );
+        let app = c.read(&format!("{POD}/{APP}")).unwrap();
+        assert_eq!(app.memory.unwrap().limit, None);
+        assert_eq!(c.process_count(POD).unwrap(), 3);
+
+        let root = c.read("/").unwrap();
+        assert_eq!(root.cpu_usage_ns, Some(2844832175 * 1000));
+        let rm = root.memory.unwrap();
+        assert_eq!(rm.usage, 1062948864 + 2389159936);
+        assert_eq!(rm.limit, None);
+        assert_eq!(root.pids, None);
+    }
+
+    #[test]
+    fn gone_cgroup_is_not_found() {
+        let c = Cgroups::v2_at(testdata("v2"));
+        let err = c.read("/kubepods/podgone").unwrap_err();
+        assert!(err.is_not_found());
+        assert!(err.to_string().contains("podgone"), "{err}");
+        let c = Cgroups::v1_at(testdata("v1"));
+        assert!(c.read("/kubepods/podgone").unwrap_err().is_not_found());
+    }
+
+    #[test]
+    fn working_set_floors_at_zero() {
+        let m = MemorySample {
+            usage: 100,
+            inactive_file: 250,
+            limit: Some(1000),
+            ..Default::default()
+        };
+        assert_eq!(m.working_set(), 0);
+        assert_eq!(m.available(), Some(1000));
+        assert_eq!(available_bytes(Some(10), 20), Some(0));
+        assert_eq!(available_bytes(Some(u64::MAX), 20), None);
+    }
+
+    #[test]
+    fn process_cgroup_per_controller() {
+        let v1 = Cgroups::v1_at("/x");
+        let pc = v1
+            .process_cgroup("4:memory:/process_api/02d8\n2:cpuacct:/\n8:pids:/\n0::/\n")
+            .unwrap();
+        assert_eq!(pc.memory, "/process_api/02d8");
+        assert_eq!(pc.cpu, "/");
+        let v2 = Cgroups::v2_at("/x");
+        assert_eq!(
+            v2.process_cgroup("0::/system.slice/containerd.service\n")
+                .unwrap(),
+            ProcessCgroup::same("/system.slice/containerd.service")
+        );
+    }
+}

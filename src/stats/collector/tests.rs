@@ -1,0 +1,473 @@
+use super::*;
+use crate::stats::parse::parse_meminfo;
+
+const UID: &str = "7c1f4a2e-9d3b-4e5f-8a6b-1c2d3e4f5a6b";
+const POD: &str = "/kubepods/burstable/pod7c1f4a2e-9d3b-4e5f-8a6b-1c2d3e4f5a6b";
+const APP: &str = "5e0c1a9d3f7b2e4a6c8d0f1b3a5c7e9d1f3b5a7c9e1d3f5b7a9c1e3d5f7b9a1c";
+
+fn testdata(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("src/stats/testdata")
+        .join(rel)
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), dst).unwrap();
+        }
+    }
+}
+
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    cgroup_root: PathBuf,
+    config: CollectorConfig,
+    pod: PodInfo,
+}
+
+/// A writable copy of the v2 tree, /proc fixtures, and a pod with a writable layer and logs.
+fn fixture() -> Fixture {
+    let tmp = tempfile::tempdir().unwrap();
+    let cgroup_root = tmp.path().join("cgroup");
+    copy_tree(&testdata("v2"), &cgroup_root);
+    let upper = tmp.path().join("upper");
+    std::fs::create_dir_all(upper.join("etc")).unwrap();
+    std::fs::write(upper.join("etc/hello"), vec![1u8; 10_000]).unwrap();
+    let logs = tmp.path().join("logs/app");
+    std::fs::create_dir_all(&logs).unwrap();
+    std::fs::write(logs.join("0.log"), vec![b'x'; 5000]).unwrap();
+    let empty_dir = tmp.path().join("volumes/cache");
+    std::fs::create_dir_all(&empty_dir).unwrap();
+    std::fs::write(empty_dir.join("f"), vec![0u8; 3000]).unwrap();
+
+    let mut config = CollectorConfig::new("node-1");
+    config.proc_root = testdata("proc");
+    config.node_fs_dir = tmp.path().to_path_buf();
+    config.image_fs_dir = tmp.path().to_path_buf();
+    config.image_fs_usage_dir = Some(upper.clone());
+    config.kubelet_cgroup = Some(ProcessCgroup::same(POD));
+    config.kubelet_start_time = Utc.with_ymd_and_hms(2025, 6, 23, 10, 0, 0).unwrap();
+    let start = Utc.with_ymd_and_hms(2025, 6, 23, 10, 0, 3).unwrap();
+    let pod = PodInfo {
+        uid: UID.into(),
+        name: "web".into(),
+        namespace: "default".into(),
+        pause_pid: Some(7644),
+        cgroup_parent: POD.into(),
+        start_time: start,
+        containers: vec![
+            ContainerInfo {
+                name: "app".into(),
+                id: APP.into(),
+                cgroup_path: format!("{POD}/{APP}"),
+                start_time: start,
+                log_dir: Some(logs),
+                rootfs_upper: Some(upper),
+            },
+            ContainerInfo {
+                name: "gone".into(),
+                id: "dead".into(),
+                cgroup_path: format!("{POD}/dead"),
+                start_time: start,
+                log_dir: None,
+                rootfs_upper: None,
+            },
+        ],
+        volumes: vec![VolumeInfo {
+            name: "cache".into(),
+            path: empty_dir,
+            ephemeral: true,
+        }],
+    };
+    Fixture {
+        _tmp: tmp,
+        cgroup_root,
+        config,
+        pod,
+    }
+}
+
+#[test]
+fn rate_between_two_samples() {
+    let t0 = Instant::now();
+    let t1 = t0 + Duration::from_secs(10);
+    // 2.5 cores over 10 s
+    assert_eq!(
+        usage_nano_cores(0, t0, 25_000_000_000, t1),
+        Some(2_500_000_000)
+    );
+    assert_eq!(usage_nano_cores(100, t0, 100, t1), Some(0));
+    // counter reset (cgroup recreated) and time not advancing give no value
+    assert_eq!(usage_nano_cores(200, t0, 100, t1), None);
+    assert_eq!(usage_nano_cores(0, t1, 100, t1), None);
+    assert_eq!(usage_nano_cores(0, t1, 100, t0), None);
+}
+
+#[test]
+fn network_skips_lo_and_veth_and_inlines_eth0() {
+    let now = Time(Utc::now());
+    let path = testdata("proc/1/net/dev");
+    let c = parse_net_dev(&path, &std::fs::read_to_string(&path).unwrap()).unwrap();
+    let n = network_stats(now, &c);
+    let names: Vec<_> = n.interfaces.iter().map(|i| i.name.as_str()).collect();
+    assert_eq!(names, ["ifb0", "ifb1", "eth0", "kubers0"]);
+    assert_eq!(n.default_interface.name, "eth0");
+    assert_eq!(n.default_interface.rx_bytes, Some(137410592));
+    let none = network_stats(now, &c[..1]);
+    assert_eq!(none.default_interface.name, "");
+    assert!(none.interfaces.is_empty());
+}
+
+#[test]
+fn snapshot_of_a_v2_pod() {
+    let f = fixture();
+    let c = Collector::new(f.config.clone(), Cgroups::v2_at(&f.cgroup_root));
+    assert!(c.summary(false).is_none());
+    assert!(c.metrics_resource().contains("resource_scrape_error 1"));
+
+    c.collect(std::slice::from_ref(&f.pod));
+    let snap = c.snapshot();
+    assert!(snap.errors.is_empty(), "{:?}", snap.errors);
+    let s = c.summary(false).unwrap();
+
+    // node
+    assert_eq!(s.node.node_name, "node-1");
+    assert_eq!(s.node.start_time.0.timestamp(), 1796215659);
+    let ncpu = s.node.cpu.as_ref().unwrap();
+    assert_eq!(ncpu.usage_core_nano_seconds, Some(2844832175 * 1000));
+    assert_eq!(ncpu.usage_nano_cores, None, "first sample has no rate");
+    let nmem = s.node.memory.as_ref().unwrap();
+    let usage = 1062948864u64 + 2389159936;
+    let ws = usage - 1662832640;
+    assert_eq!(nmem.usage_bytes, Some(usage));
+    assert_eq!(nmem.working_set_bytes, Some(ws));
+    let meminfo = parse_meminfo(&std::fs::read_to_string(testdata("proc/meminfo")).unwrap());
+    assert_eq!(nmem.available_bytes, Some(meminfo["MemTotal"] - ws));
+    assert_eq!(nmem.rss_bytes, Some(1062948864));
+    assert_eq!(nmem.page_faults, Some(42692802));
+    let nnet = s.node.network.as_ref().unwrap();
+    assert_eq!(nnet.default_interface.tx_bytes, Some(311244));
+    let rl = s.node.rlimit.as_ref().unwrap();
+    assert_eq!(rl.maxpid, Some(32768));
+    let loadavg = std::fs::read_to_string(testdata("proc/loadavg")).unwrap();
+    assert_eq!(rl.curproc, parse_loadavg_tasks(&loadavg).map(|v| v as i64));
+    let nfs = s.node.fs.as_ref().unwrap();
+    assert!(nfs.capacity_bytes.unwrap() > 0 && nfs.used_bytes.unwrap() > 0);
+    let image = s.node.runtime.as_ref().unwrap().image_fs.as_ref().unwrap();
+    assert!(image.used_bytes.unwrap() >= 10_000, "{image:?}");
+    assert_eq!(image.inodes_used, Some(3));
+    // kubelet system container (pointed at the pod cgroup here); pods root has no files
+    let names: Vec<_> = s
+        .node
+        .system_containers
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(names, ["kubelet"]);
+    assert_eq!(
+        s.node.system_containers[0].start_time,
+        Time(f.config.kubelet_start_time)
+    );
+
+    // pod
+    assert_eq!(s.pods.len(), 1);
+    let p = &s.pods[0];
+    assert_eq!(p.pod_ref.uid, UID);
+    let pmem = p.memory.as_ref().unwrap();
+    assert_eq!(pmem.usage_bytes, Some(63979520));
+    assert_eq!(pmem.working_set_bytes, Some(63979520 - 20971520));
+    assert_eq!(
+        pmem.available_bytes,
+        Some(268435456 - (63979520 - 20971520))
+    );
+    assert_eq!(pmem.rss_bytes, Some(41287680));
+    assert_eq!(pmem.major_page_faults, Some(2));
+    assert_eq!(
+        p.cpu.as_ref().unwrap().usage_core_nano_seconds,
+        Some(3148951000)
+    );
+    assert_eq!(p.process_stats.as_ref().unwrap().process_count, Some(3));
+    let net = p.network.as_ref().unwrap();
+    assert_eq!(net.default_interface.name, "eth0");
+    assert_eq!(
+        (
+            net.default_interface.rx_bytes,
+            net.default_interface.rx_errors,
+            net.default_interface.tx_bytes,
+            net.default_interface.tx_errors
+        ),
+        (Some(1048576), Some(3), Some(524288), Some(1))
+    );
+    assert_eq!(net.interfaces.len(), 1, "lo is left out");
+
+    // containers: the vanished one is left out
+    assert_eq!(p.containers.len(), 1);
+    let app = &p.containers[0];
+    assert_eq!(app.name, "app");
+    let amem = app.memory.as_ref().unwrap();
+    assert_eq!(amem.available_bytes, None, "no limit on the leaf");
+    assert_eq!(amem.working_set_bytes, Some(63303680 - 20971520));
+    let rootfs = app.rootfs.as_ref().unwrap();
+    assert!(rootfs.used_bytes.unwrap() >= 10_000);
+    assert_eq!(rootfs.inodes_used, Some(3));
+    assert!(rootfs.capacity_bytes.is_some() && rootfs.inodes_free.is_some());
+    let logs = app.logs.as_ref().unwrap();
+    assert!(logs.used_bytes.unwrap() >= 5000);
+    assert_eq!(logs.inodes_used, Some(2));
+
+    // volume and ephemeral storage = rootfs + logs + ephemeral volumes
+    assert_eq!(p.volume_stats[0].name, "cache");
+    let vol_used = p.volume_stats[0].fs.used_bytes.unwrap();
+    let eph = p.ephemeral_storage.as_ref().unwrap();
+    assert_eq!(
+        eph.used_bytes,
+        Some(rootfs.used_bytes.unwrap() + logs.used_bytes.unwrap() + vol_used)
+    );
+    assert_eq!(eph.inodes_used, Some(3 + 2 + 2));
+
+    // the views read the same snapshot
+    let only = c.summary(true).unwrap();
+    assert!(only.node.fs.is_none() && only.pods[0].network.is_none());
+    assert_eq!(only.pods[0].containers[0].memory, app.memory);
+    let text = c.metrics_resource();
+    assert!(text.contains("resource_scrape_error 0\n"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "pod_memory_working_set_bytes{{namespace=\"default\",pod=\"web\"}} 4.3008e+07 {}",
+            pmem.time.0.timestamp_millis()
+        )),
+        "{text}"
+    );
+    assert!(text.contains("container_start_time_seconds{container=\"app\",namespace=\"default\",pod=\"web\"} 1.750672803e+09\n"), "{text}");
+}
+
+#[test]
+fn second_tick_gives_the_rate_and_a_recreated_cgroup_starts_over() {
+    let f = fixture();
+    let c = Collector::new(f.config.clone(), Cgroups::v2_at(&f.cgroup_root));
+    let a0 = Instant::now();
+    c.collect(std::slice::from_ref(&f.pod));
+    let a1 = Instant::now();
+    std::thread::sleep(Duration::from_millis(50));
+    // one more core-second for the app container
+    let stat = f
+        .cgroup_root
+        .join(POD.trim_start_matches('/'))
+        .join(APP)
+        .join("cpu.stat");
+    let text = std::fs::read_to_string(&stat).unwrap();
+    std::fs::write(
+        &stat,
+        text.replace("usage_usec 3145228", "usage_usec 4145228"),
+    )
+    .unwrap();
+    let b0 = Instant::now();
+    c.collect(std::slice::from_ref(&f.pod));
+    let b1 = Instant::now();
+    let s = c.summary(false).unwrap();
+    let rate = s.pods[0].containers[0]
+        .cpu
+        .as_ref()
+        .unwrap()
+        .usage_nano_cores
+        .unwrap();
+    let lo = (1e9 / (b1 - a0).as_secs_f64()) as u64;
+    let hi = (1e9 / (b0 - a1).as_secs_f64()) as u64;
+    assert!(lo <= rate && rate <= hi, "{lo} <= {rate} <= {hi}");
+    // unchanged counters: zero rate, not missing
+    assert_eq!(s.pods[0].cpu.as_ref().unwrap().usage_nano_cores, Some(0));
+    assert_eq!(s.node.cpu.as_ref().unwrap().usage_nano_cores, Some(0));
+
+    // counter went backwards (container recreated under the same path): no rate
+    std::fs::write(&stat, text.replace("usage_usec 3145228", "usage_usec 1")).unwrap();
+    c.collect(std::slice::from_ref(&f.pod));
+    let s = c.summary(false).unwrap();
+    assert_eq!(
+        s.pods[0].containers[0]
+            .cpu
+            .as_ref()
+            .unwrap()
+            .usage_nano_cores,
+        None
+    );
+}
+
+#[test]
+fn pod_without_cgroup_is_left_out_and_v1_tree_works() {
+    let f = fixture();
+    let mut config = f.config.clone();
+    config.kubelet_cgroup = None;
+    config.proc_root = testdata("proc");
+    let c = Collector::new(config, Cgroups::v1_at(testdata("v1")));
+    let mut gone = f.pod.clone();
+    gone.uid = "other".into();
+    gone.cgroup_parent = "/kubepods/besteffort/podother".into();
+    c.collect(&[f.pod.clone(), gone]);
+    let snap = c.snapshot();
+    assert!(snap.errors.is_empty(), "{:?}", snap.errors);
+    let s = snap.summary.unwrap();
+    assert_eq!(s.pods.len(), 1);
+    let p = &s.pods[0];
+    assert_eq!(
+        p.cpu.as_ref().unwrap().usage_core_nano_seconds,
+        Some(3148951450)
+    );
+    assert_eq!(p.memory.as_ref().unwrap().usage_bytes, Some(63979520));
+    assert_eq!(p.process_stats.as_ref().unwrap().process_count, Some(3));
+    // v1 fixture has the kubepods files: the pods system container appears
+    let pods_sys = s
+        .node
+        .system_containers
+        .iter()
+        .find(|c| c.name == "pods")
+        .unwrap();
+    assert!(pods_sys.memory.as_ref().unwrap().usage_bytes.unwrap() > 0);
+}
+
+#[test]
+fn unreadable_node_files_are_scrape_errors() {
+    let f = fixture();
+    let mut config = f.config.clone();
+    config.proc_root = f.cgroup_root.join("no-proc-here");
+    config.node_fs_dir = PathBuf::from("/no/such/node/fs");
+    let c = Collector::new(config, Cgroups::v2_at(&f.cgroup_root));
+    c.collect(&[]);
+    let snap = c.snapshot();
+    assert!(
+        snap.errors.iter().any(|e| e.contains("/no/such/node/fs")),
+        "{:?}",
+        snap.errors
+    );
+    assert!(
+        snap.errors.iter().any(|e| e.contains("meminfo")),
+        "{:?}",
+        snap.errors
+    );
+    assert!(c.metrics_resource().ends_with("resource_scrape_error 1\n"));
+    // what could be read is still there
+    assert!(snap.summary.unwrap().node.cpu.is_some());
+}
+
+#[tokio::test]
+async fn housekeeping_loop_fills_the_cache_and_stops() {
+    let f = fixture();
+    let mut config = f.config.clone();
+    config.housekeeping_interval = Duration::from_millis(20);
+    let c = Arc::new(Collector::new(config, Cgroups::v2_at(&f.cgroup_root)));
+    let pod = f.pod.clone();
+    let lister = Arc::new(move || vec![pod.clone()]);
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(c.clone().run(lister, async {
+        let _ = rx.await;
+    }));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let rate = c
+            .summary(false)
+            .and_then(|s| s.pods.first()?.cpu.as_ref()?.usage_nano_cores);
+        if rate.is_some() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no second tick within 5 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tx.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+/// Reads this machine's own cgroups and /proc and checks the values make sense.
+#[test]
+fn real_machine_sanity() {
+    if !Path::new("/sys/fs/cgroup").is_dir() {
+        eprintln!("note: /sys/fs/cgroup absent; real-machine stats test skipped");
+        return;
+    }
+    let cgroups = match Cgroups::detect() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("note: no usable cgroup hierarchy ({e}); real-machine stats test skipped");
+            return;
+        }
+    };
+    let mut config = CollectorConfig::new("real");
+    config.node_fs_dir = PathBuf::from("/");
+    config.image_fs_dir = PathBuf::from("/");
+    config.image_fs_usage_dir = None;
+    let c = Collector::new(config, cgroups.clone());
+    c.collect(&[]);
+    // burn a little cpu so the second sample moves
+    let mut x = 0u64;
+    for i in 0..20_000_000u64 {
+        x = x.wrapping_mul(31).wrapping_add(i);
+    }
+    std::hint::black_box(x);
+    std::thread::sleep(Duration::from_millis(100));
+    c.collect(&[]);
+    let snap = c.snapshot();
+    assert!(snap.errors.is_empty(), "{:?}", snap.errors);
+    let s = snap.summary.unwrap();
+
+    let meminfo = parse_meminfo(&std::fs::read_to_string("/proc/meminfo").unwrap());
+    let total = meminfo["MemTotal"];
+    let m = s.node.memory.as_ref().unwrap();
+    let (usage, ws) = (m.usage_bytes.unwrap(), m.working_set_bytes.unwrap());
+    assert!(
+        ws <= usage && usage <= total * 2,
+        "usage {usage} ws {ws} total {total}"
+    );
+    assert!(ws > 0);
+    assert_eq!(m.available_bytes, Some(total.saturating_sub(ws)));
+    let cpu = s.node.cpu.as_ref().unwrap();
+    assert!(cpu.usage_core_nano_seconds.unwrap() > 0);
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1) as u64;
+    let rate = cpu.usage_nano_cores.expect("second sample gives a rate");
+    assert!(
+        rate <= cores * 1_100_000_000,
+        "rate {rate} on {cores} cores"
+    );
+
+    let kubelet = s
+        .node
+        .system_containers
+        .iter()
+        .find(|c| c.name == "kubelet")
+        .expect("the test process's own cgroup is readable");
+    let km = kubelet.memory.as_ref().expect("own memory cgroup");
+    assert!(km.usage_bytes.unwrap() > 0, "{km:?}");
+    assert!(km.working_set_bytes <= km.usage_bytes);
+
+    let rl = s.node.rlimit.as_ref().unwrap();
+    assert!(rl.maxpid.unwrap() > 0 && rl.curproc.unwrap() > 0);
+    assert!(rl.curproc.unwrap() <= rl.maxpid.unwrap());
+    let fs = s.node.fs.as_ref().unwrap();
+    assert!(fs.capacity_bytes.unwrap() >= fs.available_bytes.unwrap());
+    assert!(s.node.network.is_some());
+    let boot = s.node.start_time.0;
+    assert!(boot < Utc::now());
+    eprintln!(
+        "real machine ({:?}): node cpu {} ns ({} nanocores), ws {} B of {} B, kubelet ws {} B",
+        cgroups.version(),
+        cpu.usage_core_nano_seconds.unwrap(),
+        rate,
+        ws,
+        total,
+        km.working_set_bytes.unwrap()
+    );
+    // the JSON and metrics views serialise
+    let json = serde_json::to_string(&s).unwrap();
+    assert!(json.contains("\"nodeName\":\"real\""));
+    assert!(c
+        .metrics_resource()
+        .contains("node_memory_working_set_bytes "));
+}

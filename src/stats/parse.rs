@@ -1,0 +1,332 @@
+//! Small parsers for the cgroup and /proc file formats the collector reads. They take the
+//! text, so tests feed them fixtures; the `read_*` helpers add the path to every error.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use super::error::{Result, StatsError};
+
+pub fn read_string(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|e| StatsError::read(path, e))
+}
+
+/// A file holding one unsigned number (`memory.current`, `cpuacct.usage`, ...).
+pub fn read_u64(path: &Path) -> Result<u64> {
+    let text = read_string(path)?;
+    text.trim()
+        .parse()
+        .map_err(|_| StatsError::parse(path, format!("expected a number, found {:?}", text.trim())))
+}
+
+/// A limit file: a number, or `max` for none (v2 `memory.max`, `pids.max`, v1 `pids.max`).
+pub fn read_limit(path: &Path) -> Result<Option<u64>> {
+    let text = read_string(path)?;
+    parse_limit(&text).ok_or_else(|| {
+        StatsError::parse(
+            path,
+            format!("expected a number or max, found {:?}", text.trim()),
+        )
+    })
+}
+
+pub fn parse_limit(text: &str) -> Option<Option<u64>> {
+    match text.trim() {
+        "max" => Some(None),
+        t => t.parse().ok().map(Some),
+    }
+}
+
+/// `key value` lines (`memory.stat`, `cpu.stat`, `cpuacct.stat`). Lines that do not fit are
+/// skipped: kernels add keys, and a few carry non-numeric values.
+pub fn parse_flat_keyed(text: &str) -> HashMap<String, u64> {
+    text.lines()
+        .filter_map(|line| {
+            let mut it = line.split_whitespace();
+            let key = it.next()?;
+            let value = it.next()?.parse().ok()?;
+            Some((key.to_string(), value))
+        })
+        .collect()
+}
+
+pub fn read_flat_keyed(path: &Path) -> Result<HashMap<String, u64>> {
+    Ok(parse_flat_keyed(&read_string(path)?))
+}
+
+/// /proc/meminfo in bytes (the file says kB and means KiB).
+pub fn parse_meminfo(text: &str) -> HashMap<String, u64> {
+    text.lines()
+        .filter_map(|line| {
+            let (key, rest) = line.split_once(':')?;
+            let mut it = rest.split_whitespace();
+            let value: u64 = it.next()?.parse().ok()?;
+            let scale = if it.next() == Some("kB") { 1024 } else { 1 };
+            Some((key.trim().to_string(), value * scale))
+        })
+        .collect()
+}
+
+/// Counters of one interface from a `net/dev` file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InterfaceCounters {
+    pub name: String,
+    pub rx_bytes: u64,
+    pub rx_errors: u64,
+    pub tx_bytes: u64,
+    pub tx_errors: u64,
+}
+
+/// `/proc/<pid>/net/dev`: two header lines, then `name: 8 receive and 8 transmit columns`.
+/// The name is split at the colon because long counters touch it (`eth0:137410592`).
+pub fn parse_net_dev(path: &Path, text: &str) -> Result<Vec<InterfaceCounters>> {
+    let mut out = Vec::new();
+    for line in text.lines().skip(2) {
+        let Some((name, rest)) = line.split_once(':') else {
+            continue;
+        };
+        let cols: Vec<u64> = rest
+            .split_whitespace()
+            .map(|c| c.parse::<u64>())
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|_| StatsError::parse(path, format!("bad counters in line {line:?}")))?;
+        if cols.len() < 16 {
+            return Err(StatsError::parse(
+                path,
+                format!(
+                    "expected 16 counters, found {} in line {line:?}",
+                    cols.len()
+                ),
+            ));
+        }
+        out.push(InterfaceCounters {
+            name: name.trim().to_string(),
+            rx_bytes: cols[0],
+            rx_errors: cols[2],
+            tx_bytes: cols[8],
+            tx_errors: cols[10],
+        });
+    }
+    Ok(out)
+}
+
+/// One line of /proc/self/mountinfo, the fields the cgroup detection needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountEntry {
+    /// The path inside the mounted filesystem that is the mount's root (not `/` inside a
+    /// container whose cgroup namespace is not the host's).
+    pub root: String,
+    pub mount_point: String,
+    pub fs_type: String,
+    pub super_options: Vec<String>,
+}
+
+pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
+    text.lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let left: Vec<&str> = left.split(' ').collect();
+            let mut right = right.split(' ');
+            let fs_type = right.next()?.to_string();
+            let _source = right.next()?;
+            let super_options = right
+                .next()
+                .unwrap_or("")
+                .split(',')
+                .map(str::to_string)
+                .collect();
+            Some(MountEntry {
+                root: unescape_octal(left.get(3)?),
+                mount_point: unescape_octal(left.get(4)?),
+                fs_type,
+                super_options,
+            })
+        })
+        .collect()
+}
+
+/// mountinfo writes space, tab, newline and backslash as `\ooo`.
+fn unescape_octal(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 4 <= b.len() {
+            let oct = std::str::from_utf8(&b[i + 1..i + 4]).unwrap_or("");
+            if let Ok(v) = u8::from_str_radix(oct, 8) {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// One line of /proc/<pid>/cgroup: `id:controllers:path` (`0::/path` on v2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcCgroup {
+    pub controllers: Vec<String>,
+    pub path: String,
+}
+
+pub fn parse_proc_cgroup(text: &str) -> Vec<ProcCgroup> {
+    text.lines()
+        .filter_map(|line| {
+            let mut it = line.splitn(3, ':');
+            let _id = it.next()?;
+            let controllers = it.next()?;
+            let path = it.next()?;
+            Some(ProcCgroup {
+                controllers: controllers
+                    .split(',')
+                    .filter(|c| !c.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+                path: path.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// The fourth field of /proc/loadavg is `running/total`; upstream reports the total tasks
+/// (threads included), which sysinfo(2) would truncate past 65535.
+pub fn parse_loadavg_tasks(text: &str) -> Option<u64> {
+    text.split_whitespace()
+        .nth(3)?
+        .split_once('/')?
+        .1
+        .parse()
+        .ok()
+}
+
+/// `btime` of /proc/stat: boot time in seconds since the epoch.
+pub fn parse_btime(text: &str) -> Option<i64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("btime "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Number of entries in a `cgroup.procs` file.
+pub fn count_lines(text: &str) -> u64 {
+    text.lines().filter(|l| !l.trim().is_empty()).count() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn fixture(rel: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("src/stats/testdata")
+            .join(rel)
+    }
+
+    #[test]
+    fn meminfo_is_in_bytes() {
+        let m = parse_meminfo(&read_string(&fixture("proc/meminfo")).unwrap());
+        assert_eq!(m["MemTotal"], 24683584 * 1024);
+        assert_eq!(m["MemAvailable"], 24185208 * 1024);
+        // Counts without a unit stay as they are.
+        assert!(m.contains_key("HugePages_Total"));
+    }
+
+    #[test]
+    fn net_dev_of_host_and_pod() {
+        let p = fixture("proc/1/net/dev");
+        let ifs = parse_net_dev(&p, &read_string(&p).unwrap()).unwrap();
+        let names: Vec<_> = ifs.iter().map(|i| i.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["lo", "ifb0", "ifb1", "eth0", "kubers0", "veth1e4bfee4"]
+        );
+        let eth0 = &ifs[3];
+        assert_eq!((eth0.rx_bytes, eth0.tx_bytes), (137410592, 311244));
+
+        let p = fixture("proc/7644/net/dev");
+        let ifs = parse_net_dev(&p, &read_string(&p).unwrap()).unwrap();
+        assert_eq!(
+            ifs[1],
+            InterfaceCounters {
+                name: "eth0".into(),
+                rx_bytes: 1048576,
+                rx_errors: 3,
+                tx_bytes: 524288,
+                tx_errors: 1
+            }
+        );
+    }
+
+    #[test]
+    fn net_dev_counter_touching_the_colon() {
+        let text = "h1\nh2\n  eth0:137410592    5236    0    0    0     0          0         0   311244    3474    7    0    0     0       0          0\n";
+        let ifs = parse_net_dev(Path::new("x"), text).unwrap();
+        assert_eq!(ifs[0].rx_bytes, 137410592);
+        assert_eq!(ifs[0].tx_errors, 7);
+        let bad = "h1\nh2\n eth0: 1 2 3\n";
+        let err = parse_net_dev(Path::new("/proc/9/net/dev"), bad).unwrap_err();
+        assert!(err.to_string().contains("/proc/9/net/dev"), "{err}");
+    }
+
+    #[test]
+    fn limits_and_numbers() {
+        assert_eq!(parse_limit("max\n"), Some(None));
+        assert_eq!(parse_limit("268435456\n"), Some(Some(268435456)));
+        assert_eq!(parse_limit("lots"), None);
+        let p = fixture("v1/cpuacct/cpuacct.usage");
+        assert!(read_u64(&p).unwrap() > 0);
+        let err = read_u64(&fixture("v1/cpuacct/cpuacct.stat")).unwrap_err();
+        assert!(err.to_string().contains("cpuacct.stat"), "{err}");
+    }
+
+    #[test]
+    fn mountinfo_hybrid_host() {
+        let m = parse_mountinfo(&read_string(&fixture("proc/mountinfo.hybrid")).unwrap());
+        let mem = m
+            .iter()
+            .find(|e| e.mount_point == "/sys/fs/cgroup/memory")
+            .unwrap();
+        assert_eq!(mem.fs_type, "cgroup");
+        assert!(mem.super_options.contains(&"memory".to_string()));
+        assert!(m
+            .iter()
+            .any(|e| e.fs_type == "cgroup2" && e.mount_point == "/sys/fs/cgroup/unified"));
+    }
+
+    #[test]
+    fn mountinfo_escapes() {
+        let m =
+            parse_mountinfo("40 31 0:38 /a\\040b /mnt/with\\040space rw - cgroup2 cgroup2 rw\n");
+        assert_eq!(m[0].mount_point, "/mnt/with space");
+        assert_eq!(m[0].root, "/a b");
+    }
+
+    #[test]
+    fn proc_cgroup_lines() {
+        let v = parse_proc_cgroup("4:memory:/process_api/02d8\n2:cpu,cpuacct:/\n0::/\n");
+        assert_eq!(v[0].controllers, ["memory"]);
+        assert_eq!(v[0].path, "/process_api/02d8");
+        assert_eq!(v[1].controllers, ["cpu", "cpuacct"]);
+        assert!(v[2].controllers.is_empty());
+    }
+
+    #[test]
+    fn loadavg_btime_and_procs() {
+        let l = read_string(&fixture("proc/loadavg")).unwrap();
+        assert!(parse_loadavg_tasks(&l).unwrap() > 0);
+        assert_eq!(parse_loadavg_tasks("0.91 1.11 1.34 1/131 7376"), Some(131));
+        let s = read_string(&fixture("proc/stat")).unwrap();
+        assert_eq!(parse_btime(&s), Some(1796215659));
+        assert_eq!(count_lines("7645\n7651\n"), 2);
+        assert_eq!(count_lines(""), 0);
+    }
+
+    #[test]
+    fn flat_keyed_skips_odd_lines() {
+        let m = parse_flat_keyed("usage_usec 12\nweird\nname text\nnr 3\n");
+        assert_eq!(m.len(), 2);
+        assert_eq!(m["usage_usec"], 12);
+    }
+}
