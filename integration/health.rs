@@ -224,3 +224,290 @@ spec:
     assert_eq!(p["status"]["phase"], "Pending");
     node.wait_pod("good", 60, "Running", running);
 }
+
+fn probe_pod(name: &str, script: &str, probes: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: {name}}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: {BUSYBOX}
+    command: ["sh", "-c", {script:?}]
+    ports: [{{containerPort: 8080, name: http}}]
+{probes}
+"#
+    )
+}
+
+const WEB: &str =
+    "mkdir -p /tmp/w && echo ok > /tmp/w/index.html && exec httpd -f -p 8080 -h /tmp/w";
+
+#[test]
+fn probes_drive_readiness_and_restarts() {
+    let Some(node) = Node::start("probes") else {
+        return;
+    };
+    // exec readiness that starts failing and then passes
+    node.write_manifest(
+        "late.yaml",
+        &probe_pod(
+            "late",
+            "sleep 4; touch /tmp/ready; exec sleep 3600",
+            "    readinessProbe: {exec: {command: [test, -f, /tmp/ready]}, periodSeconds: 1}",
+        ),
+    );
+    // exec liveness that fails once the file is gone
+    node.write_manifest(
+        "dies.yaml",
+        &probe_pod(
+            "dies",
+            "touch /tmp/alive; sleep 3; rm /tmp/alive; exec sleep 3600",
+            "    livenessProbe: {exec: {command: [test, -f, /tmp/alive]}, periodSeconds: 1, failureThreshold: 2}",
+        ),
+    );
+    // httpGet readiness by port name passes; tcpSocket liveness passes
+    node.write_manifest(
+        "web.yaml",
+        &probe_pod(
+            "web",
+            WEB,
+            "    readinessProbe: {httpGet: {port: http, path: /index.html}, periodSeconds: 1}\n    livenessProbe: {tcpSocket: {port: 8080}, periodSeconds: 1}",
+        ),
+    );
+    // httpGet readiness on a missing path fails; tcpSocket liveness on a closed port kills
+    node.write_manifest(
+        "bad.yaml",
+        &probe_pod(
+            "bad",
+            WEB,
+            "    readinessProbe: {httpGet: {port: 8080, path: /nope}, periodSeconds: 1}",
+        ),
+    );
+    node.write_manifest(
+        "tcpdead.yaml",
+        &probe_pod(
+            "tcpdead",
+            WEB,
+            "    livenessProbe: {tcpSocket: {port: 9999}, periodSeconds: 1, failureThreshold: 1}",
+        ),
+    );
+    // startup probe holds readiness back until it passes
+    node.write_manifest(
+        "slow.yaml",
+        &probe_pod(
+            "slow",
+            "sleep 8; touch /tmp/up; exec sleep 3600",
+            "    startupProbe: {exec: {command: [test, -f, /tmp/up]}, periodSeconds: 1, failureThreshold: 30}\n    readinessProbe: {exec: {command: ['true']}, periodSeconds: 1}",
+        ),
+    );
+
+    let p = node.wait_pod("slow", 30, "running, not started", |p| {
+        container_status(p, "c")["state"]["running"].is_object()
+    });
+    assert_eq!(container_status(&p, "c")["started"], false);
+    assert_eq!(container_status(&p, "c")["ready"], false);
+    let p = node.wait_pod("late", 30, "Running but not ready", |p| {
+        p["status"]["phase"] == "Running"
+            && container_status(p, "c")["state"]["running"].is_object()
+    });
+    assert_eq!(container_status(&p, "c")["ready"], false);
+    assert_eq!(condition(&p, "Ready")["status"], "False");
+    node.wait_pod("late", 30, "ready after the file appears", running);
+    let p = node.wait_pod("slow", 30, "started and ready", running);
+    assert_eq!(container_status(&p, "c")["started"], true);
+
+
+    let p = node.wait_pod("dies", 60, "restarted by liveness", |p| {
+        container_status(p, "c")["restartCount"]
+            .as_i64()
+            .unwrap_or(0)
+            >= 1
+    });
+    let last = &container_status(&p, "c")["lastState"]["terminated"];
+    assert!(
+        last["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("Liveness probe failed"),
+        "{last}"
+    );
+
+    node.wait_pod("web", 30, "ready", running);
+    let p = node.wait_pod("tcpdead", 60, "restarted by tcp liveness", |p| {
+        container_status(p, "c")["restartCount"]
+            .as_i64()
+            .unwrap_or(0)
+            >= 1
+    });
+    assert!(
+        container_status(&p, "c")["lastState"]["terminated"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("Liveness probe failed")
+    );
+    let bad = node.wait_pod("bad", 10, "running", |p| {
+        container_status(p, "c")["state"]["running"].is_object()
+    });
+    assert_eq!(container_status(&bad, "c")["ready"], false);
+    // The passing probes never restarted anything.
+    let web = node.pod("web").unwrap();
+    assert_eq!(container_status(&web, "c")["restartCount"], 0);
+    assert_eq!(container_status(&bad, "c")["restartCount"], 0);
+}
+
+/// A grpc.health.v1 server on the host for hostNetwork pods' grpc probes: "" is SERVING,
+/// "sick" is NOT_SERVING.
+fn start_health_server(addr: std::net::SocketAddr) {
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let (reporter, service) = tonic_health::server::health_reporter();
+            reporter
+                .set_service_status("", tonic_health::ServingStatus::Serving)
+                .await;
+            reporter
+                .set_service_status("sick", tonic_health::ServingStatus::NotServing)
+                .await;
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve(addr)
+                .await
+                .unwrap();
+        });
+    });
+}
+
+#[test]
+fn grpc_probes() {
+    let Some(node) = Node::start("grpc-probes") else {
+        return;
+    };
+    let port = free_port();
+    // hostNetwork: the probe's pod IP is the node's address, where the test serves gRPC.
+    node.write_manifest(
+        "seed.yaml",
+        &busybox_pod("seed", "Always", "exec sleep 3600"),
+    );
+    let seed = node.wait_pod("seed", 60, "Running", running);
+    let host_ip: std::net::IpAddr = seed["status"]["hostIP"].as_str().unwrap().parse().unwrap();
+    start_health_server(std::net::SocketAddr::new(host_ip, port));
+    let grpc_pod = |name: &str, probe: &str| {
+        format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata: {{name: {name}}}
+spec:
+  hostNetwork: true
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: {BUSYBOX}
+    command: [sleep, "3600"]
+{probe}
+"#
+        )
+    };
+    node.write_manifest(
+        "ok.yaml",
+        &grpc_pod(
+            "ok",
+            &format!("    readinessProbe: {{grpc: {{port: {port}}}, periodSeconds: 1}}"),
+        ),
+    );
+    node.write_manifest(
+        "sick.yaml",
+        &grpc_pod("sick", &format!("    livenessProbe: {{grpc: {{port: {port}, service: sick}}, periodSeconds: 1, failureThreshold: 1}}")),
+    );
+    node.wait_pod("ok", 60, "ready through grpc", running);
+    let p = node.wait_pod("sick", 60, "restarted by grpc liveness", |p| {
+        container_status(p, "c")["restartCount"]
+            .as_i64()
+            .unwrap_or(0)
+            >= 1
+    });
+    assert!(
+        container_status(&p, "c")["lastState"]["terminated"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("Liveness probe failed")
+    );
+}
+
+#[test]
+fn lifecycle_hooks() {
+    let Some(node) = Node::start("hooks") else {
+        return;
+    };
+    let out = node.root.path().join("hook-out");
+    std::fs::create_dir_all(&out).unwrap();
+    let m = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: hooked}}
+spec:
+  terminationGracePeriodSeconds: 5
+  volumes: [{{name: out, hostPath: {{path: {out}}}}}]
+  containers:
+  - name: c
+    image: {BUSYBOX}
+    command: ["sh", "-c", "sleep 1; echo post=$(cat /tmp/post); exec sleep 3600"]
+    volumeMounts: [{{name: out, mountPath: /out}}]
+    lifecycle:
+      postStart: {{exec: {{command: [sh, -c, "echo started > /tmp/post"]}}}}
+      preStop: {{exec: {{command: [sh, -c, "echo stopping > /out/prestop"]}}}}
+  - name: s
+    image: {BUSYBOX}
+    command: [sleep, "3600"]
+    lifecycle:
+      preStop: {{sleep: {{seconds: 1}}}}
+"#,
+        out = out.display()
+    );
+    node.write_manifest("hooked.yaml", &m);
+    let p = node.wait_pod("hooked", 60, "Running", running);
+    node.wait_until(20, "postStart output", || {
+        read_log(&p, "c", 0).contains("post=started")
+    });
+    node.remove_manifest("hooked.yaml");
+    node.wait_gone("hooked", 60);
+    assert_eq!(
+        std::fs::read_to_string(out.join("prestop")).unwrap(),
+        "stopping\n"
+    );
+    assert!(
+        node.log().matches("running preStop hook").count() >= 2,
+        "{}",
+        node.log()
+    );
+
+    let failing = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: postfail}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: {BUSYBOX}
+    command: [sleep, "3600"]
+    lifecycle:
+      postStart: {{exec: {{command: [sh, -c, "exit 5"]}}}}
+"#
+    );
+    node.write_manifest("postfail.yaml", &failing);
+    let p = node.wait_pod("postfail", 60, "PostStartHookError", |p| {
+        container_status(p, "c")["state"]["waiting"]["reason"] == "PostStartHookError"
+            || container_status(p, "c")["lastState"]["terminated"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("FailedPostStartHook"))
+    });
+    let text = container_status(&p, "c").to_string();
+    assert!(text.contains("FailedPostStartHook"), "{text}");
+    assert!(node.log().contains("FailedPostStartHook"));
+}

@@ -121,6 +121,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             .map(|i| i.to_string())
             .unwrap_or_else(|| "127.0.0.1".into()),
         memory_capacity: memory_capacity().unwrap_or(i64::MAX),
+        started: std::time::Instant::now(),
         cpu_capacity_millis: std::thread::available_parallelism().map_or(1, |n| n.get()) as i64
             * 1000,
         oom_score_adj_min: oom_score_adj_min(),

@@ -31,10 +31,20 @@ impl Waiting {
     }
 }
 
+/// What the probes say of a running container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probed {
+    pub started: bool,
+    pub ready: bool,
+}
+
 pub struct StatusInput<'a> {
     pub pod: &'a Pod,
     pub records: &'a [ContainerRecord],
     pub waiting: &'a HashMap<String, Waiting>,
+    /// Probe results by container name; a running container without an entry has no
+    /// probes and is started and ready.
+    pub probes: &'a HashMap<String, Probed>,
     /// The sandbox runs and its network is set up.
     pub sandbox_ready: bool,
     pub pod_ips: &'a [String],
@@ -94,6 +104,7 @@ fn container_status(
     records: &[ContainerRecord],
     pending: Option<&Waiting>,
     default_waiting: &str,
+    probed: Option<&Probed>,
 ) -> ContainerStatus {
     let tries = attempts(records, &c.name, kind);
     let latest = tries.first();
@@ -124,9 +135,12 @@ fn container_status(
                         ..Default::default()
                     });
                     s.last_state = previous_exit;
-                    s.started = Some(true);
-                    // No probes yet: a running container is ready.
-                    s.ready = true;
+                    let p = probed.copied().unwrap_or(Probed {
+                        started: true,
+                        ready: true,
+                    });
+                    s.started = Some(p.started);
+                    s.ready = p.started && p.ready;
                 }
                 State::Exited { info, .. } => match pending {
                     // About to be restarted, or in back-off: waiting, with the death as lastState.
@@ -273,6 +287,7 @@ pub fn compute(input: &StatusInput) -> PodStatus {
                 input.records,
                 input.waiting.get(&c.name),
                 "PodInitializing",
+                None,
             )
         })
         .collect();
@@ -296,6 +311,7 @@ pub fn compute(input: &StatusInput) -> PodStatus {
                 input.records,
                 input.waiting.get(&c.name),
                 app_default,
+                input.probes.get(&c.name),
             )
         })
         .collect();
@@ -459,6 +475,7 @@ mod tests {
             pod: p,
             records,
             waiting,
+            probes: &HashMap::new(),
             sandbox_ready: true,
             pod_ips: &["10.88.0.2".to_string()],
             host_ip: "192.0.2.1",
@@ -489,6 +506,37 @@ mod tests {
         assert_eq!(c.container_id.as_deref(), Some("containerd://app-0"));
         assert_eq!(s.qos_class.as_deref(), Some("BestEffort"));
         assert_eq!(s.pod_ip.as_deref(), Some("10.88.0.2"));
+    }
+
+    #[test]
+    fn readiness_probe_gates_ready() {
+        let p = pod("Always", false);
+        let recs = [rec("app", Kind::App, 0, running())];
+        let probes = HashMap::from([(
+            "app".to_string(),
+            Probed {
+                started: true,
+                ready: false,
+            },
+        )]);
+        let s = compute(&StatusInput {
+            pod: &p,
+            records: &recs,
+            waiting: &HashMap::new(),
+            probes: &probes,
+            sandbox_ready: true,
+            pod_ips: &[],
+            host_ip: "192.0.2.1",
+            start_time: t(0),
+            now: t(3),
+            previous: None,
+        });
+        let c = &s.container_statuses.as_ref().unwrap()[0];
+        assert!(!c.ready);
+        assert_eq!(c.started, Some(true));
+        assert_eq!(cond(&s, "Ready").status, "False");
+        assert_eq!(cond(&s, "ContainersReady").status, "False");
+        assert_eq!(s.phase.as_deref(), Some("Running"));
     }
 
     #[test]
@@ -640,6 +688,7 @@ mod tests {
             pod: &p,
             records: &recs,
             waiting: &none,
+            probes: &HashMap::new(),
             sandbox_ready: true,
             pod_ips: &[],
             host_ip: "192.0.2.1",

@@ -22,6 +22,7 @@ use crate::config::Config;
 use crate::logs;
 use crate::network::cni::{AttachRequest, Cni, PortMapping};
 use crate::network::netns;
+use crate::prober::{self, ContainerProbes, ProbeOptions, ProbeTarget};
 use crate::runtime::containers::{
     format_time, new_container_id, ContainerRecord, NewContainer, State,
 };
@@ -33,6 +34,8 @@ use crate::volume::{self, Allocatable, DownwardContext, PodVolumes};
 
 /// How often a settled pod is re-checked even with no event (the events are the fast path).
 const RESYNC: Duration = Duration::from_secs(10);
+/// How long a postStart hook may take before it counts as failed.
+const POST_START_TIMEOUT: Duration = Duration::from_secs(120);
 /// Retry delay after a failed sync step (runtime error, network not ready).
 const RETRY: Duration = Duration::from_secs(2);
 
@@ -47,6 +50,8 @@ pub struct Shared {
     pub host_ip: String,
     pub memory_capacity: i64,
     pub cpu_capacity_millis: i64,
+    /// When the agent started (probes of containers found running start without a burst).
+    pub started: std::time::Instant,
     /// See `PodContext::oom_score_adj_min`.
     pub oom_score_adj_min: i64,
 }
@@ -68,6 +73,10 @@ pub struct Worker {
     last_status: Option<PodStatus>,
     sandbox_error: Option<String>,
     volume_error: Option<Waiting>,
+    /// Probe workers of running containers, by container id.
+    probes: HashMap<String, ContainerProbes>,
+    /// Wakes this worker; probes notify it when a result changes.
+    wake: Arc<Notify>,
 }
 
 fn policy(pod: &Pod) -> &str {
@@ -125,12 +134,15 @@ impl Worker {
             last_status: None,
             sandbox_error: None,
             volume_error: None,
+            probes: HashMap::new(),
+            wake: Arc::new(Notify::new()),
         }
     }
 
     /// The worker loop: sync while the pod is desired, terminate and clean up once it is not.
     pub async fn run(mut self, mut desired: watch::Receiver<Option<Arc<Pod>>>, wake: Arc<Notify>) {
         let uid = self.pod_ref.uid.clone();
+        self.wake = wake.clone();
         loop {
             let current = desired.borrow_and_update().clone();
             let Some(pod) = current else { break };
@@ -148,7 +160,9 @@ impl Worker {
                 _ = tokio::time::sleep(next) => {}
             }
         }
-        // Removed: stop everything, retrying until clean-up is complete.
+        // Removed: stop everything, retrying until clean-up is complete. Probes stop first so
+        // a dying container is not probed.
+        self.probes.clear();
         let pod = desired.borrow().clone();
         let grace = pod
             .as_deref()
@@ -193,10 +207,12 @@ impl Worker {
                     .collect()
             })
             .unwrap_or_default();
+        let probe_results = self.probe_results(&records);
         let status = status::compute(&StatusInput {
             pod,
             records: &records,
             waiting: &self.waiting,
+            probes: &probe_results,
             sandbox_ready: sandbox.is_some_and(|s| s.is_running()),
             pod_ips: &ips,
             host_ip: &self.shared.host_ip,
@@ -361,7 +377,107 @@ impl Worker {
                 next = next.min(RETRY * 5);
             }
         }
+        self.manage_probes(pod, &sandbox).await?;
         Ok(next)
+    }
+
+    /// Starts probe workers for running containers that have probes, drops those of
+    /// containers that are gone, and kills a container whose liveness (or startup) probe
+    /// failed; the restart policy then applies as for any exit.
+    async fn manage_probes(&mut self, pod: &Pod, sandbox: &Sandbox) -> Result<(), RuntimeError> {
+        let records = self.shared.rt.pod_containers(&self.pod_ref.uid).await?;
+        let running: HashMap<&str, &ContainerRecord> = records
+            .iter()
+            .filter(|r| r.kind == Kind::App && r.is_running())
+            .map(|r| (r.id.as_str(), r))
+            .collect();
+        self.probes
+            .retain(|id, _| running.contains_key(id.as_str()));
+        let specs = pod
+            .spec
+            .as_ref()
+            .map(|s| s.containers.as_slice())
+            .unwrap_or(&[]);
+        for c in specs {
+            if c.liveness_probe.is_none()
+                && c.readiness_probe.is_none()
+                && c.startup_probe.is_none()
+            {
+                continue;
+            }
+            let Some(r) = running.values().find(|r| r.name == c.name) else {
+                continue;
+            };
+            if !self.probes.contains_key(&r.id) {
+                let running_for = match &r.state {
+                    State::Running {
+                        started_at: Some(t),
+                        ..
+                    } => (Utc::now() - *t).to_std().unwrap_or_default(),
+                    _ => Duration::ZERO,
+                };
+                let probes = ContainerProbes::start_with(
+                    self.probe_target(c, &r.id, &sandbox.ips),
+                    c,
+                    Arc::new(self.shared.rt.clone()),
+                    self.wake.clone(),
+                    ProbeOptions {
+                        agent_uptime: Some(self.shared.started.elapsed()),
+                        running_for,
+                    },
+                );
+                self.probes.insert(r.id.clone(), probes);
+            }
+            let failure = self
+                .probes
+                .get(&r.id)
+                .and_then(|p| p.status().liveness_failure);
+            if let Some(f) = failure {
+                let grace = f
+                    .grace_period_override
+                    .map(|g| Duration::from_secs(g.max(1) as u64))
+                    .unwrap_or_else(|| grace_period(pod));
+                let msg = format!("{}; container {} will be restarted", f.message, c.name);
+                warn!(pod = %self.pod_ref.display(), container = %c.name, reason = "Unhealthy", message = %f.message, "probe failed; killing container");
+                self.shared
+                    .rt
+                    .set_labels(&r.id, HashMap::from([(labels::MESSAGE.to_string(), msg)]))
+                    .await?;
+                self.probes.remove(&r.id);
+                let id = r.id.clone();
+                let rec = (*r).clone();
+                self.stop_one(Some(pod), &rec, grace).await?;
+                debug!(container_id = %id, "container stopped after a failed probe");
+            }
+        }
+        Ok(())
+    }
+
+    fn probe_target(&self, c: &Container, id: &str, ips: &[String]) -> ProbeTarget {
+        ProbeTarget {
+            pod: format!("{}/{}", self.pod_ref.namespace, self.pod_ref.name),
+            container: c.name.clone(),
+            container_id: id.to_string(),
+            pod_ip: ips.first().and_then(|i| i.parse().ok()),
+            ports: c.ports.clone().unwrap_or_default(),
+        }
+    }
+
+    /// started/ready per container name, from the probe workers of the running containers.
+    fn probe_results(&self, records: &[ContainerRecord]) -> HashMap<String, status::Probed> {
+        records
+            .iter()
+            .filter_map(|r| {
+                let st = self.probes.get(&r.id)?.status();
+                Some((
+                    r.name.clone(),
+                    status::Probed {
+                        started: st.started,
+                        ready: st.ready,
+                    },
+                ))
+            })
+            .collect()
     }
 
     fn preview_status(&self, pod: &Pod, records: &[ContainerRecord]) -> PodStatus {
@@ -369,6 +485,7 @@ impl Worker {
             pod,
             records,
             waiting: &self.waiting,
+            probes: &HashMap::new(),
             sandbox_ready: true,
             pod_ips: &[],
             host_ip: "",
@@ -778,6 +895,23 @@ impl Worker {
                 HashMap::from([(labels::STARTED_AT.to_string(), format_time(started))]),
             )
             .await;
+        if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
+            let target = self.probe_target(c, &id, &sandbox.ips);
+            if let Err(msg) = prober::run_handler(hook, &target, &rt, POST_START_TIMEOUT).await {
+                // As upstream: the container is killed and the pod shows PostStartHookError.
+                warn!(pod = %self.pod_ref.display(), container = %c.name, reason = "FailedPostStartHook", message = %msg, "postStart hook failed; killing container");
+                let text = format!("FailedPostStartHook: {msg}");
+                let _ = rt
+                    .set_labels(
+                        &id,
+                        HashMap::from([(labels::MESSAGE.to_string(), text.clone())]),
+                    )
+                    .await;
+                let _ = rt.kill(&id, libc::SIGKILL as u32).await;
+                let _ = rt.wait_exit(&id, Duration::from_secs(10)).await;
+                return Err(Waiting::new("PostStartHookError", text));
+            }
+        }
         let link = logs::container_log_symlink(
             &cfg.container_logs_dir,
             &self.pod_ref.name,
@@ -794,33 +928,75 @@ impl Worker {
     }
 
     /// Stops every running non-sandbox container: the stop signal, `grace`, then SIGKILL.
+    /// Stops every running non-sandbox container in parallel, each as `stop_one` does.
     async fn stop_containers(
         &self,
         records: &[ContainerRecord],
         grace: Duration,
     ) -> Result<(), RuntimeError> {
-        let rt = &self.shared.rt;
-        let running: Vec<&ContainerRecord> = records
+        let pod = PodDir::new(&self.shared.cfg.root_dir, &self.pod_ref.uid).load_pod();
+        let running = records
             .iter()
-            .filter(|r| r.kind != Kind::Sandbox && r.is_running())
-            .collect();
-        if running.is_empty() {
-            return Ok(());
-        }
-        for r in &running {
-            info!(pod = %self.pod_ref.display(), container = %r.name, grace_seconds = grace.as_secs(), "stopping container");
-            rt.kill(&r.id, libc::SIGTERM as u32).await?;
-        }
-        let waits = running.iter().map(|r| rt.wait_exit(&r.id, grace));
-        let results = futures::future::join_all(waits).await;
-        for (r, res) in running.iter().zip(results) {
-            if !matches!(res, Ok(Some(_))) {
-                info!(pod = %self.pod_ref.display(), container = %r.name, "grace period over; killing");
-                rt.kill(&r.id, libc::SIGKILL as u32).await?;
-                rt.wait_exit(&r.id, Duration::from_secs(10)).await?;
+            .filter(|r| r.kind != Kind::Sandbox && r.is_running());
+        let stops = running.map(|r| self.stop_one(pod.as_ref(), r, grace));
+        futures::future::join_all(stops)
+            .await
+            .into_iter()
+            .collect::<Result<Vec<()>, _>>()?;
+        Ok(())
+    }
+
+    /// Stops one container as upstream: its preStop hook within the grace period, then the
+    /// stop signal, then SIGKILL when what is left of the grace period (at least 2 s) ends.
+    async fn stop_one(
+        &self,
+        pod: Option<&Pod>,
+        r: &ContainerRecord,
+        grace: Duration,
+    ) -> Result<(), RuntimeError> {
+        let rt = &self.shared.rt;
+        let spec = pod.and_then(|p| p.spec.as_ref()).and_then(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+                .find(|c| c.name == r.name)
+        });
+        let started = std::time::Instant::now();
+        if let Some(hook) = spec
+            .and_then(|c| c.lifecycle.as_ref())
+            .and_then(|l| l.pre_stop.as_ref())
+        {
+            let ips = self.sandbox_ips().await;
+            let target = self.probe_target(spec.expect("hook implies spec"), &r.id, &ips);
+            info!(pod = %self.pod_ref.display(), container = %r.name, "running preStop hook");
+            match prober::run_handler(hook, &target, rt, grace).await {
+                Ok(()) => {}
+                Err(msg) => {
+                    warn!(pod = %self.pod_ref.display(), container = %r.name, reason = "FailedPreStopHook", message = %msg, "preStop hook failed")
+                }
             }
         }
+        let remaining = grace
+            .saturating_sub(started.elapsed())
+            .max(Duration::from_secs(2));
+        info!(pod = %self.pod_ref.display(), container = %r.name, grace_seconds = remaining.as_secs(), "stopping container");
+        rt.kill(&r.id, libc::SIGTERM as u32).await?;
+        if !matches!(rt.wait_exit(&r.id, remaining).await, Ok(Some(_))) {
+            info!(pod = %self.pod_ref.display(), container = %r.name, "grace period over; killing");
+            rt.kill(&r.id, libc::SIGKILL as u32).await?;
+            rt.wait_exit(&r.id, Duration::from_secs(10)).await?;
+        }
         Ok(())
+    }
+
+    async fn sandbox_ips(&self) -> Vec<String> {
+        let records = self
+            .shared
+            .rt
+            .pod_containers(&self.pod_ref.uid)
+            .await
+            .unwrap_or_default();
+        split_ips(latest_sandbox(&records).and_then(|s| s.labels.get(labels::POD_IPS)))
     }
 
     async fn teardown_network(
