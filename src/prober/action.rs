@@ -53,14 +53,6 @@ pub(crate) async fn run_probe(
     }
     if let Some(action) = &probe.http_get {
         let req = http::request_for(action, target)?;
-        if req.url.scheme != "http" {
-            return Err(format!(
-                "httpGet probe of container {} in pod {}: scheme {} is not supported yet by kubelet-rs (no TLS client)",
-                target.container,
-                target.pod,
-                req.url.scheme.to_ascii_uppercase()
-            ));
-        }
         return Ok(match http::get(&req, &user_agent("probe"), timeout).await {
             Err(e) => Outcome::Failure(e),
             Ok(r) => {

@@ -648,12 +648,50 @@ async fn http_get_probes() {
         matches!(&refused, Outcome::Failure(m) if m.starts_with("Get \"http://127.0.0.1:") && m.contains("refused")),
         "{refused:?}"
     );
+}
 
-    // HTTPS is not supported yet: an error (ignored by thresholds), not a failure.
-    let mut https = http_probe("/ok", p.clone(), vec![]);
+/// One-shot HTTPS server with a self-signed certificate, answering 200 "secure".
+async fn https_server() -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let der = rustls::pki_types::CertificateDer::from(cert.cert.der().to_vec());
+    let key = rustls::pki_types::PrivateKeyDer::try_from(cert.key_pair.serialize_der()).unwrap();
+    let cfg = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![der], key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(cfg));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = l.accept().await {
+            let Ok(mut tls) = acceptor.accept(tcp).await else {
+                continue;
+            };
+            let mut buf = [0u8; 2048];
+            let _ = tls.read(&mut buf).await;
+            let _ = tls
+                .write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nsecure",
+                )
+                .await;
+            let _ = tls.shutdown().await;
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn https_probes_skip_certificate_verification() {
+    let port = https_server().await;
+    let mut https = http_probe("/", IntOrString::Int(port as i32), vec![]);
     https.http_get.as_mut().unwrap().scheme = Some("HTTPS".into());
-    let e = once(&https, &t).await.unwrap_err();
-    assert!(e.contains("HTTPS is not supported yet"), "{e}");
+    let out = once(&https, &target()).await.unwrap();
+    assert_eq!(out, Outcome::Success("secure".into()));
 }
 
 async fn closed_port() -> u16 {
