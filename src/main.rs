@@ -7,11 +7,12 @@ use std::time::Duration;
 use anyhow::Context;
 use kubelet_rs::config::{self, Config, ConfigError};
 use kubelet_rs::network::cni::Cni;
-use kubelet_rs::pod::worker::Shared;
+use kubelet_rs::pod::worker::{Shared, StatsPods};
 use kubelet_rs::pod::{PodManager, StatusStore};
 use kubelet_rs::runtime::events::spawn_task_events;
 use kubelet_rs::runtime::Containerd;
 use kubelet_rs::source::{spawn_file_source, spawn_http_source, SourceKind};
+use kubelet_rs::stats::{Cgroups, Collector, CollectorConfig, PodInfo};
 use kubelet_rs::{logs, server};
 use tokio::sync::mpsc;
 use tracing::{error, info, warn};
@@ -100,6 +101,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     }
     kubelet_rs::metrics::set_node_name(&cfg.node_name);
 
+    let stats_pods: StatsPods = Default::default();
     let rt = Containerd::connect_with_backoff(
         &cfg.container_runtime_endpoint,
         &cfg.containerd_namespace,
@@ -122,10 +124,13 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             .unwrap_or_else(|| "127.0.0.1".into()),
         memory_capacity: memory_capacity().unwrap_or(i64::MAX),
         started: std::time::Instant::now(),
+        stats_pods: stats_pods.clone(),
         cpu_capacity_millis: std::thread::available_parallelism().map_or(1, |n| n.get()) as i64
             * 1000,
         oom_score_adj_min: oom_score_adj_min(),
     });
+
+    start_stats(&cfg, &server_state, stats_pods);
 
     let (tx, rx) = mpsc::channel(64);
     let mut expected = Vec::new();
@@ -228,4 +233,56 @@ fn oom_score_adj_min() -> i64 {
         "no CAP_SYS_RESOURCE: container oom_score_adj values are raised to the agent's own"
     );
     own
+}
+
+/// The stats collector (the cAdvisor replacement) on its housekeeping timer; the servers
+/// read its cache.
+fn start_stats(cfg: &Arc<Config>, server: &Arc<server::ServerState>, pods: StatsPods) {
+    let cgroups = match Cgroups::detect() {
+        Ok(c) => c,
+        Err(e) => {
+            warn!(error = %e, "no cgroup hierarchy found: /stats/summary and /metrics/resource are off");
+            return;
+        }
+    };
+    let mut c = CollectorConfig::new(cfg.node_name.clone());
+    c.housekeeping_interval = cfg.housekeeping_interval;
+    c.node_fs_dir = cfg.root_dir.clone();
+    if let Some(pid) = containerd_pid() {
+        c.runtime_cgroup = kubelet_rs::stats::collector::cgroup_of_pid(
+            &cgroups,
+            std::path::Path::new("/proc"),
+            pid,
+        )
+        .ok();
+    }
+    let collector = Arc::new(Collector::new(c, cgroups));
+    server.set_stats(Arc::new(CollectorViews(collector.clone())));
+    let lister = Arc::new(move || -> Vec<PodInfo> {
+        pods.read()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default()
+    });
+    tokio::spawn(collector.run(lister, std::future::pending::<()>()));
+}
+
+struct CollectorViews(Arc<Collector>);
+
+impl server::StatsViews for CollectorViews {
+    fn summary_json(&self, only_cpu_and_memory: bool) -> Option<Vec<u8>> {
+        self.0
+            .summary(only_cpu_and_memory)
+            .and_then(|s| serde_json::to_vec(&s).ok())
+    }
+    fn resource_metrics(&self) -> Option<String> {
+        Some(self.0.metrics_resource())
+    }
+}
+
+fn containerd_pid() -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+        (comm.trim() == "containerd").then_some(pid)
+    })
 }

@@ -57,6 +57,7 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
     value("healthz-bind-address", "IP", "healthz listen address (default 127.0.0.1)"),
     value("max-pods", "N", "most pods this node runs (default 110)"),
     value("sync-frequency", "DURATION", "max period between pod syncs (default 1m0s)"),
+    value("housekeeping-interval", "DURATION", "interval between container stats samples (default 10s)"),
     value("file-check-frequency", "DURATION", "period of the manifest folder re-read (default 20s)"),
     value("http-check-frequency", "DURATION", "period of the manifest URL poll (default 20s)"),
     value("container-log-max-size", "QUANTITY", "size at which a container log is rotated (default 10Mi)"),

@@ -39,6 +39,8 @@ pub struct Config {
     pub file_check_frequency: Duration,
     pub http_check_frequency: Duration,
     pub sync_frequency: Duration,
+    /// How often the stats collector samples cgroups and /proc (cAdvisor's housekeeping).
+    pub housekeeping_interval: Duration,
     pub max_pods: u32,
     /// 0 = disabled.
     ///
@@ -176,6 +178,7 @@ impl Config {
             file_check_frequency: Duration::from_secs(20),
             http_check_frequency: Duration::from_secs(20),
             sync_frequency: Duration::from_secs(60),
+            housekeeping_interval: Duration::from_secs(10),
             max_pods: 110,
             read_only_port: if with_config_file {
                 0
@@ -414,6 +417,9 @@ fn apply_flags(config: &mut Config, given: &[FlagValue]) -> Result<(), ConfigErr
                     .map_err(|_| bad("must be greater than 0"))?
             }
             "sync-frequency" => config.sync_frequency = parse_duration(v).map_err(|r| bad(&r))?,
+            "housekeeping-interval" => {
+                config.housekeeping_interval = parse_duration(v).map_err(|r| bad(&r))?
+            }
             "file-check-frequency" => {
                 config.file_check_frequency = parse_duration(v).map_err(|r| bad(&r))?
             }
@@ -590,6 +596,7 @@ fn validate(config: &Config) -> Result<(), ConfigError> {
     }
     for (setting, value) in [
         ("syncFrequency (--sync-frequency)", config.sync_frequency),
+        ("--housekeeping-interval", config.housekeeping_interval),
         (
             "fileCheckFrequency (--file-check-frequency)",
             config.file_check_frequency,

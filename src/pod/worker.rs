@@ -50,11 +50,16 @@ pub struct Shared {
     pub host_ip: String,
     pub memory_capacity: i64,
     pub cpu_capacity_millis: i64,
+    /// What the stats collector samples, by pod UID; workers keep their pod's entry current.
+    pub stats_pods: StatsPods,
     /// When the agent started (probes of containers found running start without a burst).
     pub started: std::time::Instant,
     /// See `PodContext::oom_score_adj_min`.
     pub oom_score_adj_min: i64,
 }
+
+pub type StatsPods =
+    Arc<std::sync::RwLock<std::collections::BTreeMap<String, crate::stats::PodInfo>>>;
 
 /// A running sandbox, as app containers need it.
 struct Sandbox {
@@ -77,6 +82,8 @@ pub struct Worker {
     probes: HashMap<String, ContainerProbes>,
     /// Wakes this worker; probes notify it when a result changes.
     wake: Arc<Notify>,
+    /// Each container's writable layer (overlay upper dir), looked up once per container.
+    upper_dirs: HashMap<String, Option<PathBuf>>,
 }
 
 fn policy(pod: &Pod) -> &str {
@@ -136,6 +143,7 @@ impl Worker {
             volume_error: None,
             probes: HashMap::new(),
             wake: Arc::new(Notify::new()),
+            upper_dirs: HashMap::new(),
         }
     }
 
@@ -186,6 +194,9 @@ impl Worker {
             }
         }
         self.shared.statuses.write().await.remove(&uid);
+        if let Ok(mut m) = self.shared.stats_pods.write() {
+            m.remove(&uid);
+        }
         info!(pod = %self.pod_ref.display(), "pod removed");
     }
 
@@ -225,6 +236,8 @@ impl Worker {
             now: Utc::now(),
             previous: self.last_status.as_ref(),
         });
+        self.publish_stats_info(pod, &records, status.start_time.as_ref())
+            .await;
         let mut out = pod.clone();
         out.status = Some(status.clone());
         if self.last_status.as_ref().map(|s| &s.phase) != Some(&status.phase) {
@@ -236,6 +249,97 @@ impl Worker {
             .write()
             .await
             .insert(self.pod_ref.uid.clone(), out);
+    }
+
+    /// Tells the stats collector what of this pod runs now (it never asks containerd).
+    async fn publish_stats_info(
+        &mut self,
+        pod: &Pod,
+        records: &[ContainerRecord],
+        start: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    ) {
+        let Some(sandbox) = latest_sandbox(records).filter(|s| s.is_running()) else {
+            if let Ok(mut m) = self.shared.stats_pods.write() {
+                m.remove(&self.pod_ref.uid);
+            }
+            return;
+        };
+        let pause_pid = match sandbox.state {
+            State::Running { pid, .. } => Some(pid),
+            _ => None,
+        };
+        let cfg = &self.shared.cfg;
+        let log_dir = logs::pod_log_dir(
+            &cfg.pod_logs_dir,
+            &self.pod_ref.namespace,
+            &self.pod_ref.name,
+            &self.pod_ref.uid,
+        );
+        let mut containers = Vec::new();
+        for r in records
+            .iter()
+            .filter(|r| r.kind != Kind::Sandbox && r.is_running())
+        {
+            if !self.upper_dirs.contains_key(&r.id) {
+                let upper = self.shared.rt.upper_dir(&r.id).await;
+                self.upper_dirs.insert(r.id.clone(), upper);
+            }
+            let parent = r
+                .labels
+                .get(labels::CGROUP_PARENT)
+                .cloned()
+                .unwrap_or_default();
+            containers.push(crate::stats::ContainerInfo {
+                name: r.name.clone(),
+                id: r.id.clone(),
+                cgroup_path: format!("{parent}/{}", r.id),
+                start_time: match r.state {
+                    State::Running {
+                        started_at: Some(t),
+                        ..
+                    } => t,
+                    _ => r.created_at.unwrap_or_else(Utc::now),
+                },
+                log_dir: Some(log_dir.join(&r.name)),
+                rootfs_upper: self.upper_dirs.get(&r.id).cloned().flatten(),
+            });
+        }
+        self.upper_dirs
+            .retain(|id, _| records.iter().any(|r| &r.id == id));
+        let pod_dir = PodDir::new(&cfg.root_dir, &self.pod_ref.uid);
+        let volumes = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.volumes.iter().flatten())
+            .filter(|v| v.empty_dir.is_some())
+            .map(|v| crate::stats::VolumeInfo {
+                name: v.name.clone(),
+                path: pod_dir
+                    .dir
+                    .join("volumes/kubernetes.io~empty-dir")
+                    .join(&v.name),
+                ephemeral: true,
+            })
+            .collect();
+        let info = crate::stats::PodInfo {
+            uid: self.pod_ref.uid.clone(),
+            name: self.pod_ref.name.clone(),
+            namespace: self.pod_ref.namespace.clone(),
+            pause_pid,
+            cgroup_parent: sandbox
+                .labels
+                .get(labels::CGROUP_PARENT)
+                .cloned()
+                .unwrap_or_default(),
+            start_time: start
+                .and_then(|t| chrono::DateTime::from_timestamp(t.0.as_second(), 0))
+                .unwrap_or(self.start_time),
+            containers,
+            volumes,
+        };
+        if let Ok(mut m) = self.shared.stats_pods.write() {
+            m.insert(self.pod_ref.uid.clone(), info);
+        }
     }
 
     /// One pass of the level-triggered loop. Returns when to look again.

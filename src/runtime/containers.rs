@@ -488,6 +488,29 @@ impl Containerd {
     }
 }
 
+impl Containerd {
+    /// The writable layer of a container's snapshot (the overlay `upperdir`), for disk stats.
+    pub async fn upper_dir(&self, id: &str) -> Option<std::path::PathBuf> {
+        let mounts = call(
+            "snapshot mounts",
+            id,
+            CALL_TIMEOUT,
+            self.client().snapshots().mounts(self.req(MountsRequest {
+                snapshotter: SNAPSHOTTER.into(),
+                key: id.to_string(),
+            })),
+        )
+        .await
+        .ok()?
+        .mounts;
+        mounts
+            .iter()
+            .flat_map(|m| m.options.iter())
+            .find_map(|o| o.strip_prefix("upperdir="))
+            .map(std::path::PathBuf::from)
+    }
+}
+
 /// A fresh container id: 64 hex characters, as containerd's CRI plugin makes them.
 pub fn new_container_id() -> String {
     let bytes: [u8; 32] = rand::random();

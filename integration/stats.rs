@@ -1,0 +1,135 @@
+//! The built-in stats collector against real containers with known load, read through the
+//! agent's /stats/summary and /metrics/resource as metrics-server and kubectl top read them.
+
+mod common;
+
+use std::io::{Read, Write};
+
+use common::*;
+use serde_json::Value;
+
+fn summary(node: &Node) -> Value {
+    let (code, body) = http_get(node.port, "/stats/summary").expect("summary answers");
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str(&body).expect("summary is JSON")
+}
+
+fn pod_stats(s: &Value, name: &str) -> Option<Value> {
+    s["pods"]
+        .as_array()?
+        .iter()
+        .find(|p| p["podRef"]["name"] == name)
+        .cloned()
+}
+
+fn container_stats(p: &Value, name: &str) -> Value {
+    p["containers"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == name).cloned())
+        .unwrap_or(Value::Null)
+}
+
+#[test]
+fn cpu_memory_and_network_match_known_load() {
+    let Some(node) = Node::start_with("stats", &["--housekeeping-interval=2s"]) else {
+        return;
+    };
+    let m = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: load}}
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes: [{{name: mem, emptyDir: {{medium: Memory, sizeLimit: 256Mi}}}}]
+  containers:
+  - name: spin
+    image: {BUSYBOX}
+    command: ["sh", "-c", "while true; do :; done"]
+  - name: hold
+    image: {BUSYBOX}
+    command: ["sh", "-c", "dd if=/dev/zero of=/mem/blob bs=1M count=100 2>/dev/null; exec sleep 3600"]
+    volumeMounts: [{{name: mem, mountPath: /mem}}]
+  - name: web
+    image: {BUSYBOX}
+    command: ["sh", "-c", "mkdir -p /tmp/w && dd if=/dev/zero of=/tmp/w/big bs=1M count=5 2>/dev/null && exec httpd -f -p 8080 -h /tmp/w"]
+"#
+    );
+    node.write_manifest("load.yaml", &m);
+    let pod = node.wait_pod("load", 60, "Running", |p| p["status"]["phase"] == "Running");
+    let full = node.pod_name("load");
+    let ip = pod["status"]["podIP"].as_str().unwrap().to_string();
+
+    // Bytes the pod sends: fetch 5 MiB from it over the pod network.
+    node.wait_until(30, "5 MiB fetched from the pod", || {
+        let Ok(mut s) = std::net::TcpStream::connect((ip.as_str(), 8080)) else {
+            return false;
+        };
+        let _ = write!(s, "GET /big HTTP/1.0\r\n\r\n");
+        let mut buf = Vec::new();
+        let _ = s.read_to_end(&mut buf);
+        buf.len() >= 5 << 20
+    });
+
+    // Two samples are needed for a rate; wait until the numbers have settled.
+    let mut last = Value::Null;
+    node.wait_until(60, "stats for all three containers with a cpu rate", || {
+        let s = summary(&node);
+        let Some(p) = pod_stats(&s, &full) else {
+            return false;
+        };
+        let ok = ["spin", "hold", "web"]
+            .iter()
+            .all(|c| container_stats(&p, c)["cpu"]["usageNanoCores"].is_u64())
+            && container_stats(&p, "hold")["memory"]["workingSetBytes"]
+                .as_u64()
+                .unwrap_or(0)
+                >= 100 << 20
+            && p["network"]["txBytes"].as_u64().unwrap_or(0) >= 5 << 20;
+        last = p;
+        ok
+    });
+    let p = last;
+    let spin = container_stats(&p, "spin")["cpu"]["usageNanoCores"]
+        .as_u64()
+        .unwrap() as f64;
+    assert!(
+        (spin - 1e9).abs() <= 0.1e9,
+        "a container spinning one core reads {spin} nanocores"
+    );
+    let ws = container_stats(&p, "hold")["memory"]["workingSetBytes"]
+        .as_u64()
+        .unwrap();
+    assert!(ws >= 100 << 20, "working set {ws}");
+    assert_eq!(p["network"]["name"], "eth0");
+    assert!(
+        p["network"]["txBytes"].as_u64().unwrap() >= 5 << 20,
+        "{}",
+        p["network"]
+    );
+    assert!(p["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap() > 0);
+    let s = summary(&node);
+    assert_eq!(s["node"]["nodeName"], node.node_name.as_str());
+    assert!(s["node"]["cpu"]["usageNanoCores"].as_u64().unwrap() >= 900_000_000);
+    assert!(s["node"]["fs"]["capacityBytes"].as_u64().unwrap() > 0);
+    assert!(
+        s["node"]["runtime"]["imageFs"]["capacityBytes"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+
+    // only_cpu_and_memory drops the rest.
+    let (_, body) = http_get(node.port, "/stats/summary?only_cpu_and_memory=true").unwrap();
+    let small: Value = serde_json::from_str(&body).unwrap();
+    let sp = pod_stats(&small, &full).unwrap();
+    assert!(sp.get("network").is_none() && sp["cpu"].is_object());
+
+    // metrics-server's view.
+    let (code, text) = http_get(node.port, "/metrics/resource").unwrap();
+    assert_eq!(code, 200);
+    assert!(text.contains(&format!(
+        "container_cpu_usage_seconds_total{{container=\"spin\",namespace=\"default\",pod=\"{full}\"}}"
+    )), "{text}");
+    assert!(text.contains("node_memory_working_set_bytes "));
+    assert!(text.contains("resource_scrape_error 0"), "{text}");
+}
