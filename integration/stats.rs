@@ -132,4 +132,22 @@ spec:
     )), "{text}");
     assert!(text.contains("node_memory_working_set_bytes "));
     assert!(text.contains("resource_scrape_error 0"), "{text}");
+
+    // The agent's own metrics.
+    let (code, own) = http_get(node.port, "/metrics").unwrap();
+    assert_eq!(code, 200);
+    assert!(
+        own.contains("kubelet_pod_start_duration_seconds_count 1"),
+        "{own}"
+    );
+    assert!(
+        own.contains(
+            "kubelet_runtime_operations_duration_seconds_bucket{operation_type=\"create_task\""
+        ),
+        "{own}"
+    );
+    assert!(
+        own.contains("kubelet_pleg_relist_duration_seconds_count"),
+        "{own}"
+    );
 }

@@ -82,6 +82,9 @@ pub struct Worker {
     probes: HashMap<String, ContainerProbes>,
     /// Wakes this worker; probes notify it when a result changes.
     wake: Arc<Notify>,
+    /// Whether the pod start latency was recorded (only for pods this worker started).
+    start_recorded: bool,
+    started_any: bool,
     /// Each container's writable layer (overlay upper dir), looked up once per container.
     upper_dirs: HashMap<String, Option<PathBuf>>,
 }
@@ -144,6 +147,8 @@ impl Worker {
             probes: HashMap::new(),
             wake: Arc::new(Notify::new()),
             upper_dirs: HashMap::new(),
+            start_recorded: false,
+            started_any: false,
         }
     }
 
@@ -240,6 +245,16 @@ impl Worker {
             .await;
         let mut out = pod.clone();
         out.status = Some(status.clone());
+        let all_started = status
+            .container_statuses
+            .iter()
+            .flatten()
+            .all(|c| c.started == Some(true));
+        if self.started_any && !self.start_recorded && all_started {
+            self.start_recorded = true;
+            let took = (Utc::now() - self.start_time).to_std().unwrap_or_default();
+            crate::metrics::pod_started(took);
+        }
         if self.last_status.as_ref().map(|s| &s.phase) != Some(&status.phase) {
             info!(pod = %self.pod_ref.display(), phase = ?status.phase, "pod phase");
         }
@@ -345,7 +360,9 @@ impl Worker {
     /// One pass of the level-triggered loop. Returns when to look again.
     async fn sync(&mut self, pod: &Pod) -> Result<Duration, RuntimeError> {
         let rt = self.shared.rt.clone();
+        let relist = std::time::Instant::now();
         let mut records = rt.pod_containers(&self.pod_ref.uid).await?;
+        crate::metrics::pleg_relist(relist.elapsed());
         self.finalize_exits(&mut records).await?;
         self.collect_garbage(&records).await;
 
@@ -562,6 +579,7 @@ impl Worker {
             pod: format!("{}/{}", self.pod_ref.namespace, self.pod_ref.name),
             container: c.name.clone(),
             container_id: id.to_string(),
+            pod_uid: self.pod_ref.uid.clone(),
             pod_ip: ips.first().and_then(|i| i.parse().ok()),
             ports: c.ports.clone().unwrap_or_default(),
         }
@@ -863,6 +881,7 @@ impl Worker {
     ) {
         match self.try_start(pod, c, kind, attempt, sandbox).await {
             Ok(id) => {
+                self.started_any = true;
                 self.waiting.remove(&c.name);
                 if let Some(f) = previous_finish {
                     let key = self.backoff_key(c);

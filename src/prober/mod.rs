@@ -42,6 +42,8 @@ pub struct ProbeTarget {
     pub pod: String,
     pub container: String,
     pub container_id: String,
+    /// For the prober_probe_total metric's pod_uid label.
+    pub pod_uid: String,
     /// The pod's IP: the default host of httpGet and tcpSocket, the only host of grpc.
     pub pod_ip: Option<IpAddr>,
     /// The container's ports, to resolve ports given by name.

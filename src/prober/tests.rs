@@ -92,6 +92,7 @@ fn target() -> ProbeTarget {
         pod: "default/web".into(),
         container: "app".into(),
         container_id: "c1".into(),
+        pod_uid: "uid-1".into(),
         pod_ip: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
         ports: vec![],
     }

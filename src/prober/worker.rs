@@ -309,6 +309,7 @@ async fn run(kind: Kind, spec: ProbeSpec, shared: Arc<Shared>, first_delay: Dura
             Outcome::Success(_) => {}
         }
         let success = outcome.is_success();
+        record_metric(kind, success, &shared.target);
         if last == Some(success) {
             run_length = run_length.saturating_add(1);
         } else {
@@ -324,6 +325,22 @@ async fn run(kind: Kind, spec: ProbeSpec, shared: Arc<Shared>, first_delay: Dura
             return;
         }
     }
+}
+
+fn record_metric(kind: Kind, success: bool, t: &super::ProbeTarget) {
+    use crate::metrics::{probe_result, ProbeResult, ProbeType};
+    let probe = match kind {
+        Kind::Liveness => ProbeType::Liveness,
+        Kind::Readiness => ProbeType::Readiness,
+        Kind::Startup => ProbeType::Startup,
+    };
+    let result = if success {
+        ProbeResult::Successful
+    } else {
+        ProbeResult::Failed
+    };
+    let (ns, pod) = t.pod.split_once('/').unwrap_or(("", t.pod.as_str()));
+    probe_result(probe, result, &t.container, pod, ns, &t.pod_uid);
 }
 
 async fn attempt(spec: &ProbeSpec, shared: &Shared) -> Attempt {

@@ -114,7 +114,11 @@ pub async fn call<T, F>(
 where
     F: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
 {
-    match tokio::time::timeout(timeout, fut).await {
+    let started = std::time::Instant::now();
+    let result = tokio::time::timeout(timeout, fut).await;
+    let failed = !matches!(result, Ok(Ok(_)));
+    crate::metrics::runtime_op(&op.replace(' ', "_"), started.elapsed(), failed);
+    match result {
         Ok(Ok(r)) => Ok(r.into_inner()),
         Ok(Err(status)) => Err(RuntimeError::Call {
             op,
