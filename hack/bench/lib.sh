@@ -27,9 +27,16 @@ running_count() {
 start_agent() {
 	rm -rf "$WORK/manifests" "$WORK/root"
 	mkdir -p "$WORK/manifests"
-	"$BIN" --pod-manifest-path="$WORK/manifests" --root-dir="$WORK/root" \
+	start_agent_keep
+}
+
+# Starts the agent on the existing manifest folder and root dir (an agent restart).
+# EXTRA_AGENT_ARGS adds flags.
+start_agent_keep() {
+	# shellcheck disable=SC2086
+	"$BIN" ${EXTRA_AGENT_ARGS:-} --pod-manifest-path="$WORK/manifests" --root-dir="$WORK/root" \
 		--containerd-namespace=$NS --hostname-override=$NODE \
-		--read-only-port="$PORT" --healthz-port=0 >"$WORK/agent.log" 2>&1 &
+		--read-only-port="$PORT" --port="$((PORT + 1))" --healthz-port=0 >>"$WORK/agent.log" 2>&1 &
 	AGENT_PID=$!
 	until curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null; do sleep 0.05; done
 }
