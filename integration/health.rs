@@ -319,7 +319,6 @@ fn probes_drive_readiness_and_restarts() {
     let p = node.wait_pod("slow", 30, "started and ready", running);
     assert_eq!(container_status(&p, "c")["started"], true);
 
-
     let p = node.wait_pod("dies", 60, "restarted by liveness", |p| {
         container_status(p, "c")["restartCount"]
             .as_i64()
