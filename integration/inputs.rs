@@ -84,7 +84,7 @@ fn missing_images_and_commands_give_upstream_reasons() {
         "never.yaml",
         &pod(
             "never",
-            "example.invalid/none:1",
+            "127.0.0.1:1/none:1",
             "Never",
             "\"sleep\", \"1\"",
         ),
@@ -93,7 +93,7 @@ fn missing_images_and_commands_give_upstream_reasons() {
         "pull.yaml",
         &pod(
             "pull",
-            "example.invalid/none:1",
+            "127.0.0.1:1/none:1",
             "IfNotPresent",
             "\"sleep\", \"1\"",
         ),
@@ -115,7 +115,7 @@ fn missing_images_and_commands_give_upstream_reasons() {
         .unwrap()
         .to_string();
     assert!(
-        msg.contains("example.invalid/none:1") && msg.contains("Never"),
+        msg.contains("127.0.0.1:1/none:1") && msg.contains("Never"),
         "{msg}"
     );
     assert_eq!(p["status"]["phase"], "Pending");
@@ -129,7 +129,7 @@ fn missing_images_and_commands_give_upstream_reasons() {
     assert!(container_status(&p, "c")["state"]["waiting"]["message"]
         .as_str()
         .unwrap()
-        .contains("example.invalid/none:1"));
+        .contains("127.0.0.1:1/none:1"));
 
     let p = node.wait_pod("nocmd", 60, "RunContainerError or its back-off", |p| {
         matches!(

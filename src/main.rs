@@ -23,6 +23,9 @@ fn main() {
     if logs::is_logger_invocation(&args) {
         std::process::exit(logs::run_logger(&args));
     }
+    if args.get(1).map(String::as_str) == Some("image") {
+        std::process::exit(image_command(&args[2..]));
+    }
     let cfg = match config::load_from_args(&args) {
         Ok(c) => c,
         Err(ConfigError::Help(text)) => {
@@ -125,6 +128,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         memory_capacity: memory_capacity().unwrap_or(i64::MAX),
         started: std::time::Instant::now(),
         stats_pods: stats_pods.clone(),
+        puller: kubelet_rs::runtime::pull::Puller::new(rt.clone(), Default::default()),
         cpu_capacity_millis: std::thread::available_parallelism().map_or(1, |n| n.get()) as i64
             * 1000,
         oom_score_adj_min: oom_score_adj_min(),
@@ -284,5 +288,73 @@ fn containerd_pid() -> Option<u32> {
         let pid: u32 = e.file_name().to_str()?.parse().ok()?;
         let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
         (comm.trim() == "containerd").then_some(pid)
+    })
+}
+
+/// `kubelet-rs image import FILE [--namespace NS] [--address SOCKET]`: loads an OCI-layout or
+/// docker-archive tarball into containerd without a registry.
+fn image_command(args: &[String]) -> i32 {
+    let usage = "usage: kubelet-rs image import FILE [--namespace NS] [--address SOCKET]";
+    let (mut file, mut ns, mut socket) = (
+        None,
+        "kubelet-rs".to_string(),
+        "/run/containerd/containerd.sock".to_string(),
+    );
+    let mut it = args.iter();
+    if it.next().map(String::as_str) != Some("import") {
+        eprintln!("{usage}");
+        return 2;
+    }
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--namespace" | "-n" => ns = it.next().cloned().unwrap_or_default(),
+            "--address" => socket = it.next().cloned().unwrap_or_default(),
+            f if file.is_none() && !f.starts_with('-') => file = Some(f.to_string()),
+            other => {
+                eprintln!("kubelet-rs image import: unexpected argument {other:?}\n{usage}");
+                return 2;
+            }
+        }
+    }
+    let Some(file) = file else {
+        eprintln!("{usage}");
+        return 2;
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("kubelet-rs: {e}");
+            return 1;
+        }
+    };
+    rt.block_on(async {
+        let c = match Containerd::connect(std::path::Path::new(&socket), &ns).await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("kubelet-rs image import: {e}");
+                return 1;
+            }
+        };
+        match kubelet_rs::runtime::pull::import_archive(
+            &c,
+            std::path::Path::new(&file),
+            "overlayfs",
+        )
+        .await
+        {
+            Ok(names) => {
+                for n in names {
+                    println!("{n}");
+                }
+                0
+            }
+            Err(e) => {
+                eprintln!("kubelet-rs image import: {e}");
+                1
+            }
+        }
     })
 }

@@ -50,6 +50,7 @@ pub struct Shared {
     pub host_ip: String,
     pub memory_capacity: i64,
     pub cpu_capacity_millis: i64,
+    pub puller: crate::runtime::pull::Puller,
     /// What the stats collector samples, by pod UID; workers keep their pod's entry current.
     pub stats_pods: StatsPods,
     /// When the agent started (probes of containers found running start without a burst).
@@ -82,6 +83,8 @@ pub struct Worker {
     probes: HashMap<String, ContainerProbes>,
     /// Wakes this worker; probes notify it when a result changes.
     wake: Arc<Notify>,
+    /// The last failed pull of each container's image: when, and the registry's answer.
+    image_failures: HashMap<String, (DateTime<Utc>, String)>,
     /// Whether the pod start latency was recorded (only for pods this worker started).
     start_recorded: bool,
     started_any: bool,
@@ -149,6 +152,7 @@ impl Worker {
             upper_dirs: HashMap::new(),
             start_recorded: false,
             started_any: false,
+            image_failures: HashMap::new(),
         }
     }
 
@@ -744,7 +748,17 @@ impl Worker {
             .map_err(|e| SandboxError::Files(dir.dir.display().to_string(), e))?;
         dir.save_pod(pod)
             .map_err(|e| SandboxError::Files(dir.dir.display().to_string(), e))?;
-        let pause = rt.resolve_image(&cfg.pod_infra_container_image).await?;
+        let pause = match rt.resolve_image(&cfg.pod_infra_container_image).await {
+            Err(e) if e.is_not_found() => {
+                self.shared
+                    .puller
+                    .pull(&cfg.pod_infra_container_image, &[])
+                    .await
+                    .map_err(|e| SandboxError::Image(e.to_string()))?
+                    .image
+            }
+            other => other?,
+        };
         let id = new_container_id();
         let hostnet = host_network(pod);
         let mut netns_path = None;
@@ -898,23 +912,59 @@ impl Worker {
         }
     }
 
+    /// The image for a container under its pull policy, as upstream: Never uses only what
+    /// containerd has, IfNotPresent pulls when it is missing, Always checks the registry
+    /// (a pull of an image that is already complete costs only the manifest check). A
+    /// failed pull is ErrImagePull, then ImagePullBackOff until its back-off ends.
     async fn resolve_image(&mut self, c: &Container) -> Result<ImageInfo, Waiting> {
         let image = c.image.clone().unwrap_or_default();
         let pull_policy = c.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
-        match self.shared.rt.resolve_image(&image).await {
-            Ok(i) => Ok(i),
-            Err(RuntimeError::ImageNotFound(_)) if pull_policy == "Never" => Err(Waiting::new(
-                "ErrImageNeverPull",
-                format!("Container image \"{image}\" is not present with pull policy of Never"),
-            )),
-            Err(RuntimeError::ImageNotFound(name)) => Err(Waiting::new(
-                "ErrImagePull",
-                format!(
-                    "image \"{image}\" ({name}) is not present in containerd namespace {:?}, and pulling from registries is not built yet",
-                    self.shared.rt.namespace()
-                ),
-            )),
-            Err(e) => Err(Waiting::new("ErrImagePull", e.to_string())),
+        if pull_policy != "Always" {
+            match self.shared.rt.resolve_image(&image).await {
+                Ok(i) => return Ok(i),
+                Err(RuntimeError::ImageNotFound(_)) if pull_policy == "Never" => {
+                    return Err(Waiting::new(
+                        "ErrImageNeverPull",
+                        format!(
+                            "Container image \"{image}\" is not present with pull policy of Never"
+                        ),
+                    ))
+                }
+                Err(RuntimeError::ImageNotFound(_)) => {}
+                Err(e) => return Err(Waiting::new("ErrImagePull", e.to_string())),
+            }
+        }
+        let key = format!("{}/image/{}", self.pod_ref.uid, c.name);
+        let now = Utc::now();
+        if let Some(last) = self.image_failures.get(&key) {
+            if let Some(wait) = self.backoff.in_backoff(&key, last.0, now) {
+                return Err(Waiting::new(
+                    "ImagePullBackOff",
+                    format!(
+                        "Back-off pulling image \"{image}\": {} (next try in {}s)",
+                        last.1,
+                        wait.as_secs()
+                    ),
+                ));
+            }
+        }
+        info!(pod = %self.pod_ref.display(), container = %c.name, image = %image, "pulling image");
+        match self.shared.puller.pull(&image, &[]).await {
+            Ok(out) => {
+                self.image_failures.remove(&key);
+                if out.pulled {
+                    info!(pod = %self.pod_ref.display(), container = %c.name, image = %image,
+                          bytes = out.bytes, seconds = out.duration.as_secs_f64(),
+                          "Successfully pulled image \"{image}\" in {:.3}s", out.duration.as_secs_f64());
+                }
+                Ok(out.image)
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                self.backoff.next(&key, now, now);
+                self.image_failures.insert(key, (now, msg.clone()));
+                Err(Waiting::new("ErrImagePull", msg))
+            }
         }
     }
 
@@ -1203,6 +1253,8 @@ pub enum SandboxError {
     Runtime(#[from] RuntimeError),
     #[error("network: {0}")]
     Network(#[from] crate::network::NetworkError),
+    #[error("pod sandbox image: {0}")]
+    Image(String),
     #[error("volumes: {0}")]
     Volume(#[from] crate::volume::VolumeError),
     #[error("pod directory {0}: {1}")]

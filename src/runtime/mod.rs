@@ -13,6 +13,7 @@ pub mod events;
 pub mod exec;
 pub mod images;
 pub mod labels;
+pub mod pull;
 pub mod spec;
 
 pub use client::Containerd;

@@ -1,0 +1,622 @@
+//! Image pulls against real registries (Debian's docker-registry on loopback, filled with
+//! skopeo) into the real containerd. Runs only with KUBELET_RS_INTEGRATION=1, as root; then
+//! a missing docker-registry, skopeo or containerd is a failure. Each test owns a registry
+//! (its own port and storage) and a containerd namespace `krs-pull-test-<case>`, purged
+//! before and after.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{ctr, free_port, integration_enabled, purge_namespace, SOCKET};
+use kubelet_rs::runtime::pull::{
+    import_archive, PullError, PullOptions, Puller, RegistryCredential,
+};
+use kubelet_rs::runtime::Containerd;
+
+const REGISTRY_BIN: &str = "/usr/bin/docker-registry";
+/// bcrypt (cost 4, to keep per-request checks cheap) of the password `test`, user `test`.
+const HTPASSWD: &str = "test:$2b$04$DYD1EmHU5N0RT013oGRHZOUZ0hdPpOqJDWUMeJpAbBbpaJZWQrRy2";
+
+fn enabled(test: &str) -> bool {
+    if !integration_enabled(test) {
+        return false;
+    }
+    assert!(
+        Path::new(REGISTRY_BIN).is_file(),
+        "KUBELET_RS_INTEGRATION=1 but {REGISTRY_BIN} is missing: apt-get install docker-registry"
+    );
+    assert!(
+        Command::new("skopeo").arg("--version").output().is_ok(),
+        "KUBELET_RS_INTEGRATION=1 but skopeo is missing: apt-get install skopeo"
+    );
+    assert!(
+        busybox_tar().is_file(),
+        "test image {} is missing: run hack/build-images.sh",
+        busybox_tar().display()
+    );
+    true
+}
+
+fn busybox_tar() -> PathBuf {
+    PathBuf::from(
+        std::env::var("KUBELET_RS_CACHE").unwrap_or_else(|_| "/var/cache/kubelet-rs".into()),
+    )
+    .join("images/busybox.oci.tar")
+}
+
+fn run(cmd: &str, args: &[&str]) -> String {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {cmd}: {e}"));
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{cmd} {args:?} failed: {text}");
+    text
+}
+
+/// A docker-registry on 127.0.0.1:<port>, killed and its storage removed on drop.
+struct Registry {
+    port: u16,
+    dir: tempfile::TempDir,
+    child: Child,
+}
+
+impl Registry {
+    fn start(with_auth: bool) -> Registry {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let mut config = format!(
+            "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n  secret: test\n",
+            dir.path().join("data").display()
+        );
+        if with_auth {
+            let h = dir.path().join("htpasswd");
+            std::fs::write(&h, format!("{HTPASSWD}\n")).unwrap();
+            config.push_str(&format!(
+                "auth:\n  htpasswd:\n    realm: kubelet-rs-test\n    path: {}\n",
+                h.display()
+            ));
+        }
+        let cfg = dir.path().join("config.yml");
+        std::fs::write(&cfg, config).unwrap();
+        let log = std::fs::File::create(dir.path().join("registry.log")).unwrap();
+        let child = Command::new(REGISTRY_BIN)
+            .arg("serve")
+            .arg(&cfg)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("docker-registry starts");
+        let r = Registry { port, dir, child };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "registry did not listen: {}",
+                std::fs::read_to_string(r.dir.path().join("registry.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        r
+    }
+
+    fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// skopeo copy of the busybox test image to `repo:tag` here.
+    fn push_busybox(&self, repo_tag: &str, creds: Option<&str>) {
+        let src = format!("oci-archive:{}", busybox_tar().display());
+        let dest = format!("docker://{}/{repo_tag}", self.host());
+        let mut args = vec!["copy", "--quiet", "--dest-tls-verify=false"];
+        if let Some(c) = creds {
+            args.extend(["--dest-creds", c]);
+        }
+        args.extend([src.as_str(), dest.as_str()]);
+        run("skopeo", &args);
+    }
+
+    fn blob_data(&self, digest: &str) -> PathBuf {
+        let hex = digest.trim_start_matches("sha256:");
+        self.dir
+            .path()
+            .join("data/docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A namespace of this test's own, purged now and on drop.
+struct Namespace(String);
+
+impl Namespace {
+    fn new(case: &str) -> Namespace {
+        let ns = format!("krs-pull-test-{case}");
+        purge_namespace(&ns);
+        Namespace(ns)
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        purge_namespace(&self.0);
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn puller(ns: &str, opts: PullOptions) -> Puller {
+    let rt = Containerd::connect(Path::new(SOCKET), ns)
+        .await
+        .expect("containerd");
+    Puller::new(rt, opts)
+}
+
+/// Options that read no docker config of the machine running the tests.
+fn isolated_opts(dir: &Path) -> PullOptions {
+    PullOptions {
+        docker_config: Some(dir.join("no-such-config.json")),
+        serialize: false,
+        ..Default::default()
+    }
+}
+
+/// Runs /bin/true from the image in a throwaway container.
+fn assert_runs(ns: &str, image: &str) {
+    let id = format!("pull-smoke-{}", rand::random::<u32>());
+    let (ok, out) = ctr(
+        &[
+            "run",
+            "--rm",
+            "--snapshotter",
+            "overlayfs",
+            image,
+            &id,
+            "/bin/echo",
+            "image-ok",
+        ],
+        ns,
+    );
+    assert!(
+        ok && out.contains("image-ok"),
+        "running {image} in {ns}: {out}"
+    );
+}
+
+fn busybox_manifest_digest() -> String {
+    std::fs::read_to_string(busybox_tar().with_file_name("busybox.digest"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn pulls_by_tag_and_digest_then_only_checks() {
+    if !enabled("pulls_by_tag_and_digest_then_only_checks") {
+        return;
+    }
+    let reg = Registry::start(false);
+    reg.push_busybox("library/busybox:1.36", None);
+    let ns = Namespace::new("tag");
+    let tmp = tempfile::tempdir().unwrap();
+    runtime().block_on(async {
+        let p = puller(&ns.0, isolated_opts(tmp.path())).await;
+        let image = format!("{}/library/busybox:1.36", reg.host());
+        let first = p.pull(&image, &[]).await.expect("first pull");
+        assert!(first.pulled, "{first:?}");
+        assert!(
+            first.bytes > 100_000,
+            "busybox layer was fetched: {first:?}"
+        );
+        assert_eq!(first.image.name, image);
+        let digest = busybox_manifest_digest();
+        assert_eq!(
+            first.image.image_ref,
+            format!("{}/library/busybox@{digest}", reg.host())
+        );
+        assert_eq!(
+            first.image.config.cmd.as_deref(),
+            Some(&["sh".to_string()][..])
+        );
+        assert_runs(&ns.0, &image);
+
+        let again = p.pull(&image, &[]).await.expect("second pull");
+        assert!(!again.pulled, "second pull should only check the manifest");
+        assert_eq!(again.image.chain_id, first.image.chain_id);
+
+        // By digest: a new image record, nothing to download.
+        let by_digest = format!("{}/library/busybox@{digest}", reg.host());
+        let d = p.pull(&by_digest, &[]).await.expect("pull by digest");
+        assert!(d.pulled);
+        assert_eq!(d.bytes, 0, "blobs were already in containerd");
+        assert_eq!(d.image.chain_id, first.image.chain_id);
+        assert_runs(&ns.0, &by_digest);
+        // A complete digest reference needs no registry at all.
+        drop(reg);
+        let offline = p.pull(&by_digest, &[]).await.expect("offline digest pull");
+        assert!(!offline.pulled);
+    });
+}
+
+#[test]
+fn concurrent_pulls_of_one_image_are_merged() {
+    if !enabled("concurrent_pulls_of_one_image_are_merged") {
+        return;
+    }
+    let reg = Registry::start(false);
+    reg.push_busybox("library/busybox:merge", None);
+    let ns = Namespace::new("merge");
+    let tmp = tempfile::tempdir().unwrap();
+    runtime().block_on(async {
+        let p = puller(&ns.0, isolated_opts(tmp.path())).await;
+        let image = format!("{}/library/busybox:merge", reg.host());
+        let pulls: Vec<_> = (0..4)
+            .map(|_| {
+                let p = p.clone();
+                let image = image.clone();
+                tokio::spawn(async move { p.pull(&image, &[]).await })
+            })
+            .collect();
+        let mut outcomes = Vec::new();
+        for t in pulls {
+            outcomes.push(t.await.unwrap().expect("pull"));
+        }
+        // One pull ran: every caller sees the same fetched bytes and duration.
+        assert!(outcomes.iter().all(|o| o.pulled));
+        assert!(outcomes
+            .iter()
+            .all(|o| o.duration == outcomes[0].duration && o.bytes == outcomes[0].bytes));
+    });
+}
+
+/// Pushes a fake linux/<other arch> manifest and an index listing it before the real one.
+async fn push_multi_platform(reg: &Registry, repo: &str, tag: &str) -> String {
+    use kubelet_rs::runtime::pull::install_crypto_provider;
+    use oci_client::client::{ClientConfig, ClientProtocol};
+    use sha2::Digest;
+    install_crypto_provider();
+    let sha = |b: &[u8]| format!("sha256:{}", hex::encode(sha2::Sha256::digest(b)));
+    reg.push_busybox(&format!("{repo}:native"), None);
+    let client = oci_client::Client::new(ClientConfig {
+        protocol: ClientProtocol::Http,
+        ..Default::default()
+    });
+    let r: oci_client::Reference = format!("{}/{repo}:{tag}", reg.host()).parse().unwrap();
+    // A layer that is not a tar and a config with a diff ID nothing matches: picking this
+    // manifest would fail the unpack.
+    let layer = b"not a layer".to_vec();
+    let config = br#"{"architecture":"other","os":"linux","rootfs":{"type":"layers","diff_ids":["sha256:0000000000000000000000000000000000000000000000000000000000000000"]}}"#.to_vec();
+    client
+        .push_blob(&r, layer.clone(), &sha(&layer))
+        .await
+        .unwrap();
+    client
+        .push_blob(&r, config.clone(), &sha(&config))
+        .await
+        .unwrap();
+    let other = if std::env::consts::ARCH == "x86_64" {
+        "arm64"
+    } else {
+        "amd64"
+    };
+    let native = if std::env::consts::ARCH == "x86_64" {
+        "amd64"
+    } else {
+        "arm64"
+    };
+    let fake = format!(
+        r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"{}","size":{}}},"layers":[{{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"{}","size":{}}}]}}"#,
+        sha(&config),
+        config.len(),
+        sha(&layer),
+        layer.len()
+    );
+    let mt = |s: &'static str| hyper::header::HeaderValue::from_static(s);
+    let fake_ref = r.clone_with_digest(sha(fake.as_bytes()));
+    client
+        .push_manifest_raw(
+            &fake_ref,
+            fake.clone().into_bytes(),
+            mt("application/vnd.oci.image.manifest.v1+json"),
+        )
+        .await
+        .unwrap();
+    let native_digest = busybox_manifest_digest();
+    let native_size = {
+        let out = run(
+            "curl",
+            &[
+                "-sf",
+                "-H",
+                "Accept: application/vnd.oci.image.manifest.v1+json",
+                &format!("http://{}/v2/{repo}/manifests/{native_digest}", reg.host()),
+            ],
+        );
+        out.len()
+    };
+    let index = format!(
+        r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"{}","size":{},"platform":{{"architecture":"{other}","os":"linux"}}}},{{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"{native_digest}","size":{native_size},"platform":{{"architecture":"{native}","os":"linux"}}}}]}}"#,
+        sha(fake.as_bytes()),
+        fake.len()
+    );
+    client
+        .push_manifest_raw(
+            &r,
+            index.clone().into_bytes(),
+            mt("application/vnd.oci.image.index.v1+json"),
+        )
+        .await
+        .unwrap();
+    sha(index.as_bytes())
+}
+
+#[test]
+fn multi_platform_index_picks_the_node_platform() {
+    if !enabled("multi_platform_index_picks_the_node_platform") {
+        return;
+    }
+    let reg = Registry::start(false);
+    let ns = Namespace::new("index");
+    let tmp = tempfile::tempdir().unwrap();
+    runtime().block_on(async {
+        let index_digest = push_multi_platform(&reg, "library/multi", "1").await;
+        let p = puller(&ns.0, isolated_opts(tmp.path())).await;
+        let image = format!("{}/library/multi:1", reg.host());
+        let o = p.pull(&image, &[]).await.expect("pull from index");
+        assert!(o.pulled);
+        // The record targets the index, as containerd's own pull does.
+        assert!(o.image.image_ref.ends_with(&index_digest), "{:?}", o.image);
+        assert_runs(&ns.0, &image);
+        assert!(!p.pull(&image, &[]).await.unwrap().pulled);
+    });
+}
+
+#[test]
+fn basic_auth_from_node_config_and_pod_secrets() {
+    if !enabled("basic_auth_from_node_config_and_pod_secrets") {
+        return;
+    }
+    let reg = Registry::start(true);
+    reg.push_busybox("private/busybox:1", Some("test:test"));
+    let ns = Namespace::new("auth");
+    let tmp = tempfile::tempdir().unwrap();
+    let image = format!("{}/private/busybox:1", reg.host());
+    runtime().block_on(async {
+        // Anonymous: refused, and the error names image and registry.
+        let anon = puller(&ns.0, isolated_opts(tmp.path())).await;
+        let e = anon.pull(&image, &[]).await.unwrap_err();
+        assert!(matches!(e, PullError::Unauthorized { .. }), "{e}");
+        let msg = e.to_string();
+        assert!(msg.contains(&image) && msg.contains(&reg.host()), "{msg}");
+
+        // Wrong password from a pod secret: refused.
+        let wrong = RegistryCredential {
+            key: reg.host(),
+            username: "test".into(),
+            password: "wrong".into(),
+            registry_token: None,
+            source: "secret default/wrong".into(),
+        };
+        println!("anonymous: {e}");
+        let e = anon
+            .pull(&image, std::slice::from_ref(&wrong))
+            .await
+            .unwrap_err();
+        println!("wrong password: {e}");
+        assert!(matches!(e, PullError::Unauthorized { .. }), "{e}");
+        assert!(e.to_string().contains("secret default/wrong"), "{e}");
+
+        // The node's docker config (auth = base64 "test:test"): pulled, even after a wrong
+        // pod secret, which is tried first.
+        let cfg = tmp.path().join("config.json");
+        std::fs::write(
+            &cfg,
+            format!(
+                r#"{{"auths":{{"http://{}":{{"auth":"dGVzdDp0ZXN0"}}}}}}"#,
+                reg.host()
+            ),
+        )
+        .unwrap();
+        let node = puller(
+            &ns.0,
+            PullOptions {
+                docker_config: Some(cfg),
+                ..Default::default()
+            },
+        )
+        .await;
+        let o = node
+            .pull(&image, &[wrong])
+            .await
+            .expect("pull with node credentials");
+        assert!(o.pulled);
+        assert_runs(&ns.0, &image);
+
+        // Pod secret with the right password (username/password form).
+        let right = RegistryCredential {
+            key: reg.host(),
+            username: "test".into(),
+            password: "test".into(),
+            registry_token: None,
+            source: "secret default/right".into(),
+        };
+        let o = anon
+            .pull(&image, &[right])
+            .await
+            .expect("pull with pod secret");
+        assert!(!o.pulled);
+    });
+}
+
+#[test]
+fn failures_name_the_registry_answer() {
+    if !enabled("failures_name_the_registry_answer") {
+        return;
+    }
+    let reg = Registry::start(false);
+    reg.push_busybox("library/busybox:1.36", None);
+    let ns = Namespace::new("fail");
+    let tmp = tempfile::tempdir().unwrap();
+    runtime().block_on(async {
+        let p = puller(&ns.0, isolated_opts(tmp.path())).await;
+        let e = p
+            .pull(&format!("{}/library/busybox:nope", reg.host()), &[])
+            .await
+            .unwrap_err();
+        println!("unknown tag: {e}");
+        assert!(matches!(e, PullError::NotFound { .. }), "{e}");
+        assert!(
+            e.to_string().contains("not found") && e.to_string().contains(":nope"),
+            "{e}"
+        );
+
+        let e = p
+            .pull(&format!("{}/library/nothing:1", reg.host()), &[])
+            .await
+            .unwrap_err();
+        assert!(matches!(e, PullError::NotFound { .. }), "{e}");
+
+        // Nothing listens on a port we just freed.
+        let closed = free_port();
+        let e = p
+            .pull(&format!("127.0.0.1:{closed}/library/busybox:1.36"), &[])
+            .await
+            .unwrap_err();
+        println!("closed port: {e}");
+        assert!(matches!(e, PullError::Unreachable { .. }), "{e}");
+        assert!(
+            e.to_string().contains(&format!("127.0.0.1:{closed}")),
+            "{e}"
+        );
+
+        // A registry serving a corrupted layer: the digest check stops it before commit.
+        let digest_file = tmp.path().join("layer");
+        let layer = {
+            let out = run(
+                "curl",
+                &[
+                    "-sf",
+                    "-H",
+                    "Accept: application/vnd.oci.image.manifest.v1+json",
+                    &format!("http://{}/v2/library/busybox/manifests/1.36", reg.host()),
+                ],
+            );
+            let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+            v["layers"][0]["digest"].as_str().unwrap().to_string()
+        };
+        let data = reg.blob_data(&layer);
+        let mut bytes = std::fs::read(&data).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 0xff;
+        std::fs::write(&data, &bytes).unwrap();
+        std::fs::write(&digest_file, &layer).unwrap();
+        let e = p
+            .pull(&format!("{}/library/busybox:1.36", reg.host()), &[])
+            .await
+            .unwrap_err();
+        println!("corrupt layer: {e}");
+        assert!(matches!(e, PullError::BadDigest { .. }), "{e}");
+        assert!(e.to_string().contains(&layer), "{e}");
+    });
+}
+
+#[test]
+fn imports_oci_and_docker_archives() {
+    if !enabled("imports_oci_and_docker_archives") {
+        return;
+    }
+    let ns = Namespace::new("import");
+    let tmp = tempfile::tempdir().unwrap();
+    let docker_tar = tmp.path().join("busybox-docker.tar");
+    run(
+        "skopeo",
+        &[
+            "copy",
+            "--quiet",
+            &format!("oci-archive:{}", busybox_tar().display()),
+            &format!(
+                "docker-archive:{}:example.com/test/busybox:docker",
+                docker_tar.display()
+            ),
+        ],
+    );
+    runtime().block_on(async {
+        let rt = Containerd::connect(Path::new(SOCKET), &ns.0).await.unwrap();
+        let names = import_archive(&rt, &busybox_tar(), "overlayfs")
+            .await
+            .expect("OCI import");
+        assert_eq!(names, ["docker.io/library/busybox:1.36"]);
+        let info = rt.resolve_image(&names[0]).await.unwrap();
+        assert!(info.image_ref.ends_with(&busybox_manifest_digest()));
+        assert_runs(&ns.0, &names[0]);
+
+        let names = import_archive(&rt, &docker_tar, "overlayfs")
+            .await
+            .expect("docker import");
+        assert_eq!(names, ["example.com/test/busybox:docker"]);
+        let d = rt.resolve_image(&names[0]).await.unwrap();
+        assert_eq!(d.chain_id, info.chain_id, "same layers, same snapshot");
+        assert_runs(&ns.0, &names[0]);
+
+        let junk = tmp.path().join("junk.tar");
+        std::fs::write(&junk, vec![1u8; 4096]).unwrap();
+        let e = import_archive(&rt, &junk, "overlayfs")
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("junk.tar") && e.contains("not a tar"), "{e}");
+    });
+}
+
+/// Benchmark half of hack/bench/pull.sh: pulls KRS_BENCH_REF into KRS_BENCH_NS
+/// KRS_BENCH_RUNS times, removing the image (with a synchronous GC) between runs, and
+/// prints one `krs-pull-ms <ms>` line per run.
+#[test]
+#[ignore]
+fn bench_pull() {
+    let (Ok(image), Ok(ns)) = (
+        std::env::var("KRS_BENCH_REF"),
+        std::env::var("KRS_BENCH_NS"),
+    ) else {
+        panic!("set KRS_BENCH_REF and KRS_BENCH_NS (hack/bench/pull.sh does)");
+    };
+    let runs: usize = std::env::var("KRS_BENCH_RUNS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
+    let tmp = tempfile::tempdir().unwrap();
+    runtime().block_on(async {
+        let p = puller(&ns, isolated_opts(tmp.path())).await;
+        for _ in 0..runs {
+            let (ok, out) = ctr(&["images", "rm", "--sync", &image], &ns);
+            let _ = (ok, out);
+            let start = Instant::now();
+            let o = p.pull(&image, &[]).await.expect("bench pull");
+            let ms = start.elapsed().as_millis();
+            assert!(
+                o.pulled && o.bytes > 0,
+                "the image was not removed between runs: {o:?}"
+            );
+            println!("krs-pull-ms {ms} bytes {}", o.bytes);
+        }
+        let _ = ctr(&["images", "rm", "--sync", &image], &ns);
+    });
+}
