@@ -79,4 +79,4 @@ if [[ -n "${IDLE_CPU:-}" ]]; then
 	read -r lkb ln <<<"$LOGGERS_KB"
 	echo "| log writer processes (one per container, run by the shims) | $ln, $((lkb / 1024)) MiB RSS in all |"
 fi
-rm -rf "$WORK"
+[[ -n "${KEEP_WORK:-}" ]] && echo "kept $WORK" || rm -rf "$WORK"
