@@ -82,12 +82,7 @@ fn missing_images_and_commands_give_upstream_reasons() {
     };
     node.write_manifest(
         "never.yaml",
-        &pod(
-            "never",
-            "127.0.0.1:1/none:1",
-            "Never",
-            "\"sleep\", \"1\"",
-        ),
+        &pod("never", "127.0.0.1:1/none:1", "Never", "\"sleep\", \"1\""),
     );
     node.write_manifest(
         "pull.yaml",
