@@ -24,56 +24,11 @@ impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> Io for T {}
 mod tls {
     use std::sync::{Arc, OnceLock};
 
-    use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-    use rustls::{DigitallySignedStruct, SignatureScheme};
+    use rustls::pki_types::ServerName;
     use tokio::net::TcpStream;
     use tokio_rustls::client::TlsStream;
 
-    #[derive(Debug)]
-    struct AcceptAnyCertificate(Arc<rustls::crypto::CryptoProvider>);
-
-    impl ServerCertVerifier for AcceptAnyCertificate {
-        fn verify_server_cert(
-            &self,
-            _: &CertificateDer<'_>,
-            _: &[CertificateDer<'_>],
-            _: &ServerName<'_>,
-            _: &[u8],
-            _: UnixTime,
-        ) -> Result<ServerCertVerified, rustls::Error> {
-            Ok(ServerCertVerified::assertion())
-        }
-        fn verify_tls12_signature(
-            &self,
-            message: &[u8],
-            cert: &CertificateDer<'_>,
-            dss: &DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            rustls::crypto::verify_tls12_signature(
-                message,
-                cert,
-                dss,
-                &self.0.signature_verification_algorithms,
-            )
-        }
-        fn verify_tls13_signature(
-            &self,
-            message: &[u8],
-            cert: &CertificateDer<'_>,
-            dss: &DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            rustls::crypto::verify_tls13_signature(
-                message,
-                cert,
-                dss,
-                &self.0.signature_verification_algorithms,
-            )
-        }
-        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-            self.0.signature_verification_algorithms.supported_schemes()
-        }
-    }
+    use crate::server::apiclient::NoServerVerification;
 
     fn connector() -> Result<tokio_rustls::TlsConnector, String> {
         static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
@@ -83,7 +38,9 @@ mod tls {
                 .with_safe_default_protocol_versions()
                 .map_err(|e| e.to_string())?
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate(provider)))
+                .with_custom_certificate_verifier(Arc::new(NoServerVerification(
+                    provider.signature_verification_algorithms,
+                )))
                 .with_no_client_auth();
             Ok(Arc::new(cfg))
         });

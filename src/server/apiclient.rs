@@ -369,9 +369,10 @@ fn split_https_url(url: &str) -> Result<(String, u16, String), String> {
     Ok((host, port, prefix))
 }
 
-/// insecure-skip-tls-verify: any server certificate, signatures still checked.
+/// insecure-skip-tls-verify: any server certificate, signatures still checked. Also used by
+/// HTTPS probes and hooks, which upstream runs without verification.
 #[derive(Debug)]
-struct NoServerVerification(WebPkiSupportedAlgorithms);
+pub(crate) struct NoServerVerification(pub(crate) WebPkiSupportedAlgorithms);
 
 impl ServerCertVerifier for NoServerVerification {
     fn verify_server_cert(
