@@ -324,6 +324,9 @@ fn probes_drive_readiness_and_restarts() {
             .as_i64()
             .unwrap_or(0)
             >= 1
+            && container_status(p, "c")["lastState"]["terminated"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("Liveness probe failed"))
     });
     let last = &container_status(&p, "c")["lastState"]["terminated"];
     assert!(
@@ -340,6 +343,9 @@ fn probes_drive_readiness_and_restarts() {
             .as_i64()
             .unwrap_or(0)
             >= 1
+            && container_status(p, "c")["lastState"]["terminated"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("Liveness probe failed"))
     });
     assert!(
         container_status(&p, "c")["lastState"]["terminated"]["message"]
@@ -429,6 +435,9 @@ spec:
             .as_i64()
             .unwrap_or(0)
             >= 1
+            && container_status(p, "c")["lastState"]["terminated"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("Liveness probe failed"))
     });
     assert!(
         container_status(&p, "c")["lastState"]["terminated"]["message"]

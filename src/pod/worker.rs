@@ -792,32 +792,49 @@ impl Worker {
         } else {
             pod_hostname(pod)
         };
-        dir.write_etc(pod, &hostname, ips.first().map(String::as_str))
-            .map_err(|e| SandboxError::Files(dir.dir.display().to_string(), e))?;
-        let ctx = self.pod_context(pod, &id, netns_path.clone(), 0, &ips, &hostname);
-        let mut spec = spec::sandbox_spec(&ctx, &pause.config)?;
-        spec::set_cgroup_leaf(&mut spec, &ctx.cgroup_parent, &id);
-        let mut extra = HashMap::from([
-            (labels::POD_IPS.to_string(), ips.join(",")),
-            (labels::HOST_NETWORK.to_string(), hostnet.to_string()),
-            (labels::CGROUP_PARENT.to_string(), ctx.cgroup_parent.clone()),
-        ]);
-        if let Some(n) = &netns_path {
-            extra.insert(labels::NETNS.to_string(), n.clone());
+        // Everything after the network is attached undoes it on failure, so a failed
+        // attempt never leaks a namespace or an address (the next attempt pins a new one).
+        let started: Result<u32, SandboxError> = async {
+            dir.write_etc(pod, &hostname, ips.first().map(String::as_str))
+                .map_err(|e| SandboxError::Files(dir.dir.display().to_string(), e))?;
+            let ctx = self.pod_context(pod, &id, netns_path.clone(), 0, &ips, &hostname);
+            let mut spec = spec::sandbox_spec(&ctx, &pause.config)?;
+            spec::set_cgroup_leaf(&mut spec, &ctx.cgroup_parent, &id);
+            let mut extra = HashMap::from([
+                (labels::POD_IPS.to_string(), ips.join(",")),
+                (labels::HOST_NETWORK.to_string(), hostnet.to_string()),
+                (labels::CGROUP_PARENT.to_string(), ctx.cgroup_parent.clone()),
+            ]);
+            if let Some(n) = &netns_path {
+                extra.insert(labels::NETNS.to_string(), n.clone());
+            }
+            rt.create_container(NewContainer {
+                id: &id,
+                pod: &self.pod_ref,
+                kind: Kind::Sandbox,
+                name: labels::SANDBOX_NAME,
+                attempt,
+                image: &pause,
+                image_spec: &cfg.pod_infra_container_image,
+                spec: &spec,
+                extra_labels: extra,
+            })
+            .await?;
+            Ok(rt.start_task(&id, "").await?)
         }
-        rt.create_container(NewContainer {
-            id: &id,
-            pod: &self.pod_ref,
-            kind: Kind::Sandbox,
-            name: labels::SANDBOX_NAME,
-            attempt,
-            image: &pause,
-            image_spec: &cfg.pod_infra_container_image,
-            spec: &spec,
-            extra_labels: extra,
-        })
-        .await?;
-        let pid = rt.start_task(&id, "").await?;
+        .await;
+        let pid = match started {
+            Ok(pid) => pid,
+            Err(e) => {
+                let _ = rt.remove_container(&id).await;
+                if let Some(n) = &netns_path {
+                    let req = self.attach_request(pod, &id, std::path::Path::new(n));
+                    let _ = self.shared.cni.del(&req).await;
+                    let _ = netns::remove(std::path::Path::new(n)).await;
+                }
+                return Err(e);
+            }
+        };
         info!(pod = %self.pod_ref.display(), sandbox = %id, ips = ?ips, "pod sandbox started");
         Ok(Sandbox {
             id,
