@@ -170,8 +170,8 @@ fn manifest_folder_that_appears_later() {
     assert!(node.is_running());
 }
 
-/// A tiny HTTP server on loopback answering every GET with `body`; returns its URL.
-fn serve_manifest(body: String) -> String {
+/// A tiny HTTP server on loopback answering every GET with the current `body`; returns its URL.
+fn serve_manifest(body: std::sync::Arc<std::sync::Mutex<String>>) -> String {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/pods", l.local_addr().unwrap());
     std::thread::spawn(move || {
@@ -185,6 +185,7 @@ fn serve_manifest(body: String) -> String {
             } else {
                 "403 Forbidden"
             };
+            let body = body.lock().unwrap().clone();
             let _ = write!(
                 s,
                 "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -200,7 +201,12 @@ fn pods_from_a_manifest_url() {
     if !integration_enabled("http-source") {
         return;
     }
-    let url = serve_manifest(busybox_pod("fromurl", "Always", "exec sleep 3600"));
+    let body = std::sync::Arc::new(std::sync::Mutex::new(busybox_pod(
+        "fromurl",
+        "Always",
+        "exec sleep 3600",
+    )));
+    let url = serve_manifest(body.clone());
     let Some(node) = Node::start_with(
         "http-source",
         &[
