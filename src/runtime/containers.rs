@@ -318,17 +318,7 @@ impl Containerd {
             }
         }
         if existing.is_none() {
-            let mounts: Vec<Mount> = call(
-                "snapshot mounts",
-                id,
-                CALL_TIMEOUT,
-                self.client().snapshots().mounts(self.req(MountsRequest {
-                    snapshotter: SNAPSHOTTER.into(),
-                    key: id.to_string(),
-                })),
-            )
-            .await?
-            .mounts;
+            let mounts = self.snapshot_mounts(id).await?;
             call(
                 "create task",
                 id,
@@ -489,9 +479,9 @@ impl Containerd {
 }
 
 impl Containerd {
-    /// The writable layer of a container's snapshot (the overlay `upperdir`), for disk stats.
-    pub async fn upper_dir(&self, id: &str) -> Option<std::path::PathBuf> {
-        let mounts = call(
+    /// The mounts of a container's rootfs snapshot (its key is the container id).
+    async fn snapshot_mounts(&self, id: &str) -> Result<Vec<Mount>> {
+        call(
             "snapshot mounts",
             id,
             CALL_TIMEOUT,
@@ -501,8 +491,12 @@ impl Containerd {
             })),
         )
         .await
-        .ok()?
-        .mounts;
+        .map(|r| r.mounts)
+    }
+
+    /// The writable layer of a container's snapshot (the overlay `upperdir`), for disk stats.
+    pub async fn upper_dir(&self, id: &str) -> Option<std::path::PathBuf> {
+        let mounts = self.snapshot_mounts(id).await.ok()?;
         mounts
             .iter()
             .flat_map(|m| m.options.iter())
