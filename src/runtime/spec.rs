@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use super::images::{split_env, ImageConfig};
 use super::RuntimeError;
 use crate::quantity;
+use crate::volume::{resource_value, Allocatable};
 
 /// Everything about the pod that a container spec needs, computed once per sync.
 #[derive(Debug, Clone)]
@@ -44,6 +45,16 @@ pub struct PodContext {
     /// Node allocatable, which an unset limit stands for in `resourceFieldRef` (as upstream).
     pub allocatable_cpu_millis: i64,
     pub allocatable_memory: i64,
+}
+
+impl PodContext {
+    fn allocatable(&self) -> Allocatable {
+        Allocatable {
+            cpu_millis: Some(self.allocatable_cpu_millis),
+            memory_bytes: Some(self.allocatable_memory),
+            ephemeral_storage_bytes: None,
+        }
+    }
 }
 
 fn spec_err(container: &str, field: &str, reason: impl Into<String>) -> RuntimeError {
@@ -357,17 +368,24 @@ pub fn container_env(
                     )
                 })?
             } else if let Some(r) = &from.resource_field_ref {
-                resource_field(
-                    c,
-                    ctx,
+                // An empty containerName means the container being started, as upstream.
+                let target = r
+                    .container_name
+                    .as_deref()
+                    .filter(|n| !n.is_empty())
+                    .unwrap_or(&c.name);
+                resource_value(
+                    pod,
+                    target,
                     &r.resource,
                     r.divisor.as_ref().map(|d| d.0.as_str()),
+                    &ctx.allocatable(),
                 )
-                .ok_or_else(|| {
+                .map_err(|(sub, reason)| {
                     spec_err(
                         &c.name,
-                        &format!("{field}.valueFrom.resourceFieldRef.resource"),
-                        format!("unsupported resource {:?}", r.resource),
+                        &format!("{field}.valueFrom.resourceFieldRef.{sub}"),
+                        reason,
                     )
                 })?
             } else {
@@ -397,52 +415,6 @@ pub fn container_env(
         }
     }
     Ok(env)
-}
-
-/// `resourceFieldRef`: a container's limit or request, divided by the divisor and rounded up.
-fn resource_field(
-    c: &Container,
-    ctx: &PodContext,
-    resource: &str,
-    divisor: Option<&str>,
-) -> Option<String> {
-    let (kind, name) = resource.split_once('.')?;
-    let res = c.resources.as_ref();
-    let map = match kind {
-        "limits" => res.and_then(|r| r.limits.as_ref()),
-        "requests" => res.and_then(|r| r.requests.as_ref()),
-        _ => return None,
-    };
-    let q = map.and_then(|m| m.get(name)).map(|q| q.0.clone());
-    match name {
-        "cpu" => {
-            let unset = if kind == "limits" {
-                ctx.allocatable_cpu_millis
-            } else {
-                0
-            };
-            let millis = q.as_deref().and_then(quantity::cpu_millis).unwrap_or(unset);
-            let div = divisor
-                .and_then(quantity::cpu_millis)
-                .filter(|d| *d > 0)
-                .unwrap_or(1000);
-            Some(((millis + div - 1) / div).to_string())
-        }
-        "memory" | "ephemeral-storage" => {
-            let unset = if kind == "limits" && name == "memory" {
-                ctx.allocatable_memory
-            } else {
-                0
-            };
-            let b = q.as_deref().and_then(quantity::bytes).unwrap_or(unset);
-            let div = divisor
-                .and_then(quantity::bytes)
-                .filter(|d| *d > 0)
-                .unwrap_or(1);
-            Some(((b + div - 1) / div).to_string())
-        }
-        _ => None,
-    }
 }
 
 /// Upstream's rule for the process's argv.
@@ -834,6 +806,46 @@ mod tests {
         // No limits: node allocatable stands in, as upstream.
         assert_eq!(get("MEM"), Some("1024"));
         assert_eq!(get("CPU"), Some("2"));
+    }
+
+    #[test]
+    fn resource_field_ref_reads_the_named_container() {
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p-node", "namespace": "default", "uid": "u1"},
+            "spec": {"containers": [
+                {"name": "app", "image": "i", "env": [
+                    {"name": "SIDE_MEM", "valueFrom": {"resourceFieldRef": {
+                        "containerName": "side", "resource": "limits.memory", "divisor": "1Mi"}}},
+                    {"name": "SIDE_CPU", "valueFrom": {"resourceFieldRef": {
+                        "containerName": "side", "resource": "requests.cpu", "divisor": "1m"}}},
+                    {"name": "OWN_MEM", "valueFrom": {"resourceFieldRef": {
+                        "containerName": "", "resource": "limits.memory", "divisor": "1Mi"}}},
+                    {"name": "SIDE_CPU_LIMIT", "valueFrom": {"resourceFieldRef": {
+                        "containerName": "side", "resource": "limits.cpu"}}},
+                ]},
+                {"name": "side", "image": "i", "resources": {
+                    "limits": {"memory": "64Mi"}, "requests": {"cpu": "250m"}}},
+            ]}
+        }))
+        .unwrap();
+        let c = p.spec.as_ref().unwrap().containers[0].clone();
+        let env = container_env(&p, &c, &image(), &ctx()).unwrap();
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("SIDE_MEM"), Some("64"));
+        assert_eq!(get("SIDE_CPU"), Some("250"));
+        // The own container has no limits: node allocatable (1Gi) stands in.
+        assert_eq!(get("OWN_MEM"), Some("1024"));
+        // The sibling sets no CPU limit: it falls back to allocatable too.
+        assert_eq!(get("SIDE_CPU_LIMIT"), Some("2"));
+
+        let (p, c) = pod(json!({"name": "c", "image": "i", "env": [
+            {"name": "X", "valueFrom": {"resourceFieldRef": {
+                "containerName": "nope", "resource": "limits.cpu"}}},
+        ]}));
+        let e = container_env(&p, &c, &image(), &ctx())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("resourceFieldRef.containerName"), "{e}");
     }
 
     #[test]

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::{Pod, Volume};
 use tracing::{debug, info};
 
-pub use downward::{format_map, go_quote};
+pub use downward::{format_map, go_quote, resource_value};
 pub use error::VolumeError;
 pub use mounts::container_mounts;
 
