@@ -222,6 +222,42 @@ fn pods_from_a_manifest_url() {
         p["metadata"]["annotations"]["kubernetes.io/config.source"],
         "http"
     );
+
+    // The URL now answers with a PodList that lists two other pods: both run from the list,
+    // and the pod the URL no longer lists is stopped and removed.
+    let list = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "PodList",
+        "items": [url_pod("lista"), url_pod("listb")],
+    });
+    *body.lock().unwrap() = list.to_string();
+    for name in ["lista", "listb"] {
+        let p = node.wait_pod(name, 60, "Running from the PodList", running);
+        assert_eq!(
+            p["metadata"]["annotations"]["kubernetes.io/config.source"],
+            "http"
+        );
+    }
+    node.wait_gone("fromurl", 60);
+    let names: Vec<String> = node
+        .pods()
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names.len(), 2, "only the listed pods are left: {names:?}");
+}
+
+/// A one-container busybox pod as JSON, for PodList bodies.
+fn url_pod(name: &str) -> Value {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": BUSYBOX, "command": ["sleep", "3600"]}],
+        },
+    })
 }
 
 #[test]
