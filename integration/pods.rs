@@ -433,3 +433,41 @@ fn manifest_removed_while_agent_is_down_is_cleaned_up_on_start() {
     node.launch();
     node.wait_until(60, "orphan pod removed", || node.containers().is_empty());
 }
+
+#[test]
+fn failed_init_container_is_retried_under_restart_policy_always() {
+    let Some(node) = Node::start("init-retry") else {
+        return;
+    };
+    // The emptyDir outlives the first attempt, so the init container fails exactly once.
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: iniretry}}
+spec:
+  restartPolicy: Always
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - {{name: work, emptyDir: {{}}}}
+  initContainers:
+  - name: flaky
+    image: {BUSYBOX}
+    command: ["sh", "-c", "[ -f /work/x ] || {{ touch /work/x; exit 1; }}"]
+    volumeMounts:
+    - {{name: work, mountPath: /work}}
+  containers:
+  - {{name: app, image: {BUSYBOX}, command: ["sleep", "3600"]}}
+"#
+    );
+    node.write_manifest("iniretry.yaml", &manifest);
+    let p = node.wait_pod("iniretry", 90, "Running after an init retry", running);
+    let init = &p["status"]["initContainerStatuses"][0];
+    assert!(
+        init["restartCount"].as_i64().unwrap_or(0) >= 1,
+        "the failed first attempt is counted: {init}"
+    );
+    assert_eq!(init["state"]["terminated"]["exitCode"], 0, "{init}");
+    assert_eq!(init["lastState"]["terminated"]["exitCode"], 1, "{init}");
+    assert_eq!(condition(&p, "Initialized")["status"], "True");
+    assert_eq!(container_status(&p, "app")["restartCount"], 0);
+}
