@@ -142,6 +142,43 @@ fn missing_images_and_commands_give_upstream_reasons() {
 }
 
 #[test]
+fn run_as_non_root_on_a_root_image_is_a_config_error() {
+    let Some(node) = Node::start("nonroot") else {
+        return;
+    };
+    // The busybox image names no user, so it would run as root.
+    node.write_manifest(
+        "nonroot.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: nonroot}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: {BUSYBOX}\n    command: [sleep, \"3600\"]\n    securityContext: {{runAsNonRoot: true}}\n"
+        ),
+    );
+    node.write_manifest(
+        "fine.yaml",
+        &busybox_pod("fine", "Always", "exec sleep 3600"),
+    );
+    let p = node.wait_pod("nonroot", 60, "CreateContainerConfigError", |p| {
+        waiting_reason(p, "c") == "CreateContainerConfigError"
+    });
+    let msg = container_status(&p, "c")["state"]["waiting"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        msg.contains("container has runAsNonRoot and image will run as root"),
+        "{msg}"
+    );
+    assert_eq!(p["status"]["phase"], "Pending");
+    assert_eq!(container_status(&p, "c")["restartCount"], 0);
+    // Nothing of the refused container reached containerd: only the two sandboxes and the
+    // good pod's container exist.
+    node.wait_pod("fine", 60, "Running", running);
+    assert_eq!(node.containers().len(), 3, "{:?}", node.containers());
+    let mut n = node;
+    assert!(n.is_running());
+}
+
+#[test]
 fn manifest_folder_that_appears_later() {
     if !integration_enabled("late-folder") {
         return;
