@@ -519,3 +519,217 @@ spec:
     assert!(text.contains("FailedPostStartHook"), "{text}");
     assert!(node.log().contains("FailedPostStartHook"));
 }
+
+fn restarted_with(p: &Value, what: &str) -> bool {
+    container_status(p, "c")["restartCount"]
+        .as_i64()
+        .unwrap_or(0)
+        >= 1
+        && container_status(p, "c")["lastState"]["terminated"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(what))
+}
+
+#[test]
+fn probe_grace_period_overrides_the_pods_for_a_liveness_kill() {
+    let Some(node) = Node::start("probe-grace") else {
+        return;
+    };
+    // Only the first run ignores SIGTERM, so that removing the pod at the end (under the
+    // pod's 60 s) is quick; the liveness kill under test is of the first run.
+    let script = "if [ -e /state/once ]; then trap 'exit 0' TERM; else touch /state/once; trap '' TERM; fi; while true; do sleep 1; done";
+    let m = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: stubborn}}
+spec:
+  terminationGracePeriodSeconds: 60
+  volumes: [{{name: state, emptyDir: {{}}}}]
+  containers:
+  - name: c
+    image: {BUSYBOX}
+    command: ["sh", "-c", {script:?}]
+    volumeMounts: [{{name: state, mountPath: /state}}]
+    livenessProbe:
+      exec: {{command: ["false"]}}
+      periodSeconds: 1
+      failureThreshold: 1
+      terminationGracePeriodSeconds: 1
+"#
+    );
+    node.write_manifest("stubborn.yaml", &m);
+    node.wait_pod("stubborn", 60, "first run started", |p| {
+        container_status(p, "c")["state"]["running"].is_object()
+    });
+    let t0 = std::time::Instant::now();
+    let p = node.wait_pod("stubborn", 25, "killed by liveness", |p| {
+        restarted_with(p, "Liveness probe failed")
+    });
+    let took = t0.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(25),
+        "restart took {took:?}"
+    );
+    // The first run ignored SIGTERM: only the SIGKILL at the end of the probe's grace
+    // period could have stopped it.
+    assert_eq!(
+        container_status(&p, "c")["lastState"]["terminated"]["exitCode"],
+        137,
+        "{}",
+        container_status(&p, "c")
+    );
+}
+
+#[test]
+fn pre_stop_is_cut_by_the_grace_period() {
+    let Some(node) = Node::start("prestop-bound") else {
+        return;
+    };
+    let m = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: slowstop}}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: c
+    image: {BUSYBOX}
+    command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
+    lifecycle:
+      preStop: {{sleep: {{seconds: 30}}}}
+"#
+    );
+    node.write_manifest("slowstop.yaml", &m);
+    node.wait_pod("slowstop", 60, "Running", running);
+    let t0 = std::time::Instant::now();
+    node.remove_manifest("slowstop.yaml");
+    node.wait_gone("slowstop", 40);
+    let took = t0.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(10),
+        "pod with a 2 s grace period took {took:?} to go"
+    );
+    node.wait_until(10, "containers removed", || node.containers().is_empty());
+    let log = node.log();
+    assert!(log.contains("running preStop hook"), "{log}");
+    // The sleep handler cut short reports it, as upstream's does.
+    assert!(
+        log.lines().any(|l| l.contains("FailedPreStopHook")
+            && l.contains("container terminated before sleep hook finished")),
+        "{log}"
+    );
+}
+
+/// Records the head (request line and headers) of every HTTP request it gets, and answers
+/// each with an empty 200.
+fn start_recording_server(
+    addr: std::net::SocketAddr,
+) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+    use std::io::{Read, Write};
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let listener = std::net::TcpListener::bind(addr).unwrap();
+    let out = seen.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut s) = conn else { continue };
+            let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 1024];
+            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            out.lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(&buf).into_owned());
+            let _ =
+                s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        }
+    });
+    seen
+}
+
+#[test]
+fn http_get_hooks_reach_their_host() {
+    let Some(node) = Node::start("http-hooks") else {
+        return;
+    };
+    node.write_manifest(
+        "seed.yaml",
+        &busybox_pod("seed", "Always", "exec sleep 3600"),
+    );
+    let seed = node.wait_pod("seed", 60, "Running", running);
+    let host_ip: std::net::IpAddr = seed["status"]["hostIP"].as_str().unwrap().parse().unwrap();
+    let port = free_port();
+    let seen = start_recording_server(std::net::SocketAddr::new(host_ip, port));
+    let m = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: webhooks}}
+spec:
+  terminationGracePeriodSeconds: 5
+  containers:
+  - name: c
+    image: {BUSYBOX}
+    command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
+    lifecycle:
+      postStart:
+        httpGet: {{host: "{host_ip}", port: {port}, path: "/post-start?n=1", httpHeaders: [{{name: X-Hook, value: post}}]}}
+      preStop:
+        httpGet: {{host: "{host_ip}", port: {port}, path: /pre-stop}}
+"#
+    );
+    node.write_manifest("webhooks.yaml", &m);
+    node.wait_pod("webhooks", 60, "Running", running);
+    let requests = || seen.lock().unwrap().clone();
+    node.wait_until(10, "the postStart GET", || !requests().is_empty());
+    let post: Vec<String> = requests()
+        .into_iter()
+        .filter(|r| r.starts_with("GET /post-start?n=1 HTTP/1.1\r\n"))
+        .collect();
+    assert_eq!(post.len(), 1, "{:?}", requests());
+    let head = post[0].to_ascii_lowercase();
+    assert!(head.contains("\r\nx-hook: post\r\n"), "{head}");
+    assert!(head.contains("\r\nuser-agent: kube-lifecycle/"), "{head}");
+    assert!(
+        !requests().iter().any(|r| r.starts_with("GET /pre-stop ")),
+        "preStop ran before the pod was removed: {:?}",
+        requests()
+    );
+
+    node.remove_manifest("webhooks.yaml");
+    node.wait_gone("webhooks", 60);
+    let pre = requests()
+        .into_iter()
+        .filter(|r| r.starts_with("GET /pre-stop HTTP/1.1\r\n"))
+        .count();
+    assert_eq!(pre, 1, "{:?}", requests());
+}
+
+#[test]
+fn a_failing_startup_probe_restarts_the_container() {
+    let Some(node) = Node::start("startup-fails") else {
+        return;
+    };
+    node.write_manifest(
+        "nostart.yaml",
+        &probe_pod(
+            "nostart",
+            "exec sleep 3600",
+            "    startupProbe: {exec: {command: ['false']}, periodSeconds: 1, failureThreshold: 2}",
+        ),
+    );
+    let p = node.wait_pod("nostart", 60, "restarted by the startup probe", |p| {
+        restarted_with(p, "Startup probe failed")
+    });
+    assert_eq!(container_status(&p, "c")["started"], false);
+    let log = node.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("probe failed; killing container")
+                && l.contains("Startup probe failed")),
+        "{log}"
+    );
+}
