@@ -471,3 +471,50 @@ spec:
     assert_eq!(condition(&p, "Initialized")["status"], "True");
     assert_eq!(container_status(&p, "app")["restartCount"], 0);
 }
+
+#[test]
+fn container_sees_the_pods_hostname_and_resolv_conf() {
+    let Some(node) = Node::start("etc-files") else {
+        return;
+    };
+    // dnsConfig gives lines the host's own resolv.conf cannot have, so seeing them proves
+    // the container reads the file the agent wrote for this pod.
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: etc}}
+spec:
+  terminationGracePeriodSeconds: 1
+  dnsConfig:
+    nameservers: ["192.0.2.53"]
+    searches: ["pods.example.test"]
+    options: [{{name: ndots, value: "3"}}]
+  containers:
+  - name: c
+    image: {BUSYBOX}
+    command: ["sh", "-c", "cat /etc/hostname /etc/resolv.conf; echo END; exec sleep 3600"]
+"#
+    );
+    node.write_manifest("etc.yaml", &manifest);
+    let p = node.wait_pod("etc", 60, "Running", running);
+    node.wait_until(20, "files printed", || read_log(&p, "c", 0).contains("END"));
+    let lines: Vec<String> = read_log(&p, "c", 0)
+        .lines()
+        .map(|l| l.splitn(4, ' ').nth(3).unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(lines[0], node.pod_name("etc"), "/etc/hostname: {lines:?}");
+    let has = |want: &str| lines.iter().any(|l| l == want);
+    assert!(has("nameserver 192.0.2.53"), "{lines:?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("search ") && l.split(' ').any(|d| d == "pods.example.test")),
+        "{lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("options ") && l.split(' ').any(|o| o == "ndots:3")),
+        "{lines:?}"
+    );
+}
