@@ -258,6 +258,19 @@ fn restart_policies_and_crash_loop_back_off() {
         .contains("back-off 10s"));
     assert_eq!(p["status"]["phase"], "Running");
     assert_eq!(condition(&p, "Ready")["status"], "False");
+    // Each attempt logs to a file of its own restart count: the second attempt's output is
+    // in 1.log. The log writer is a process of its own that may finish a moment after the
+    // exit is reported, well inside the 10 s back-off.
+    let second_has_output = || {
+        read_log(&p, "main", 1)
+            .lines()
+            .any(|l| l.splitn(4, ' ').nth(3) == Some("run"))
+    };
+    node.wait_until(
+        5,
+        "1.log has the second attempt's output",
+        second_has_output,
+    );
 
     let p = node.wait_pod("once", 60, "Succeeded", |p| {
         p["status"]["phase"] == "Succeeded"
