@@ -860,3 +860,70 @@ async fn exec_and_http_and_tcp_handlers() {
     let e = run_handler(&tcp, &t, &fake, d).await.unwrap_err();
     assert!(e.contains("tcpSocket is not supported"), "{e}");
 }
+
+// ---------- timeouts ----------
+
+/// A port whose listener accepts connections and keeps them open without ever answering.
+async fn silent_server() -> u16 {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = l.accept().await {
+            held.push(s);
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn probes_and_hooks_give_up_on_a_silent_server_at_their_timeout() {
+    let port = silent_server().await;
+    let t = target();
+    let timeout = Duration::from_millis(300);
+    let fake = FakeExec::default();
+    let bound = Duration::from_secs(2);
+
+    let probe = http_probe("/", IntOrString::Int(port as i32), vec![]);
+    let t0 = std::time::Instant::now();
+    let out = run_probe(&probe, &t, &[], &fake, timeout).await;
+    let took = t0.elapsed();
+    assert!(
+        matches!(&out, Ok(Outcome::Failure(m)) if m.contains("Client.Timeout exceeded")),
+        "{out:?}"
+    );
+    assert!(took >= timeout && took < bound, "http probe took {took:?}");
+
+    let probe = Probe {
+        grpc: Some(GRPCAction {
+            port: port as i32,
+            service: None,
+        }),
+        ..Default::default()
+    };
+    let t0 = std::time::Instant::now();
+    let out = run_probe(&probe, &t, &[], &fake, timeout).await;
+    let took = t0.elapsed();
+    assert!(
+        matches!(&out, Ok(Outcome::Failure(m)) if m.starts_with("timeout: ")),
+        "{out:?}"
+    );
+    assert!(took >= timeout && took < bound, "grpc probe took {took:?}");
+
+    let hook = LifecycleHandler {
+        http_get: Some(HTTPGetAction {
+            path: Some("/hook".into()),
+            port: IntOrString::Int(port as i32),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let t0 = std::time::Instant::now();
+    let e = run_handler(&hook, &t, &fake, timeout).await.unwrap_err();
+    let took = t0.elapsed();
+    assert!(
+        e.starts_with("HTTP lifecycle hook (/hook)") && e.contains("Client.Timeout exceeded"),
+        "{e}"
+    );
+    assert!(took >= timeout && took < bound, "http hook took {took:?}");
+}
