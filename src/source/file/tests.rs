@@ -236,3 +236,38 @@ fn manifest_names() {
     assert!(!is_manifest_name(Path::new("/m/a.txt")));
     assert!(!is_manifest_name(Path::new("/m/yaml")));
 }
+
+#[test]
+fn pod_list_file_is_refused_by_name_and_the_others_load() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.yaml"), manifest("a", "busybox:1")).unwrap();
+    let list = dir.path().join("list.yaml");
+    // Well-formed and valid as a PodList, so only the one-Pod-per-file rule refuses it.
+    let list_body = format!(
+        "apiVersion: v1\nkind: PodList\nitems:\n- {}\n",
+        manifest("inlist", "busybox:1")
+            .trim_end()
+            .replace('\n', "\n  ")
+    );
+    assert!(
+        matches!(decode_manifest(list_body.as_bytes()), Ok(Manifest::List(ref pods)) if pods.len() == 1),
+        "the test's PodList must decode"
+    );
+    std::fs::write(&list, &list_body).unwrap();
+    std::fs::write(dir.path().join("z.json"), manifest("z", "busybox:1")).unwrap();
+
+    let mut source = FileSource::new(dir.path().to_path_buf(), "n".into());
+    let err = source
+        .read_pod(&list, list_body.as_bytes())
+        .expect_err("a PodList in a manifest file is refused");
+    let text = err.to_string();
+    assert!(text.contains(&list.display().to_string()), "{text}");
+    assert!(text.contains("PodList"), "{text}");
+
+    let pods = source.scan().unwrap();
+    let names: Vec<&str> = pods
+        .iter()
+        .map(|p| p.pod.metadata.name.as_deref().unwrap())
+        .collect();
+    assert_eq!(names, vec!["a-n", "z-n"]);
+}
