@@ -179,6 +179,54 @@ fn run_as_non_root_on_a_root_image_is_a_config_error() {
 }
 
 #[test]
+fn json_logging_gives_one_object_per_line_with_pod_fields() {
+    let Some(node) = Node::start_with("json-logs", &["--logging-format=json"]) else {
+        return;
+    };
+    node.write_manifest("js.yaml", &busybox_pod("js", "Always", "exec sleep 3600"));
+    node.wait_pod("js", 60, "Running", running);
+    let full = node.pod_name("js");
+    // tracing's JSON layout keeps event fields under "fields"; a flat layout is fine too.
+    let field = |v: &Value, key: &str| -> Option<String> {
+        v["fields"][key]
+            .as_str()
+            .or_else(|| v[key].as_str())
+            .map(str::to_string)
+    };
+    let about_the_pod = |v: &Value| field(v, "pod").is_some_and(|p| p.contains(&full));
+    node.wait_until(20, "a log line about the pod", || {
+        node.log()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .any(|v| about_the_pod(&v))
+    });
+    let log = node.log();
+    let mut lines = 0;
+    for line in log.lines().filter(|l| !l.trim().is_empty()) {
+        let v: Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}\n{log}"));
+        assert!(v.is_object(), "{line}");
+        assert!(
+            matches!(
+                v["level"].as_str(),
+                Some("TRACE" | "DEBUG" | "INFO" | "WARN" | "ERROR")
+            ),
+            "level in {line}"
+        );
+        assert!(field(&v, "message").is_some(), "message in {line}");
+        lines += 1;
+    }
+    assert!(lines > 1, "{log}");
+    let sandbox_line = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| {
+            about_the_pod(v) && field(v, "message").is_some_and(|m| m.contains("sandbox started"))
+        });
+    assert!(sandbox_line.is_some(), "no sandbox line for {full}:\n{log}");
+}
+
+#[test]
 fn manifest_folder_that_appears_later() {
     if !integration_enabled("late-folder") {
         return;
