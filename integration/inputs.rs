@@ -68,6 +68,11 @@ fn broken_manifests_are_reported_and_the_others_run() {
         "{log}"
     );
     assert_eq!(node.pods().len(), 1, "only the good pod runs");
+    let mut n = node;
+    assert!(
+        n.is_running(),
+        "the agent must not exit on broken manifests"
+    );
 }
 
 #[test]

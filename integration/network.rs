@@ -419,18 +419,27 @@ async fn host_port_through_portmap() {
         return;
     }
     const HOST_PORT: u16 = 18473;
+    const UDP_HOST_PORT: u16 = 18474;
     assert!(
         TcpListener::bind(("0.0.0.0", HOST_PORT)).is_ok(),
         "host port {HOST_PORT} is taken; the test needs it"
     );
     with_fixture(3, true, |fx| async move {
         let path = fx.pin().await;
-        let ports = vec![PortMapping {
-            host_port: HOST_PORT,
-            container_port: 8080,
-            protocol: "TCP".into(),
-            host_ip: String::new(),
-        }];
+        let ports = vec![
+            PortMapping {
+                host_port: HOST_PORT,
+                container_port: 8080,
+                protocol: "TCP".into(),
+                host_ip: String::new(),
+            },
+            PortMapping {
+                host_port: UDP_HOST_PORT,
+                container_port: 5353,
+                protocol: "UDP".into(),
+                host_ip: String::new(),
+            },
+        ];
         let req = fx.request(&path, "a", ports);
         let res = fx.cni.add(&req).await.unwrap();
         let ip = res.ips[0];
@@ -444,6 +453,19 @@ async fn host_port_through_portmap() {
             ours.iter()
                 .any(|l| l.contains(&format!("--to-destination {ip}:8080"))),
             "no DNAT to the pod in:\n{rules}"
+        );
+        // The UDP mapping gets its own DNAT, matched on udp and not on tcp.
+        let udp: Vec<&str> = rules
+            .lines()
+            .filter(|l| l.contains(&format!("--dport {UDP_HOST_PORT}")))
+            .filter(|l| l.contains(&format!("--to-destination {ip}:5353")))
+            .collect();
+        assert!(
+            !udp.is_empty()
+                && udp
+                    .iter()
+                    .all(|l| l.contains("-p udp") && !l.contains("-p tcp")),
+            "no udp DNAT for {UDP_HOST_PORT} in:\n{rules}"
         );
 
         // Locally originated traffic to a local address is DNATed in OUTPUT.
@@ -464,7 +486,11 @@ async fn host_port_through_portmap() {
         let rules = nat_rules();
         let left: Vec<&str> = rules
             .lines()
-            .filter(|l| l.contains(&format!("--dport {HOST_PORT}")) || l.contains(&ip.to_string()))
+            .filter(|l| {
+                l.contains(&format!("--dport {HOST_PORT}"))
+                    || l.contains(&format!("--dport {UDP_HOST_PORT}"))
+                    || l.contains(&ip.to_string())
+            })
             .collect();
         assert!(left.is_empty(), "portmap rules left after DEL: {left:#?}");
         fx.cni.del(&req).await.expect("a second DEL succeeds");

@@ -1349,3 +1349,36 @@ fn oom_killed(cgroup_path: &str) -> bool {
         })
     })
 }
+
+#[cfg(test)]
+mod port_mapping_tests {
+    use super::*;
+
+    #[test]
+    fn port_mappings_keep_host_ip_lowercase_protocols_and_skip_ports_without_host_port() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [
+                {"name": "a", "ports": [
+                    {"containerPort": 53, "hostPort": 5353, "protocol": "UDP", "hostIP": "127.0.0.1"},
+                    {"containerPort": 8080},
+                    {"containerPort": 9090, "hostPort": 0},
+                ]},
+                {"name": "b", "ports": [{"containerPort": 80, "hostPort": 8000}]},
+            ]}
+        }))
+        .unwrap();
+        let got: Vec<(u16, u16, String, String)> = port_mappings(&pod)
+            .into_iter()
+            .map(|m| (m.host_port, m.container_port, m.protocol, m.host_ip))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (5353, 53, "udp".to_string(), "127.0.0.1".to_string()),
+                // An unset protocol is TCP, and an unset hostIP means every host address.
+                (8000, 80, "tcp".to_string(), String::new()),
+            ]
+        );
+    }
+}
