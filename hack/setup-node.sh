@@ -21,6 +21,7 @@ PACKAGES=(
 	gcc libc6-dev     # the pause binary, and cc for Rust's linker
 	iproute2 iptables # CNI bridge and portmap plugins
 	procps            # sysctl, pgrep
+	docker-registry skopeo # the pull tests' registry on loopback, and filling it
 	ca-certificates curl tar gzip coreutils
 )
 

@@ -9,7 +9,7 @@ use kubelet_rs::config::{self, Config, ConfigError};
 use kubelet_rs::network::cni::Cni;
 use kubelet_rs::pod::worker::{Shared, StatsPods};
 use kubelet_rs::pod::{PodManager, StatusStore};
-use kubelet_rs::runtime::events::spawn_task_events;
+use kubelet_rs::runtime::events::{spawn_task_events, OomSeen};
 use kubelet_rs::runtime::Containerd;
 use kubelet_rs::source::{spawn_file_source, spawn_http_source, SourceKind};
 use kubelet_rs::stats::{Cgroups, Collector, CollectorConfig, PodInfo};
@@ -116,6 +116,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         Duration::from_secs(60),
     )
     .with_result_cache(cfg.root_dir.join("cni-results"));
+    let oom_seen = OomSeen::default();
     let shared = Arc::new(Shared {
         rt: rt.clone(),
         cni,
@@ -132,6 +133,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         cpu_capacity_millis: std::thread::available_parallelism().map_or(1, |n| n.get()) as i64
             * 1000,
         oom_score_adj_min: oom_score_adj_min(),
+        oom_seen: oom_seen.clone(),
     });
 
     start_stats(&cfg, &server_state, stats_pods);
@@ -166,7 +168,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     let mut manager = PodManager::new(shared, &expected);
     manager.recover().await;
     let (ev_tx, ev_rx) = mpsc::channel(256);
-    spawn_task_events(rt, ev_tx);
+    spawn_task_events(rt, ev_tx, oom_seen);
 
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {

@@ -26,13 +26,15 @@ use crate::prober::{self, ContainerProbes, ProbeOptions, ProbeTarget};
 use crate::runtime::containers::{
     format_time, new_container_id, ContainerRecord, NewContainer, State,
 };
+use crate::runtime::events::OomSeen;
 use crate::runtime::images::ImageInfo;
 use crate::runtime::labels::{self, Kind, PodRef};
 use crate::runtime::spec::{self, PodContext};
 use crate::runtime::{Containerd, RuntimeError};
 use crate::volume::{self, Allocatable, DownwardContext, PodVolumes};
 
-/// How often a settled pod is re-checked even with no event (the events are the fast path).
+/// How often a settled pod is re-checked even with no event (the events are the fast path);
+/// a shorter syncFrequency shortens it (see `resync_interval`).
 const RESYNC: Duration = Duration::from_secs(10);
 /// How long a postStart hook may take before it counts as failed.
 const POST_START_TIMEOUT: Duration = Duration::from_secs(120);
@@ -57,6 +59,8 @@ pub struct Shared {
     pub started: std::time::Instant,
     /// See `PodContext::oom_score_adj_min`.
     pub oom_score_adj_min: i64,
+    /// Containers containerd reported an OOM for, until their exit is recorded.
+    pub oom_seen: OomSeen,
 }
 
 pub type StatsPods =
@@ -210,13 +214,19 @@ impl Worker {
     }
 
     async fn publish(&mut self, pod: &Pod) {
-        let records = match self.shared.rt.pod_containers(&self.pod_ref.uid).await {
+        let mut records = match self.shared.rt.pod_containers(&self.pod_ref.uid).await {
             Ok(r) => r,
             Err(e) => {
                 warn!(pod = %self.pod_ref.display(), error = %e, "cannot read pod state");
                 return;
             }
         };
+        // A task that exited since the sync looked is recorded first: its reason (OOMKilled
+        // above all) is only known once the exit is finalized, and a status showing the
+        // raw exit would tell readers the wrong reason until the next sync.
+        if let Err(e) = self.finalize_exits(&mut records).await {
+            warn!(pod = %self.pod_ref.display(), error = %e, "cannot record a container exit");
+        }
         let sandbox = latest_sandbox(&records);
         let ips: Vec<String> = sandbox
             .and_then(|s| s.labels.get(labels::POD_IPS))
@@ -378,7 +388,7 @@ impl Worker {
                 rt.kill(&sb.id, libc::SIGKILL as u32).await?;
                 rt.wait_exit(&sb.id, Duration::from_secs(10)).await?;
             }
-            return Ok(RESYNC * 6);
+            return Ok(self.shared.cfg.sync_frequency);
         }
 
         let mut sandbox = match self.ensure_sandbox(pod, &records).await {
@@ -432,7 +442,7 @@ impl Worker {
         }
         // Creating a sandbox may have stopped old containers: look again.
         let records = rt.pod_containers(&self.pod_ref.uid).await?;
-        let mut next = RESYNC;
+        let mut next = resync_interval(self.shared.cfg.sync_frequency);
         let spec = pod.spec.clone().unwrap_or_default();
 
         for c in spec.init_containers.iter().flatten() {
@@ -657,13 +667,18 @@ impl Worker {
             if *finalized {
                 continue;
             }
+            let oom_event = self
+                .shared
+                .oom_seen
+                .lock()
+                .is_ok_and(|mut seen| seen.remove(&r.id));
             if r.kind != Kind::Sandbox {
                 let parent = r
                     .labels
                     .get(labels::CGROUP_PARENT)
                     .cloned()
                     .unwrap_or_default();
-                if oom_killed(&format!("{parent}/{}", r.id)) {
+                if oom_event || oom_killed(&format!("{parent}/{}", r.id)) {
                     info.reason = "OOMKilled".into();
                 }
                 if info.finished_at.is_none() {
@@ -1330,6 +1345,27 @@ fn port_mappings(pod: &Pod) -> Vec<PortMapping> {
         }
     }
     out
+}
+
+/// The period of a settled pod's re-check: the relist safety net, never longer than the
+/// configured syncFrequency (upstream's bound on how long a pod may go unsynced).
+fn resync_interval(sync_frequency: Duration) -> Duration {
+    RESYNC.min(sync_frequency).max(Duration::from_secs(1))
+}
+
+#[cfg(test)]
+mod resync_tests {
+    use super::*;
+
+    #[test]
+    fn sync_frequency_bounds_the_resync() {
+        assert_eq!(resync_interval(Duration::from_secs(60)), RESYNC);
+        assert_eq!(
+            resync_interval(Duration::from_secs(3)),
+            Duration::from_secs(3)
+        );
+        assert_eq!(resync_interval(Duration::ZERO), Duration::from_secs(1));
+    }
 }
 
 /// Whether the kernel's OOM killer acted in this cgroup (v1 memory.oom_control, v2 memory.events).

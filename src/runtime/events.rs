@@ -2,6 +2,8 @@
 //! task wakes the worker of the pod it belongs to. The stream is the fast path; workers
 //! also re-check on their own timer, so a lost event only delays, never loses, a change.
 
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use containerd_client::events::{TaskExit, TaskOom};
@@ -14,9 +16,19 @@ use super::client::{call, CALL_TIMEOUT};
 use super::labels;
 use super::Containerd;
 
+/// Ids of containers whose task containerd reported an OOM for. The cgroup's own counter
+/// can miss a kill (the cgroup may already be gone, or the kill counted elsewhere), while
+/// the shim watches the cgroup from the start: the event is the record to trust.
+pub type OomSeen = Arc<Mutex<HashSet<String>>>;
+
 /// Subscribes (re-subscribing with back-off) and sends the pod UID of every task that
 /// exited or hit OOM; an empty UID after a reconnect asks every worker to look again.
-pub fn spawn_task_events(rt: Containerd, tx: mpsc::Sender<String>) -> tokio::task::JoinHandle<()> {
+/// OOM reports are kept in `oom_seen` for the worker that records the exit.
+pub fn spawn_task_events(
+    rt: Containerd,
+    tx: mpsc::Sender<String>,
+    oom_seen: OomSeen,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut delay = Duration::from_millis(500);
         loop {
@@ -45,9 +57,14 @@ pub fn spawn_task_events(rt: Containerd, tx: mpsc::Sender<String>) -> tokio::tas
                                     "/tasks/exit" => TaskExit::decode(ev.value.as_slice())
                                         .ok()
                                         .map(|e| e.container_id),
-                                    "/tasks/oom" => TaskOom::decode(ev.value.as_slice())
-                                        .ok()
-                                        .map(|e| e.container_id),
+                                    "/tasks/oom" => {
+                                        TaskOom::decode(ev.value.as_slice()).ok().map(|e| {
+                                            if let Ok(mut seen) = oom_seen.lock() {
+                                                seen.insert(e.container_id.clone());
+                                            }
+                                            e.container_id
+                                        })
+                                    }
                                     _ => None,
                                 };
                                 let Some(id) = id else { continue };
