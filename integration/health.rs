@@ -130,7 +130,8 @@ spec:
       echo hello-host > /host/out.txt
       touch /info/x 2>/dev/null && echo info-rw || echo info-ro
       touch /ro/x 2>/dev/null && echo ro-rw || echo ro-ro
-      echo "sub=$(cat /sub/index.html) expr=$(ls /exprs)"
+      echo from-sub > /sub/file.txt
+      echo "sub=$(cat /data/nested/dir/file.txt) expr=$(ls /exprs)"
       exec sleep 3600
     volumeMounts:
     - {{name: mem, mountPath: /mem}}
@@ -138,7 +139,8 @@ spec:
     - {{name: proj, mountPath: /proj}}
     - {{name: host, mountPath: /host}}
     - {{name: shared, mountPath: /ro, readOnly: true}}
-    - {{name: shared, mountPath: /sub, subPath: .}}
+    - {{name: shared, mountPath: /sub, subPath: nested/dir}}
+    - {{name: shared, mountPath: /data}}
     - {{name: shared, mountPath: /exprs, subPathExpr: "dirs/$(POD)"}}
 "#,
         host = host_dir.display()
@@ -159,7 +161,8 @@ spec:
     );
     assert!(log.contains("info-ro"), "{log}");
     assert!(log.contains("ro-ro"), "{log}");
-    assert!(log.contains("sub=from-server"), "{log}");
+    // The client sees the file it wrote under /sub at nested/dir of the whole volume.
+    assert!(log.contains("sub=from-sub expr="), "{log}");
     assert_eq!(
         std::fs::read_to_string(host_dir.join("out.txt")).unwrap(),
         "hello-host\n"
@@ -173,6 +176,12 @@ spec:
         .join(uid)
         .join("volumes/kubernetes.io~empty-dir/shared");
     assert!(vol_dir.join("dirs").join(node.pod_name("vol")).is_dir());
+    // subPath mounted the subdirectory (made on demand), not the volume's root.
+    assert_eq!(
+        std::fs::read_to_string(vol_dir.join("nested/dir/file.txt")).unwrap(),
+        "from-sub\n"
+    );
+    assert!(!vol_dir.join("file.txt").exists());
     let mem_dir = node
         .root
         .path()
