@@ -232,6 +232,53 @@ fn json_logging_gives_one_object_per_line_with_pod_fields() {
 }
 
 #[test]
+fn pod_infra_container_image_names_the_sandbox_image() {
+    // A loopback registry name: should the agent try to pull it, the pull stays on this host
+    // and fails, and the test with it.
+    const INFRA: &str = "127.0.0.1:1/test/infra-pause:custom";
+    let flag = format!("--pod-infra-container-image={INFRA}");
+    let Some(node) = Node::start_with("infra-image", &[&flag]) else {
+        return;
+    };
+    let pause = image_by_prefix(&node.ns, "registry.k8s.io/pause");
+    let (ok, out) = ctr(&["images", "tag", &pause, INFRA], &node.ns);
+    assert!(ok, "tagging {pause} as {INFRA}: {out}");
+    node.write_manifest(
+        "infra.yaml",
+        &busybox_pod("infra", "Always", "exec sleep 3600"),
+    );
+    let p = node.wait_pod("infra", 60, "Running", running);
+    let app = container_status(&p, "main")["containerID"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("containerd://")
+        .to_string();
+    let images: Vec<(String, String)> = node
+        .containers()
+        .into_iter()
+        .map(|id| {
+            let (ok, out) = ctr(&["containers", "info", &id], &node.ns);
+            assert!(ok, "{out}");
+            let info: Value = serde_json::from_str(&out).expect("containers info is JSON");
+            (id, info["Image"].as_str().unwrap_or_default().to_string())
+        })
+        .collect();
+    assert_eq!(images.len(), 2, "{images:?}");
+    let sandbox: Vec<&(String, String)> = images.iter().filter(|(id, _)| *id != app).collect();
+    assert_eq!(sandbox.len(), 1, "{images:?}");
+    assert_eq!(sandbox[0].1, INFRA, "sandbox image: {images:?}");
+}
+
+/// The one image in `ns` whose name starts with `prefix`.
+fn image_by_prefix(ns: &str, prefix: &str) -> String {
+    let (ok, out) = ctr(&["images", "ls", "-q"], ns);
+    assert!(ok, "{out}");
+    let found: Vec<&str> = out.lines().filter(|l| l.starts_with(prefix)).collect();
+    assert_eq!(found.len(), 1, "images named {prefix}* in {ns}: {out}");
+    found[0].to_string()
+}
+
+#[test]
 fn manifest_folder_that_appears_later() {
     if !integration_enabled("late-folder") {
         return;
