@@ -366,6 +366,33 @@ fn probes_drive_readiness_and_restarts() {
         container_status(p, "c")["state"]["running"].is_object()
     });
     assert_eq!(container_status(&bad, "c")["ready"], false);
+    // The failing readiness probe is counted as such on /metrics/probes.
+    let (code, metrics) = http_get(node.port, "/metrics/probes").expect("/metrics/probes");
+    assert_eq!(code, 200, "{metrics}");
+    let count = |pod: &Value, probe_type: &str, result: &str| -> f64 {
+        let m = &pod["metadata"];
+        let labels = [
+            format!("probe_type=\"{probe_type}\""),
+            format!("result=\"{result}\""),
+            "container=\"c\"".to_string(),
+            format!("pod=\"{}\"", m["name"].as_str().unwrap()),
+            format!("namespace=\"{}\"", m["namespace"].as_str().unwrap()),
+            format!("pod_uid=\"{}\"", m["uid"].as_str().unwrap()),
+        ];
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("prober_probe_total{"))
+            .filter(|l| labels.iter().all(|x| l.contains(x.as_str())))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    assert!(count(&bad, "Readiness", "failed") > 0.0, "{metrics}");
+    assert_eq!(count(&bad, "Readiness", "successful"), 0.0, "{metrics}");
+    let web_pod = node.pod("web").unwrap();
+    assert!(
+        count(&web_pod, "Readiness", "successful") > 0.0,
+        "{metrics}"
+    );
     // The passing probes never restarted anything.
     let web = node.pod("web").unwrap();
     assert_eq!(container_status(&web, "c")["restartCount"], 0);
