@@ -117,6 +117,18 @@ spec:
             .unwrap()
             > 0
     );
+    // The agent's own cgroup, containerd's (found by its pid) and the pods' root: each read
+    // from a real cgroup, so each has memory in use.
+    for name in ["kubelet", "runtime", "pods"] {
+        let sc = s["node"]["systemContainers"]
+            .as_array()
+            .and_then(|a| a.iter().find(|c| c["name"] == name))
+            .unwrap_or_else(|| panic!("no {name} system container: {}", s["node"]));
+        assert!(
+            sc["memory"]["usageBytes"].as_u64().unwrap_or(0) > 0,
+            "{name}: {sc}"
+        );
+    }
 
     // only_cpu_and_memory drops the rest.
     let (_, body) = http_get(node.port, "/stats/summary?only_cpu_and_memory=true").unwrap();
@@ -146,8 +158,77 @@ spec:
         ),
         "{own}"
     );
-    assert!(
-        own.contains("kubelet_pleg_relist_duration_seconds_count"),
-        "{own}"
-    );
+    // Every pod sync relists, so a pod that ran has been counted.
+    let relists = sample_value(&own, "kubelet_pleg_relist_duration_seconds_count")
+        .unwrap_or_else(|| panic!("no PLEG relist count: {own}"));
+    assert!(relists > 0.0, "PLEG relist count {relists}");
+
+    // /runningpods/ is on the authenticated port only; the legacy flag defaults (anonymous,
+    // AlwaysAllow) let an anonymous client in.
+    let (code, body) = https_get(&node, "/runningpods/");
+    assert_eq!(code, 200, "{body}");
+    let list: Value = serde_json::from_str(&body).expect("/runningpods/ is JSON");
+    assert_eq!(list["kind"], "PodList", "{body}");
+    let running = list["items"]
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["metadata"]["name"] == full.as_str()))
+        .unwrap_or_else(|| panic!("{full} is not in {body}"));
+    assert_eq!(running["metadata"]["uid"], pod["metadata"]["uid"]);
+    let mut names: Vec<&str> = running["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names, ["hold", "spin", "web"], "{running}");
+}
+
+/// The value of an unlabelled sample in a Prometheus text exposition.
+fn sample_value(text: &str, name: &str) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (n, rest) = l.split_once(' ')?;
+        (n == name).then(|| rest.split_whitespace().next()?.parse().ok())?
+    })
+}
+
+/// GET on the agent's TLS port, verifying its self-signed certificate against the CA it
+/// keeps next to it under the root dir; (status, body).
+fn https_get(node: &Node, path: &str) -> (u16, String) {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    let pem = std::fs::read(node.root.path().join("root/pki/kubelet.crt")).unwrap();
+    let chain: Vec<CertificateDer> = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(chain[1].clone()).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let conn = rustls::ClientConnection::new(
+        std::sync::Arc::new(config),
+        ServerName::try_from(node.node_name.clone()).unwrap(),
+    )
+    .unwrap();
+    let tcp = std::net::TcpStream::connect(("127.0.0.1", node.secure_port)).unwrap();
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    write!(
+        tls,
+        "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        node.node_name
+    )
+    .unwrap();
+    let mut buf = Vec::new();
+    let _ = tls.read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
+    let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (code, body.to_string())
 }

@@ -4,6 +4,7 @@ use crate::stats::parse::parse_meminfo;
 const UID: &str = "7c1f4a2e-9d3b-4e5f-8a6b-1c2d3e4f5a6b";
 const POD: &str = "/kubepods/burstable/pod7c1f4a2e-9d3b-4e5f-8a6b-1c2d3e4f5a6b";
 const APP: &str = "5e0c1a9d3f7b2e4a6c8d0f1b3a5c7e9d1f3b5a7c9e1d3f5b7a9c1e3d5f7b9a1c";
+const SANDBOX: &str = "8f2b4d6e0a1c3e5f7b9d1a3c5e7f9b1d3a5c7e9f1b3d5a7c9e1f3b5d7a9c1e3f";
 
 fn testdata(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -126,7 +127,10 @@ fn network_skips_lo_and_veth_and_inlines_eth0() {
 
 #[test]
 fn snapshot_of_a_v2_pod() {
-    let f = fixture();
+    let mut f = fixture();
+    // containerd's cgroup stands in as the sandbox leaf: a cgroup with files of its own that
+    // differs from the kubelet's, so the runtime entry shows it read its own cgroup.
+    f.config.runtime_cgroup = Some(ProcessCgroup::same(&format!("{POD}/{SANDBOX}")));
     let c = Collector::new(f.config.clone(), Cgroups::v2_at(&f.cgroup_root));
     assert!(c.summary(false).is_none());
     assert!(c.metrics_resource().contains("resource_scrape_error 1"));
@@ -162,17 +166,26 @@ fn snapshot_of_a_v2_pod() {
     let image = s.node.runtime.as_ref().unwrap().image_fs.as_ref().unwrap();
     assert!(image.used_bytes.unwrap() >= 10_000, "{image:?}");
     assert_eq!(image.inodes_used, Some(3));
-    // kubelet system container (pointed at the pod cgroup here); pods root has no files
+    // kubelet (pointed at the pod cgroup here) and runtime (the sandbox leaf); the pods root
+    // has no files
     let names: Vec<_> = s
         .node
         .system_containers
         .iter()
         .map(|c| c.name.as_str())
         .collect();
-    assert_eq!(names, ["kubelet"]);
+    assert_eq!(names, ["kubelet", "runtime"]);
     assert_eq!(
         s.node.system_containers[0].start_time,
         Time(f.config.kubelet_start_time)
+    );
+    let runtime = &s.node.system_containers[1];
+    let rmem = runtime.memory.as_ref().unwrap();
+    assert_eq!(rmem.usage_bytes, Some(270336));
+    assert_eq!(rmem.working_set_bytes, Some(270336));
+    assert_eq!(
+        runtime.cpu.as_ref().unwrap().usage_core_nano_seconds,
+        Some(1871 * 1000)
     );
 
     // pod
