@@ -160,49 +160,77 @@ impl Agent {
         roots
     }
 
-    /// One HTTPS request to the main port; (status, body).
+    /// One HTTPS request to the main port, verifying the self-signed certificate; (status,
+    /// body).
     async fn get(
         &self,
         path: &str,
         client_cert: Option<&(String, String)>,
         token: Option<&str>,
     ) -> (u16, String) {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(self.serving_roots());
-        let config = match client_cert {
-            Some((cert, key)) => builder
-                .with_client_auth_cert(
-                    CertificateDer::pem_slice_iter(cert.as_bytes())
-                        .collect::<Result<_, _>>()
-                        .unwrap(),
-                    PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
-                )
-                .unwrap(),
-            None => builder.with_no_client_auth(),
-        };
-        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
-            .await
-            .unwrap();
-        let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
-            .connect(ServerName::try_from("test-node").unwrap(), tcp)
+        let config = client_config(self.serving_roots(), TLS_ANY, client_cert);
+        let mut tls = self
+            .connect(config)
             .await
             .expect("TLS handshake with the self-signed certificate for the node name");
-        let auth = token
-            .map(|t| format!("Authorization: Bearer {t}\r\n"))
-            .unwrap_or_default();
-        tls.write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: test-node\r\n{auth}Connection: close\r\n\r\n")
-                .as_bytes(),
-        )
-        .await
-        .unwrap();
-        let mut buf = Vec::new();
-        let _ = tls.read_to_end(&mut buf).await;
-        parse_response(&buf)
+        request(&mut tls, path, token).await
     }
+
+    /// A TLS connection to the main port as "test-node".
+    async fn connect(
+        &self,
+        config: rustls::ClientConfig,
+    ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await?;
+        tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(ServerName::try_from("test-node").unwrap(), tcp)
+            .await
+    }
+}
+
+const TLS_ANY: &[&rustls::SupportedProtocolVersion] =
+    &[&rustls::version::TLS12, &rustls::version::TLS13];
+
+fn client_config(
+    roots: rustls::RootCertStore,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+    client_cert: Option<&(String, String)>,
+) -> rustls::ClientConfig {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(versions)
+        .unwrap()
+        .with_root_certificates(roots);
+    match client_cert {
+        Some((cert, key)) => builder
+            .with_client_auth_cert(
+                CertificateDer::pem_slice_iter(cert.as_bytes())
+                    .collect::<Result<_, _>>()
+                    .unwrap(),
+                PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+        None => builder.with_no_client_auth(),
+    }
+}
+
+async fn request(
+    tls: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+    path: &str,
+    token: Option<&str>,
+) -> (u16, String) {
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    tls.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: test-node\r\n{auth}Connection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut buf = Vec::new();
+    let _ = tls.read_to_end(&mut buf).await;
+    parse_response(&buf)
 }
 
 impl Drop for Agent {
@@ -467,4 +495,74 @@ async fn read_only_port_serves_the_public_set_only() {
         body.contains("resource_scrape_error 1"),
         "no collector wired: {body}"
     );
+}
+
+#[tokio::test]
+async fn configured_serving_certificate_is_used_and_none_is_generated() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("serving-ca");
+    let (cert, key) = ca.issue(
+        "test-node",
+        &[],
+        &["test-node"],
+        ExtendedKeyUsagePurpose::ServerAuth,
+    );
+    let cert_file = write(dir.path(), "serving.crt", &cert);
+    let key_file = write(dir.path(), "serving.key", &key);
+    let agent = Agent::start(&[
+        format!("--tls-cert-file={}", cert_file.display()),
+        format!("--tls-private-key-file={}", key_file.display()),
+    ]);
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.cert.der().clone()).unwrap();
+    let mut tls = agent
+        .connect(client_config(roots, TLS_ANY, None))
+        .await
+        .unwrap_or_else(|e| panic!("handshake verified against the issuing CA: {e}"));
+    let served = tls.get_ref().1.peer_certificates().unwrap()[0].clone();
+    assert_eq!(
+        served.as_ref(),
+        CertificateDer::from_pem_slice(cert.as_bytes())
+            .unwrap()
+            .as_ref(),
+        "the configured certificate is the one served"
+    );
+    let (code, body) = request(&mut tls, "/pods", None).await;
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        !agent.cert_dir().join("kubelet.crt").exists(),
+        "no self-signed pair is made when one is configured"
+    );
+}
+
+#[tokio::test]
+async fn tls_min_version_13_refuses_a_tls12_client() {
+    // Without the flag TLS 1.2 is served, so the refusal below is the flag's doing.
+    let default = Agent::start(&[]);
+    let tls12 = client_config(default.serving_roots(), &[&rustls::version::TLS12], None);
+    let mut tls = default.connect(tls12).await.expect("TLS 1.2 by default");
+    assert_eq!(request(&mut tls, "/healthz", None).await.0, 200);
+    drop(default);
+
+    let agent = Agent::start(&["--tls-min-version=VersionTLS13".into()]);
+    let tls12 = client_config(agent.serving_roots(), &[&rustls::version::TLS12], None);
+    let err = agent
+        .connect(tls12)
+        .await
+        .err()
+        .expect("a client that speaks only TLS 1.2 cannot complete the handshake");
+    // The server's protocol_version alert, not some other failure.
+    assert!(
+        err.to_string()
+            .contains("received fatal alert: ProtocolVersion"),
+        "{err}"
+    );
+    let tls13 = client_config(agent.serving_roots(), &[&rustls::version::TLS13], None);
+    let mut tls = agent.connect(tls13).await.expect("TLS 1.3 handshake");
+    assert_eq!(
+        tls.get_ref().1.protocol_version(),
+        Some(rustls::ProtocolVersion::TLSv1_3)
+    );
+    assert_eq!(request(&mut tls, "/healthz", None).await.0, 200);
 }
