@@ -730,6 +730,70 @@ mod tests {
         );
     }
 
+    /// A CA file and a client certificate it signed for `cn` with organizations `orgs`.
+    fn client_cert(
+        dir: &std::path::Path,
+        cn: Option<&str>,
+        orgs: &[&str],
+    ) -> (std::path::PathBuf, CertificateDer<'static>) {
+        use rcgen::{
+            BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+        };
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.distinguished_name.push(DnType::CommonName, "client-ca");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let mut leaf = CertificateParams::new(Vec::<String>::new()).unwrap();
+        // rcgen puts a default CN in; the subject is built from scratch here.
+        leaf.distinguished_name = rcgen::DistinguishedName::new();
+        if let Some(cn) = cn {
+            leaf.distinguished_name.push(DnType::CommonName, cn);
+        }
+        // rcgen keeps one value per attribute type; the organizationName OID spelled out as a
+        // custom type is a second key, so the subject gets a second O attribute.
+        let o_types = [
+            DnType::OrganizationName,
+            DnType::CustomDnType(vec![2, 5, 4, 10]),
+        ];
+        assert!(orgs.len() <= o_types.len());
+        for (ty, o) in o_types.into_iter().zip(orgs) {
+            leaf.distinguished_name.push(ty, *o);
+        }
+        leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = leaf.signed_by(&key, &ca_cert, &ca_key).unwrap();
+        let ca_file = dir.join("ca.crt");
+        std::fs::write(&ca_file, ca_cert.pem()).unwrap();
+        (ca_file, cert.der().clone())
+    }
+
+    #[tokio::test]
+    async fn client_certificate_cn_is_the_user_and_organizations_are_groups() {
+        let dir = tempfile::tempdir().unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let (ca_file, cert) = client_cert(dir.path(), Some("alice"), &["admins", "devs"]);
+        let authn = Authenticator {
+            client_ca: Some(super::super::tls::client_ca_verifier(&ca_file, &provider).unwrap()),
+            tokens: None,
+            anonymous: true,
+        };
+        let u = authn.authenticate(&[cert], None).await.unwrap();
+        assert_eq!(u.name, "alice");
+        assert_eq!(u.groups, ["admins", "devs", AUTHENTICATED_GROUP]);
+
+        // Without a CN the certificate names nobody: anonymous, as upstream's x509 authenticator
+        // leaves such a request to the next one.
+        let (ca_file, cert) = client_cert(dir.path(), None, &["admins"]);
+        let authn = Authenticator {
+            client_ca: Some(super::super::tls::client_ca_verifier(&ca_file, &provider).unwrap()),
+            tokens: None,
+            anonymous: true,
+        };
+        let u = authn.authenticate(&[cert], None).await.unwrap();
+        assert_eq!(u.name, ANONYMOUS_USER);
+    }
+
     #[test]
     fn ttl_cache_expires_and_stays_bounded() {
         let (clock, now) = fake_clock();
