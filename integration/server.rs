@@ -275,8 +275,13 @@ async fn self_signed_certificate_is_created_and_reused_across_restarts() {
     agent.stop();
     agent.launch();
     assert_eq!(std::fs::read(&crt).unwrap(), first, "the pair is reused");
-    let (code, _) = agent.get("/healthz", None, None).await;
-    assert_eq!(code, 200);
+    for path in ["/healthz", "/healthz/ping", "/healthz/syncloop"] {
+        assert_eq!(
+            agent.get(path, None, None).await,
+            (200, "ok".to_string()),
+            "{path}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -479,9 +484,20 @@ async fn read_only_port_serves_the_public_set_only() {
         http_get(agent.read_only_port, "/configz"),
         (404, "404 page not found\n".to_string())
     );
+    for path in ["/healthz", "/healthz/ping", "/healthz/syncloop"] {
+        assert_eq!(
+            http_get(agent.read_only_port, path),
+            (200, "ok".to_string()),
+            "{path}"
+        );
+    }
+    // The verbose form lists each check, as upstream's healthz handler does.
     assert_eq!(
-        http_get(agent.read_only_port, "/healthz"),
-        (200, "ok".to_string())
+        http_get(agent.read_only_port, "/healthz?verbose"),
+        (
+            200,
+            "[+]ping ok\n[+]log ok\n[+]syncloop ok\nhealthz check passed\n".to_string()
+        )
     );
     let (code, body) = http_get(agent.read_only_port, "/metrics");
     assert_eq!(code, 200);
