@@ -586,37 +586,36 @@ fn imports_oci_and_docker_archives() {
     });
 }
 
-/// Benchmark half of hack/bench/pull.sh: pulls KRS_BENCH_REF into KRS_BENCH_NS
-/// KRS_BENCH_RUNS times, removing the image (with a synchronous GC) between runs, and
-/// prints one `krs-pull-ms <ms>` line per run.
 #[test]
-#[ignore]
-fn bench_pull() {
-    let (Ok(image), Ok(ns)) = (
-        std::env::var("KRS_BENCH_REF"),
-        std::env::var("KRS_BENCH_NS"),
-    ) else {
-        panic!("set KRS_BENCH_REF and KRS_BENCH_NS (hack/bench/pull.sh does)");
-    };
-    let runs: usize = std::env::var("KRS_BENCH_RUNS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5);
-    let tmp = tempfile::tempdir().unwrap();
-    runtime().block_on(async {
-        let p = puller(&ns, isolated_opts(tmp.path())).await;
-        for _ in 0..runs {
-            let (ok, out) = ctr(&["images", "rm", "--sync", &image], &ns);
-            let _ = (ok, out);
-            let start = Instant::now();
-            let o = p.pull(&image, &[]).await.expect("bench pull");
-            let ms = start.elapsed().as_millis();
-            assert!(
-                o.pulled && o.bytes > 0,
-                "the image was not removed between runs: {o:?}"
-            );
-            println!("krs-pull-ms {ms} bytes {}", o.bytes);
-        }
-        let _ = ctr(&["images", "rm", "--sync", &image], &ns);
-    });
+fn image_pull_command_pulls_into_the_namespace() {
+    if !enabled("image_pull_command_pulls_into_the_namespace") {
+        return;
+    }
+    let reg = Registry::start(false);
+    reg.push_busybox("cmd/busybox:1", None);
+    let ns = Namespace::new("cmd");
+    let image = format!("{}/cmd/busybox:1", reg.host());
+    let bin = env!("CARGO_BIN_EXE_kubelet-rs");
+    let out = run(bin, &["image", "pull", &image, "--namespace", &ns.0]);
+    let digest = busybox_manifest_digest();
+    assert!(
+        out.contains(&format!("{}/cmd/busybox@{digest}", reg.host())),
+        "{out}"
+    );
+    assert_runs(&ns.0, &image);
+    // A reference the registry does not have: exit 1 and the registry's answer.
+    let missing = Command::new(bin)
+        .args(["image", "pull", &format!("{}/cmd/none:1", reg.host())])
+        .args(["--namespace", &ns.0])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(
+        err.contains("kubelet-rs image pull") && err.contains("cmd/none"),
+        "{err}"
+    );
+    // No operand is a usage error.
+    let usage = Command::new(bin).args(["image", "pull"]).output().unwrap();
+    assert_eq!(usage.status.code(), Some(2));
 }

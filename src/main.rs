@@ -167,6 +167,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
 
     let mut manager = PodManager::new(shared, &expected);
     manager.recover().await;
+    start_image_gc(&cfg, &rt);
     let (ev_tx, ev_rx) = mpsc::channel(256);
     spawn_task_events(rt, ev_tx, oom_seen);
 
@@ -272,6 +273,28 @@ fn start_stats(cfg: &Arc<Config>, server: &Arc<server::ServerState>, pods: Stats
     tokio::spawn(collector.run(lister, std::future::pending::<()>()));
 }
 
+/// The image GC on its own timer (upstream's ImageGCPeriod); high threshold 100 turns it
+/// off, as upstream does.
+fn start_image_gc(cfg: &Config, rt: &Containerd) {
+    use kubelet_rs::gc::{ContainerdImages, ImageGc, ImageGcPolicy, StatvfsProbe};
+    // Validated as 0..=100 with low < high, so both fit a u8.
+    let policy = ImageGcPolicy {
+        high_percent: cfg.image_gc_high_threshold_percent as u8,
+        low_percent: cfg.image_gc_low_threshold_percent as u8,
+        min_age: cfg.image_minimum_gc_age,
+    };
+    if policy.is_disabled() {
+        info!("imageGCHighThresholdPercent is 100: image garbage collection is off");
+        return;
+    }
+    let probe = StatvfsProbe {
+        path: cfg.image_fs_path.clone(),
+    };
+    let pinned = vec![cfg.pod_infra_container_image.clone()];
+    let gc = ImageGc::new(ContainerdImages(rt.clone()), probe, policy, pinned);
+    tokio::spawn(gc.run(cfg.image_gc_period));
+}
+
 struct CollectorViews(Arc<Collector>);
 
 impl server::StatsViews for CollectorViews {
@@ -293,32 +316,37 @@ fn containerd_pid() -> Option<u32> {
     })
 }
 
-/// `kubelet-rs image import FILE [--namespace NS] [--address SOCKET]`: loads an OCI-layout or
-/// docker-archive tarball into containerd without a registry.
+/// `kubelet-rs image import FILE` loads an OCI-layout or docker-archive tarball into
+/// containerd without a registry; `kubelet-rs image pull REF` pulls as the agent does (the
+/// node's docker config for credentials). Both take `--namespace NS` and `--address SOCKET`.
 fn image_command(args: &[String]) -> i32 {
-    let usage = "usage: kubelet-rs image import FILE [--namespace NS] [--address SOCKET]";
-    let (mut file, mut ns, mut socket) = (
+    let usage =
+        "usage: kubelet-rs image import FILE | pull REF [--namespace NS] [--address SOCKET]";
+    let (mut operand, mut ns, mut socket) = (
         None,
         "kubelet-rs".to_string(),
         "/run/containerd/containerd.sock".to_string(),
     );
     let mut it = args.iter();
-    if it.next().map(String::as_str) != Some("import") {
-        eprintln!("{usage}");
-        return 2;
-    }
+    let verb = match it.next().map(String::as_str) {
+        Some(v @ ("import" | "pull")) => v,
+        _ => {
+            eprintln!("{usage}");
+            return 2;
+        }
+    };
     while let Some(a) = it.next() {
         match a.as_str() {
             "--namespace" | "-n" => ns = it.next().cloned().unwrap_or_default(),
             "--address" => socket = it.next().cloned().unwrap_or_default(),
-            f if file.is_none() && !f.starts_with('-') => file = Some(f.to_string()),
+            f if operand.is_none() && !f.starts_with('-') => operand = Some(f.to_string()),
             other => {
-                eprintln!("kubelet-rs image import: unexpected argument {other:?}\n{usage}");
+                eprintln!("kubelet-rs image {verb}: unexpected argument {other:?}\n{usage}");
                 return 2;
             }
         }
     }
-    let Some(file) = file else {
+    let Some(operand) = operand else {
         eprintln!("{usage}");
         return 2;
     };
@@ -332,31 +360,42 @@ fn image_command(args: &[String]) -> i32 {
             return 1;
         }
     };
-    rt.block_on(async {
-        let c = match Containerd::connect(std::path::Path::new(&socket), &ns).await {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("kubelet-rs image import: {e}");
-                return 1;
-            }
-        };
-        match kubelet_rs::runtime::pull::import_archive(
-            &c,
-            std::path::Path::new(&file),
-            "overlayfs",
-        )
-        .await
-        {
-            Ok(names) => {
-                for n in names {
-                    println!("{n}");
-                }
-                0
-            }
-            Err(e) => {
-                eprintln!("kubelet-rs image import: {e}");
-                1
-            }
+    let result: Result<Vec<String>, String> = rt.block_on(async {
+        let c = Containerd::connect(std::path::Path::new(&socket), &ns)
+            .await
+            .map_err(|e| e.to_string())?;
+        if verb == "import" {
+            kubelet_rs::runtime::pull::import_archive(
+                &c,
+                std::path::Path::new(&operand),
+                "overlayfs",
+            )
+            .await
+            .map_err(|e| e.to_string())
+        } else {
+            let puller = kubelet_rs::runtime::pull::Puller::new(c, Default::default());
+            let out = puller
+                .pull(&operand, &[])
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(vec![format!(
+                "{} ({} bytes fetched in {} ms)",
+                out.image.image_ref,
+                out.bytes,
+                out.duration.as_millis()
+            )])
         }
-    })
+    });
+    match result {
+        Ok(lines) => {
+            for l in lines {
+                println!("{l}");
+            }
+            0
+        }
+        Err(e) => {
+            eprintln!("kubelet-rs image {verb}: {e}");
+            1
+        }
+    }
 }
