@@ -566,8 +566,7 @@ async fn tls_min_version_13_refuses_a_tls12_client() {
     let err = agent
         .connect(tls12)
         .await
-        .err()
-        .expect("a client that speaks only TLS 1.2 cannot complete the handshake");
+        .expect_err("a client that speaks only TLS 1.2 cannot complete the handshake");
     // The server's protocol_version alert, not some other failure.
     assert!(
         err.to_string()

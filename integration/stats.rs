@@ -135,6 +135,12 @@ spec:
     let small: Value = serde_json::from_str(&body).unwrap();
     let sp = pod_stats(&small, &full).unwrap();
     assert!(sp.get("network").is_none() && sp["cpu"].is_object());
+    // Only the literal "true" selects it, as upstream compares strings.
+    let (_, body) = http_get(node.port, "/stats/summary?only_cpu_and_memory=1").unwrap();
+    let one: Value = serde_json::from_str(&body).unwrap();
+    let op = pod_stats(&one, &full).unwrap();
+    assert!(op["network"].is_object(), "{op}");
+    assert!(one["node"]["fs"].is_object(), "{}", one["node"]);
 
     // metrics-server's view.
     let (code, text) = http_get(node.port, "/metrics/resource").unwrap();

@@ -322,10 +322,7 @@ async fn serve(
         Action::Pods => json(super::pod_list_json(&state.statuses).await),
         Action::RunningPods => json(running_pods_json(&state.statuses).await),
         Action::Summary => {
-            let q = container_logs::parse_query(query);
-            let only = q
-                .get("only_cpu_and_memory")
-                .is_some_and(|v| v.len() == 1 && v[0] == "true");
+            let only = only_cpu_and_memory(query);
             match state.stats.get().and_then(|s| s.summary_json(only)) {
                 Some(body) => json(body),
                 None => text(
@@ -377,6 +374,14 @@ async fn serve(
         Action::NoRoute | Action::NotFound => text(StatusCode::NOT_FOUND, "404: Page Not Found"),
         Action::BadRequest(body) => text(StatusCode::BAD_REQUEST, body),
     }
+}
+
+/// `only_cpu_and_memory` holds only when given once, spelled exactly `true`: upstream
+/// compares the string instead of parsing a bool, so `1` or `True` keep the full summary.
+fn only_cpu_and_memory(query: &str) -> bool {
+    container_logs::parse_query(query)
+        .get("only_cpu_and_memory")
+        .is_some_and(|v| v.len() == 1 && v[0] == "true")
 }
 
 async fn container_logs_response(
@@ -481,6 +486,39 @@ mod tests {
 
     fn r(port: Port, method: Method, path: &str) -> Action {
         resolve(port, &method, path, "").0
+    }
+
+    /// Answers with the flag it was asked with, so the response shows what the handler chose.
+    struct EchoStats;
+
+    impl StatsViews for EchoStats {
+        fn summary_json(&self, only_cpu_and_memory: bool) -> Option<Vec<u8>> {
+            Some(if only_cpu_and_memory { "small" } else { "full" }.into())
+        }
+        fn resource_metrics(&self) -> Option<String> {
+            None
+        }
+    }
+
+    #[tokio::test]
+    async fn only_cpu_and_memory_takes_the_literal_true_only() {
+        let state = ServerState::new(Arc::new(Config::defaults(false)), StatusStore::default());
+        state.set_stats(Arc::new(EchoStats));
+        for (query, want) in [
+            ("only_cpu_and_memory=true", "small"),
+            ("only_cpu_and_memory=%74rue", "small"),
+            ("only_cpu_and_memory=1", "full"),
+            ("only_cpu_and_memory=True", "full"),
+            ("only_cpu_and_memory=yes", "full"),
+            ("only_cpu_and_memory", "full"),
+            ("only_cpu_and_memory=true&only_cpu_and_memory=true", "full"),
+            ("", "full"),
+        ] {
+            let resp = serve(&state, Action::Summary, &Method::GET, query).await;
+            assert_eq!(resp.status(), StatusCode::OK);
+            let body = resp.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(body, want, "?{query}");
+        }
     }
 
     #[test]
