@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use kubelet_rs::config::{self, Config, ConfigError};
 use kubelet_rs::network::cni::Cni;
+use kubelet_rs::pod::sync_health::SyncLoopHealth;
 use kubelet_rs::pod::worker::{Shared, StatsPods};
 use kubelet_rs::pod::{PodManager, StatusStore};
 use kubelet_rs::runtime::events::{spawn_task_events, OomSeen};
@@ -117,6 +118,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     )
     .with_result_cache(cfg.root_dir.join("cni-results"));
     let oom_seen = OomSeen::default();
+    let sync_loop = Arc::new(SyncLoopHealth::new(cfg.sync_frequency));
     let shared = Arc::new(Shared {
         rt: rt.clone(),
         cni,
@@ -134,7 +136,9 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             * 1000,
         oom_score_adj_min: oom_score_adj_min(),
         oom_seen: oom_seen.clone(),
+        sync_loop: sync_loop.clone(),
     });
+    server_state.set_sync_loop(sync_loop);
 
     start_stats(&cfg, &server_state, stats_pods);
 

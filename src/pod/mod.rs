@@ -8,6 +8,7 @@ pub mod backoff;
 pub mod files;
 pub mod qos;
 pub mod status;
+pub mod sync_health;
 pub mod worker;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -95,8 +96,12 @@ impl PodManager {
         mut updates: mpsc::Receiver<SourceUpdate>,
         mut events: mpsc::Receiver<String>,
     ) {
+        let mut tick = tokio::time::interval(sync_health::STAMP_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            self.shared.sync_loop.stamp();
             tokio::select! {
+                _ = tick.tick() => {}
                 u = updates.recv() => match u {
                     Some(u) => self.apply(u).await,
                     None => break,

@@ -61,6 +61,8 @@ pub struct Shared {
     pub oom_score_adj_min: i64,
     /// Containers containerd reported an OOM for, until their exit is recorded.
     pub oom_seen: OomSeen,
+    /// Stamped by the manager's loop; read by /healthz/syncloop.
+    pub sync_loop: Arc<super::sync_health::SyncLoopHealth>,
 }
 
 pub type StatsPods =

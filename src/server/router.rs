@@ -19,6 +19,7 @@ use tracing::debug;
 use super::auth::{self, Authenticator, Authorizer, Decision};
 use super::container_logs;
 use crate::config::{configz_json, Config};
+use crate::pod::sync_health::SyncLoopHealth;
 use crate::pod::StatusStore;
 
 pub type Body = BoxBody<Bytes, Infallible>;
@@ -37,6 +38,7 @@ pub struct ServerState {
     pub config: Arc<Config>,
     pub statuses: StatusStore,
     stats: OnceLock<Arc<dyn StatsViews>>,
+    sync_loop: OnceLock<Arc<SyncLoopHealth>>,
 }
 
 impl ServerState {
@@ -45,7 +47,17 @@ impl ServerState {
             config,
             statuses,
             stats: OnceLock::new(),
+            sync_loop: OnceLock::new(),
         })
+    }
+
+    /// Plugs in the pod manager's loop health for /healthz/syncloop (once).
+    pub fn set_sync_loop(&self, health: Arc<SyncLoopHealth>) {
+        let _ = self.sync_loop.set(health);
+    }
+
+    fn sync_loop_check(&self) -> Result<(), &'static str> {
+        self.sync_loop.get().map_or(Ok(()), |h| h.check())
     }
 
     /// Plugs in the stats collector (once; later calls are ignored).
@@ -72,8 +84,10 @@ pub struct Auth {
 /// What a request asks for, decided before authentication.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Action {
+    /// `single`: one named check (`/healthz/<check>`), else all of them.
     Healthz {
         verbose: bool,
+        single: Option<&'static str>,
     },
     Pods,
     Summary,
@@ -118,6 +132,12 @@ pub(crate) fn resolve(
             Action::Healthz {
                 verbose: path == "/healthz"
                     && container_logs::parse_query(query).contains_key("verbose"),
+                single: match path {
+                    "/healthz/ping" => Some("ping"),
+                    "/healthz/log" => Some("log"),
+                    "/healthz/syncloop" => Some("syncloop"),
+                    _ => None,
+                },
             },
             "healthz",
         )),
@@ -302,6 +322,31 @@ pub async fn handle(
     Ok(serve(&state, action, &method, &query).await)
 }
 
+/// Upstream's healthz answers: ping and log always pass; a failing syncloop gives 500, with
+/// the reason for its own path and withheld in the list of all checks.
+fn healthz(
+    syncloop: Result<(), &'static str>,
+    verbose: bool,
+    single: Option<&'static str>,
+) -> Response<Body> {
+    match (single, syncloop) {
+        (Some("syncloop"), Err(e)) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("internal server error: {e}\n"),
+        ),
+        (Some(_), _) => text(StatusCode::OK, "ok"),
+        (None, Ok(())) if !verbose => text(StatusCode::OK, "ok"),
+        (None, Ok(())) => text(
+            StatusCode::OK,
+            "[+]ping ok\n[+]log ok\n[+]syncloop ok\nhealthz check passed\n",
+        ),
+        (None, Err(_)) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "[+]ping ok\n[+]log ok\n[-]syncloop failed: reason withheld\nhealthz check failed\n",
+        ),
+    }
+}
+
 async fn serve(
     state: &ServerState,
     action: Action,
@@ -309,16 +354,7 @@ async fn serve(
     query: &str,
 ) -> Response<Body> {
     match action {
-        Action::Healthz { verbose } => {
-            if verbose {
-                text(
-                    StatusCode::OK,
-                    "[+]ping ok\n[+]log ok\n[+]syncloop ok\nhealthz check passed\n",
-                )
-            } else {
-                text(StatusCode::OK, "ok")
-            }
-        }
+        Action::Healthz { verbose, single } => healthz(state.sync_loop_check(), verbose, single),
         Action::Pods => json(super::pod_list_json(&state.statuses).await),
         Action::RunningPods => json(running_pods_json(&state.statuses).await),
         Action::Summary => {
@@ -519,6 +555,47 @@ mod tests {
             let body = resp.into_body().collect().await.unwrap().to_bytes();
             assert_eq!(body, want, "?{query}");
         }
+    }
+
+    #[tokio::test]
+    async fn healthz_reports_a_stale_sync_loop_as_upstream() {
+        async fn answer(state: &ServerState, path: &str, query: &str) -> (StatusCode, String) {
+            let (action, _) = resolve(Port::ReadOnly, &Method::GET, path, query);
+            let resp = serve(state, action, &Method::GET, query).await;
+            let code = resp.status();
+            let body = resp.into_body().collect().await.unwrap().to_bytes();
+            (code, String::from_utf8_lossy(&body).into_owned())
+        }
+        let state = ServerState::new(Arc::new(Config::defaults(false)), StatusStore::default());
+        let ok = (StatusCode::OK, "ok".to_string());
+        assert_eq!(
+            answer(&state, "/healthz/syncloop", "").await,
+            ok,
+            "no loop yet"
+        );
+        // A fresh stamp is healthy: the threshold is never under five minutes.
+        let health = Arc::new(SyncLoopHealth::new(std::time::Duration::from_secs(1)));
+        health.stamp();
+        state.set_sync_loop(health.clone());
+        assert_eq!(answer(&state, "/healthz/syncloop", "").await, ok);
+        let stale = SyncLoopHealth::stale_for_tests();
+        let state = ServerState::new(Arc::new(Config::defaults(false)), StatusStore::default());
+        state.set_sync_loop(Arc::new(stale));
+        assert_eq!(
+            answer(&state, "/healthz/syncloop", "").await,
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal server error: sync Loop took longer than expected\n".to_string()
+            )
+        );
+        assert_eq!(answer(&state, "/healthz/ping", "").await, ok);
+        let failed = (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "[+]ping ok\n[+]log ok\n[-]syncloop failed: reason withheld\nhealthz check failed\n"
+                .to_string(),
+        );
+        assert_eq!(answer(&state, "/healthz", "").await, failed);
+        assert_eq!(answer(&state, "/healthz", "verbose").await, failed);
     }
 
     #[test]
