@@ -58,6 +58,15 @@ fn run(cmd: &str, args: &[&str]) -> String {
     text
 }
 
+/// How a test registry admits clients.
+enum Auth<'a> {
+    Open,
+    /// HTTP basic auth against HTPASSWD.
+    Htpasswd,
+    /// The bearer-token flow: tokens issued by this server and signed with its certificate.
+    Token(&'a TokenServer),
+}
+
 /// A docker-registry on 127.0.0.1:<port>, killed and its storage removed on drop.
 struct Registry {
     port: u16,
@@ -66,20 +75,32 @@ struct Registry {
 }
 
 impl Registry {
-    fn start(with_auth: bool) -> Registry {
+    fn start(auth: Auth) -> Registry {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let mut config = format!(
             "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n  secret: test\n",
             dir.path().join("data").display()
         );
-        if with_auth {
-            let h = dir.path().join("htpasswd");
-            std::fs::write(&h, format!("{HTPASSWD}\n")).unwrap();
-            config.push_str(&format!(
-                "auth:\n  htpasswd:\n    realm: kubelet-rs-test\n    path: {}\n",
-                h.display()
-            ));
+        match auth {
+            Auth::Open => {}
+            Auth::Htpasswd => {
+                let h = dir.path().join("htpasswd");
+                std::fs::write(&h, format!("{HTPASSWD}\n")).unwrap();
+                config.push_str(&format!(
+                    "auth:\n  htpasswd:\n    realm: kubelet-rs-test\n    path: {}\n",
+                    h.display()
+                ));
+            }
+            Auth::Token(tokens) => {
+                let bundle = dir.path().join("token-ca.pem");
+                std::fs::write(&bundle, &tokens.cert_pem).unwrap();
+                config.push_str(&format!(
+                    "auth:\n  token:\n    realm: http://127.0.0.1:{}/token\n    service: {TOKEN_SERVICE}\n    issuer: {TOKEN_ISSUER}\n    rootcertbundle: {}\n",
+                    tokens.port,
+                    bundle.display()
+                ));
+            }
         }
         let cfg = dir.path().join("config.yml");
         std::fs::write(&cfg, config).unwrap();
@@ -136,6 +157,236 @@ impl Drop for Registry {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+const TOKEN_SERVICE: &str = "kubelet-rs-test";
+const TOKEN_ISSUER: &str = "kubelet-rs-test-issuer";
+
+/// One request the token server answered.
+#[derive(Debug, Clone)]
+struct TokenRequest {
+    service: Option<String>,
+    scopes: Vec<String>,
+    authorization: Option<String>,
+    granted: bool,
+}
+
+/// A registry token server on 127.0.0.1:<port>: GET /token issues an ES256 JWT granting
+/// whatever scopes were asked for, to user `test` with password `test` only. The signing
+/// certificate is self-signed; the registry trusts it as its root bundle.
+struct TokenServer {
+    port: u16,
+    cert_pem: String,
+    requests: std::sync::Arc<std::sync::Mutex<Vec<TokenRequest>>>,
+}
+
+impl TokenServer {
+    fn start() -> TokenServer {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "kubelet-rs test token signer");
+        let cert = params.self_signed(&key).unwrap();
+        let rng = ring::rand::SystemRandom::new();
+        let signer = ring::signature::EcdsaKeyPair::from_pkcs8(
+            &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+            &key.serialize_der(),
+            &rng,
+        )
+        .unwrap();
+        let x5c = b64(cert.der(), false);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let requests = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = requests.clone();
+        // Never joined: the listener lives as long as the test process, which is short.
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let _ = serve_token(conn, &signer, &rng, &x5c, &log);
+            }
+        });
+        TokenServer {
+            port,
+            cert_pem: cert.pem(),
+            requests,
+        }
+    }
+
+    /// The requests so far, forgetting them.
+    fn take_requests(&self) -> Vec<TokenRequest> {
+        std::mem::take(&mut *self.requests.lock().unwrap())
+    }
+}
+
+fn serve_token(
+    mut conn: std::net::TcpStream,
+    signer: &ring::signature::EcdsaKeyPair,
+    rng: &ring::rand::SystemRandom,
+    x5c: &str,
+    log: &std::sync::Mutex<Vec<TokenRequest>>,
+) -> std::io::Result<()> {
+    use std::io::{Read, Write};
+    conn.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut head = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = conn.read(&mut buf)?;
+        if n == 0 {
+            return Ok(());
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let mut lines = head.split("\r\n");
+    let target = lines
+        .next()
+        .and_then(|l| l.strip_prefix("GET "))
+        .and_then(|l| l.split(' ').next())
+        .unwrap_or("")
+        .to_string();
+    let authorization = lines
+        .filter_map(|l| l.split_once(':'))
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case("authorization"))
+        .map(|(_, v)| v.trim().to_string());
+    let (path, query) = target.split_once('?').unwrap_or((&target, ""));
+    let mut req = TokenRequest {
+        service: None,
+        scopes: Vec::new(),
+        authorization,
+        granted: false,
+    };
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        match k {
+            "service" => req.service = Some(url_decode(v)),
+            // Clients may ask for several scopes in one scope parameter or in repeated ones.
+            "scope" => req
+                .scopes
+                .extend(url_decode(v).split(' ').map(str::to_string)),
+            _ => {}
+        }
+    }
+    let expected_auth = format!("Basic {}", b64(b"test:test", false));
+    let (status, extra, body) = if path != "/token" {
+        ("404 Not Found", "", String::new())
+    } else if req.authorization.as_deref() != Some(expected_auth.as_str()) {
+        (
+            "401 Unauthorized",
+            "WWW-Authenticate: Basic realm=\"kubelet-rs-test-token\"\r\n",
+            r#"{"errors":[{"code":"UNAUTHORIZED","message":"token server: user test with its password only"}]}"#.to_string(),
+        )
+    } else {
+        req.granted = true;
+        let token = sign_token(signer, rng, x5c, req.service.as_deref(), &req.scopes);
+        let body = serde_json::json!({
+            "token": token,
+            "access_token": token,
+            "expires_in": 300,
+            "issued_at": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        });
+        ("200 OK", "", body.to_string())
+    };
+    log.lock().unwrap().push(req);
+    write!(
+        conn,
+        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n{body}",
+        body.len()
+    )?;
+    conn.flush()
+}
+
+/// A JWT as distribution's token auth verifies it: signed by the x5c leaf, which must chain
+/// to the root bundle; issuer and audience must match its config; `access` must hold the
+/// action each request needs.
+fn sign_token(
+    signer: &ring::signature::EcdsaKeyPair,
+    rng: &ring::rand::SystemRandom,
+    x5c: &str,
+    service: Option<&str>,
+    scopes: &[String],
+) -> String {
+    let access: Vec<serde_json::Value> = scopes
+        .iter()
+        .filter_map(|s| {
+            // type:name:actions, where only the name could hold a colon.
+            let (kind, rest) = s.split_once(':')?;
+            let (name, actions) = rest.rsplit_once(':')?;
+            Some(serde_json::json!({
+                "type": kind,
+                "name": name,
+                "actions": actions.split(',').collect::<Vec<_>>(),
+            }))
+        })
+        .collect();
+    let now = chrono::Utc::now().timestamp();
+    let header = serde_json::json!({"typ": "JWT", "alg": "ES256", "x5c": [x5c]});
+    let claims = serde_json::json!({
+        "iss": TOKEN_ISSUER,
+        "sub": "test",
+        "aud": service.unwrap_or(""),
+        "exp": now + 300,
+        "nbf": now,
+        "iat": now,
+        "jti": format!("{:016x}", rand::random::<u64>()),
+        "access": access,
+    });
+    let signed = format!(
+        "{}.{}",
+        b64(header.to_string().as_bytes(), true),
+        b64(claims.to_string().as_bytes(), true)
+    );
+    // FIXED signing yields r||s, the JWS encoding; ASN.1 DER would not verify.
+    let sig = signer.sign(rng, signed.as_bytes()).unwrap();
+    format!("{signed}.{}", b64(sig.as_ref(), true))
+}
+
+/// Base64: standard alphabet with padding, or (url) the JWS url-safe one without.
+fn b64(data: &[u8], url: bool) -> String {
+    let alphabet: &[u8; 64] = if url {
+        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    } else {
+        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    };
+    let mut out = String::new();
+    for chunk in data.chunks(3) {
+        let n = chunk.len();
+        let v = (chunk[0] as u32) << 16
+            | (*chunk.get(1).unwrap_or(&0) as u32) << 8
+            | *chunk.get(2).unwrap_or(&0) as u32;
+        for i in 0..4 {
+            if i <= n {
+                out.push(alphabet[(v >> (18 - 6 * i) & 63) as usize] as char);
+            } else if !url {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn url_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                let hex = std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("");
+                match u8::from_str_radix(hex, 16) {
+                    Ok(v) => {
+                        out.push(v);
+                        i += 2;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A namespace of this test's own, purged now and on drop.
@@ -213,7 +464,7 @@ fn pulls_by_tag_and_digest_then_only_checks() {
     if !enabled("pulls_by_tag_and_digest_then_only_checks") {
         return;
     }
-    let reg = Registry::start(false);
+    let reg = Registry::start(Auth::Open);
     reg.push_busybox("library/busybox:1.36", None);
     let ns = Namespace::new("tag");
     let tmp = tempfile::tempdir().unwrap();
@@ -261,7 +512,7 @@ fn concurrent_pulls_of_one_image_are_merged() {
     if !enabled("concurrent_pulls_of_one_image_are_merged") {
         return;
     }
-    let reg = Registry::start(false);
+    let reg = Registry::start(Auth::Open);
     reg.push_busybox("library/busybox:merge", None);
     let ns = Namespace::new("merge");
     let tmp = tempfile::tempdir().unwrap();
@@ -373,7 +624,7 @@ fn multi_platform_index_picks_the_node_platform() {
     if !enabled("multi_platform_index_picks_the_node_platform") {
         return;
     }
-    let reg = Registry::start(false);
+    let reg = Registry::start(Auth::Open);
     let ns = Namespace::new("index");
     let tmp = tempfile::tempdir().unwrap();
     runtime().block_on(async {
@@ -394,7 +645,7 @@ fn basic_auth_from_node_config_and_pod_secrets() {
     if !enabled("basic_auth_from_node_config_and_pod_secrets") {
         return;
     }
-    let reg = Registry::start(true);
+    let reg = Registry::start(Auth::Htpasswd);
     reg.push_busybox("private/busybox:1", Some("test:test"));
     let ns = Namespace::new("auth");
     let tmp = tempfile::tempdir().unwrap();
@@ -467,11 +718,104 @@ fn basic_auth_from_node_config_and_pod_secrets() {
 }
 
 #[test]
+fn bearer_token_flow_with_node_credentials() {
+    if !enabled("bearer_token_flow_with_node_credentials") {
+        return;
+    }
+    let tokens = TokenServer::start();
+    let reg = Registry::start(Auth::Token(&tokens));
+    reg.push_busybox("private/busybox:1", Some("test:test"));
+    assert!(
+        tokens.take_requests().iter().any(|r| r.granted),
+        "skopeo's push went through the token server"
+    );
+    let ns = Namespace::new("token");
+    let tmp = tempfile::tempdir().unwrap();
+    let image = format!("{}/private/busybox:1", reg.host());
+    let basic_test = format!("Basic {}", b64(b"test:test", false));
+    runtime().block_on(async {
+        let cfg = tmp.path().join("config.json");
+        std::fs::write(
+            &cfg,
+            format!(
+                r#"{{"auths":{{"http://{}":{{"auth":"dGVzdDp0ZXN0"}}}}}}"#,
+                reg.host()
+            ),
+        )
+        .unwrap();
+        let node = puller(
+            &ns.0,
+            PullOptions {
+                docker_config: Some(cfg),
+                serialize: false,
+                ..Default::default()
+            },
+        )
+        .await;
+        let o = node
+            .pull(&image, &[])
+            .await
+            .expect("pull through the token flow");
+        assert!(o.pulled);
+        assert_runs(&ns.0, &image);
+        let seen = tokens.take_requests();
+        assert!(
+            seen.iter().any(|r| r.granted
+                && r.scopes == ["repository:private/busybox:pull"]
+                && r.service.as_deref() == Some(TOKEN_SERVICE)
+                && r.authorization.as_deref() == Some(basic_test.as_str())),
+            "no pull-scoped token request with test:test: {seen:?}"
+        );
+
+        // Wrong password: the token server refuses, and the error says so.
+        let anon = puller(&ns.0, isolated_opts(tmp.path())).await;
+        let wrong = RegistryCredential {
+            key: reg.host(),
+            username: "test".into(),
+            password: "wrong".into(),
+            registry_token: None,
+            source: "secret default/wrong".into(),
+        };
+        let e = anon.pull(&image, &[wrong]).await.unwrap_err();
+        println!("wrong password: {e}");
+        assert!(matches!(e, PullError::Unauthorized { .. }), "{e}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains(&image)
+                && msg.contains(&format!("registry {} answered unauthorized", reg.host()))
+                && msg.contains("token request refused")
+                && msg.contains("UNAUTHORIZED")
+                && msg.contains("secret default/wrong"),
+            "{msg}"
+        );
+        let seen = tokens.take_requests();
+        assert!(
+            !seen.is_empty()
+                && seen
+                    .iter()
+                    .all(|r| !r.granted && r.authorization.as_deref() != Some(basic_test.as_str())),
+            "{seen:?}"
+        );
+
+        // No credentials: the anonymous token request is refused too.
+        let e = anon.pull(&image, &[]).await.unwrap_err();
+        println!("anonymous: {e}");
+        assert!(matches!(e, PullError::Unauthorized { .. }), "{e}");
+        assert!(e.to_string().contains("token request refused"), "{e}");
+        let seen = tokens.take_requests();
+        assert!(
+            !seen.is_empty() && seen.iter().all(|r| !r.granted && r.authorization.is_none()),
+            "{seen:?}"
+        );
+    });
+}
+
+#[test]
 fn failures_name_the_registry_answer() {
     if !enabled("failures_name_the_registry_answer") {
         return;
     }
-    let reg = Registry::start(false);
+    let reg = Registry::start(Auth::Open);
     reg.push_busybox("library/busybox:1.36", None);
     let ns = Namespace::new("fail");
     let tmp = tempfile::tempdir().unwrap();
@@ -591,7 +935,7 @@ fn image_pull_command_pulls_into_the_namespace() {
     if !enabled("image_pull_command_pulls_into_the_namespace") {
         return;
     }
-    let reg = Registry::start(false);
+    let reg = Registry::start(Auth::Open);
     reg.push_busybox("cmd/busybox:1", None);
     let ns = Namespace::new("cmd");
     let image = format!("{}/cmd/busybox:1", reg.host());

@@ -116,6 +116,18 @@ pub fn configz_json(config: &Config) -> Value {
         "logging",
         json!({"format": config.logging_format, "verbosity": config.verbosity}),
     );
+    put(
+        "imageMinimumGCAge",
+        json!(format_duration(config.image_minimum_gc_age)),
+    );
+    put(
+        "imageGCHighThresholdPercent",
+        json!(config.image_gc_high_threshold_percent),
+    );
+    put(
+        "imageGCLowThresholdPercent",
+        json!(config.image_gc_low_threshold_percent),
+    );
     json!({ "kubeletconfig": c })
 }
 
@@ -142,6 +154,9 @@ mod tests {
         assert_eq!(k["authorization"]["webhook"]["cacheUnauthorizedTTL"], "30s");
         assert_eq!(k["tlsCertFile"], "/var/lib/kubelet-rs/pki/kubelet.crt");
         assert!(k.get("staticPodPath").is_none(), "omitempty");
+        assert_eq!(k["imageMinimumGCAge"], "2m0s");
+        assert_eq!(k["imageGCHighThresholdPercent"], 85);
+        assert_eq!(k["imageGCLowThresholdPercent"], 80);
         assert_eq!(
             k["containerRuntimeEndpoint"],
             "unix:///run/containerd/containerd.sock"

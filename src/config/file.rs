@@ -177,6 +177,9 @@ const USED_FIELDS: &[&str] = &[
     "tlsPrivateKeyFile",
     "tlsMinVersion",
     "tlsCipherSuites",
+    "imageMinimumGCAge",
+    "imageGCHighThresholdPercent",
+    "imageGCLowThresholdPercent",
 ];
 
 /// Fields of component-base's LoggingConfiguration (the `logging` block).
@@ -223,6 +226,10 @@ pub(crate) struct FileSettings {
     pub authorization_mode: Option<AuthorizationMode>,
     pub authorization_webhook_cache_authorized_ttl: Option<Duration>,
     pub authorization_webhook_cache_unauthorized_ttl: Option<Duration>,
+    /// Pointers upstream: an explicit 0 is kept. The range is checked with the flags' values.
+    pub image_gc_high_threshold_percent: Option<i32>,
+    pub image_gc_low_threshold_percent: Option<i32>,
+    pub image_minimum_gc_age: Option<Duration>,
 }
 
 pub(crate) fn load_file(path: &Path) -> Result<FileSettings, ConfigError> {
@@ -318,6 +325,9 @@ pub(crate) fn parse_text(path: &Path, text: &str) -> Result<FileSettings, Config
         tls_private_key_file: reader.string("tlsPrivateKeyFile")?.map(PathBuf::from),
         tls_min_version: reader.string("tlsMinVersion")?,
         tls_cipher_suites: reader.string_list("tlsCipherSuites")?,
+        image_gc_high_threshold_percent: reader.int32("imageGCHighThresholdPercent")?,
+        image_gc_low_threshold_percent: reader.int32("imageGCLowThresholdPercent")?,
+        image_minimum_gc_age: reader.duration("imageMinimumGCAge")?,
         ..FileSettings::default()
     };
     read_authentication(&reader, &mut settings)?;
@@ -484,6 +494,12 @@ impl<'a> FieldReader<'a> {
             return Err(self.bad(field, value, format!("must be between {min} and {max}")));
         }
         Ok(Some(n))
+    }
+
+    fn int32(&self, field: &str) -> Result<Option<i32>, ConfigError> {
+        Ok(self
+            .int_in(field, i32::MIN as i64, i32::MAX as i64)?
+            .map(|n| n as i32))
     }
 
     fn duration(&self, field: &str) -> Result<Option<Duration>, ConfigError> {

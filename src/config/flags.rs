@@ -85,6 +85,11 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
     value("authorization-mode", "MODE", "AlwaysAllow or Webhook (SubjectAccessReview) (default AlwaysAllow without --config)"),
     value("authorization-webhook-cache-authorized-ttl", "DURATION", "how long 'allowed' answers are cached (default 5m0s)"),
     value("authorization-webhook-cache-unauthorized-ttl", "DURATION", "how long 'denied' answers are cached (default 30s)"),
+    value("image-gc-high-threshold", "PERCENT", "image-fs use at which image GC starts, 100 disables (imageGCHighThresholdPercent, default 85)"),
+    value("image-gc-low-threshold", "PERCENT", "image-fs use image GC frees down to, below the high threshold (imageGCLowThresholdPercent, default 80)"),
+    value("minimum-image-ttl-duration", "DURATION", "least age of an unused image before GC may remove it (imageMinimumGCAge, default 2m0s)"),
+    value("image-gc-period", "DURATION", "kubelet-rs only: period of image GC (upstream's fixed 5m0s)"),
+    value("image-fs-path", "PATH", "kubelet-rs only: a path on the filesystem holding containerd's images, measured for image GC (default /var/lib/containerd)"),
     FlagSpec {
         name: "help",
         short: Some('h'),

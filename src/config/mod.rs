@@ -105,6 +105,20 @@ pub struct Config {
     pub authorization_webhook_cache_authorized_ttl: Duration,
     /// --authorization-webhook-cache-unauthorized-ttl / authorization.webhook.cacheUnauthorizedTTL.
     pub authorization_webhook_cache_unauthorized_ttl: Duration,
+    /// --image-gc-high-threshold / imageGCHighThresholdPercent: image-fs use (percent) at
+    /// which image GC starts; 100 disables it.
+    pub image_gc_high_threshold_percent: i32,
+    /// --image-gc-low-threshold / imageGCLowThresholdPercent: the use image GC frees down to.
+    pub image_gc_low_threshold_percent: i32,
+    /// --minimum-image-ttl-duration / imageMinimumGCAge: how long after the agent first sees
+    /// an unused image it may be collected.
+    pub image_minimum_gc_age: Duration,
+    /// --image-gc-period (kubelet-rs only): upstream's fixed ImageGCPeriod, a flag so tests
+    /// can shorten it.
+    pub image_gc_period: Duration,
+    /// --image-fs-path (kubelet-rs only): a path on the filesystem holding containerd's
+    /// content and snapshots, whose statvfs drives image GC (upstream asks the CRI instead).
+    pub image_fs_path: PathBuf,
 }
 
 /// How requests to the main server are authorized (authorization.mode).
@@ -162,6 +176,9 @@ pub const DEFAULT_POD_INFRA_CONTAINER_IMAGE: &str = "registry.k8s.io/pause:3.10"
 pub const DEFAULT_CONTAINERD_NAMESPACE: &str = "kubelet-rs";
 /// The kubelet's legacy command-line default for --read-only-port (ports.KubeletReadOnlyPort).
 pub const LEGACY_READ_ONLY_PORT: u16 = 10255;
+/// Upstream's ImageGCPeriod.
+pub const DEFAULT_IMAGE_GC_PERIOD: Duration = Duration::from_secs(300);
+pub const DEFAULT_IMAGE_FS_PATH: &str = "/var/lib/containerd";
 
 impl Config {
     /// Upstream's v1beta1 defaults plus the agent's own; `node_name` is left empty.
@@ -220,6 +237,11 @@ impl Config {
             },
             authorization_webhook_cache_authorized_ttl: Duration::from_secs(300),
             authorization_webhook_cache_unauthorized_ttl: Duration::from_secs(30),
+            image_gc_high_threshold_percent: 85,
+            image_gc_low_threshold_percent: 80,
+            image_minimum_gc_age: Duration::from_secs(120),
+            image_gc_period: DEFAULT_IMAGE_GC_PERIOD,
+            image_fs_path: PathBuf::from(DEFAULT_IMAGE_FS_PATH),
         }
     }
 }
@@ -298,6 +320,9 @@ fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError
         authorization_mode,
         authorization_webhook_cache_authorized_ttl,
         authorization_webhook_cache_unauthorized_ttl,
+        image_gc_high_threshold_percent,
+        image_gc_low_threshold_percent,
+        image_minimum_gc_age,
     } = file;
     fn set<T>(target: &mut T, value: Option<T>) {
         if let Some(v) = value {
@@ -353,6 +378,15 @@ fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError
         &mut config.authorization_webhook_cache_unauthorized_ttl,
         authorization_webhook_cache_unauthorized_ttl,
     );
+    set(
+        &mut config.image_gc_high_threshold_percent,
+        image_gc_high_threshold_percent,
+    );
+    set(
+        &mut config.image_gc_low_threshold_percent,
+        image_gc_low_threshold_percent,
+    );
+    set(&mut config.image_minimum_gc_age, image_minimum_gc_age);
     Ok(())
 }
 
@@ -491,6 +525,19 @@ fn apply_flags(config: &mut Config, given: &[FlagValue]) -> Result<(), ConfigErr
                 config.authorization_webhook_cache_unauthorized_ttl =
                     parse_duration(v).map_err(|r| bad(&r))?
             }
+            "image-gc-high-threshold" => {
+                config.image_gc_high_threshold_percent =
+                    v.parse().map_err(|_| bad("expected an integer"))?
+            }
+            "image-gc-low-threshold" => {
+                config.image_gc_low_threshold_percent =
+                    v.parse().map_err(|_| bad("expected an integer"))?
+            }
+            "minimum-image-ttl-duration" => {
+                config.image_minimum_gc_age = parse_duration(v).map_err(|r| bad(&r))?
+            }
+            "image-gc-period" => config.image_gc_period = parse_duration(v).map_err(|r| bad(&r))?,
+            "image-fs-path" => config.image_fs_path = non_empty_path(v).map_err(|r| bad(&r))?,
             other => unreachable!("flag --{other} is in the table but not applied"),
         }
     }
@@ -597,6 +644,7 @@ fn validate(config: &Config) -> Result<(), ConfigError> {
     for (setting, value) in [
         ("syncFrequency (--sync-frequency)", config.sync_frequency),
         ("--housekeeping-interval", config.housekeeping_interval),
+        ("--image-gc-period", config.image_gc_period),
         (
             "fileCheckFrequency (--file-check-frequency)",
             config.file_check_frequency,
@@ -682,12 +730,54 @@ fn validate(config: &Config) -> Result<(), ConfigError> {
             "cannot be set when tlsMinVersion is VersionTLS13",
         ));
     }
+    validate_image_gc(config)?;
     if let Some(url) = &config.static_pod_url {
         check_manifest_url(url).map_err(|reason| ConfigError::Invalid {
             setting: "staticPodURL (--manifest-url)",
             value: url.clone(),
             reason,
         })?;
+    }
+    Ok(())
+}
+
+/// Upstream's rules (pkg/kubelet/apis/config/validation): both thresholds are percentages
+/// and low must stay below high, or GC could never reach its target.
+fn validate_image_gc(config: &Config) -> Result<(), ConfigError> {
+    let (high, low) = (
+        config.image_gc_high_threshold_percent,
+        config.image_gc_low_threshold_percent,
+    );
+    for (setting, value) in [
+        (
+            "imageGCHighThresholdPercent (--image-gc-high-threshold)",
+            high,
+        ),
+        ("imageGCLowThresholdPercent (--image-gc-low-threshold)", low),
+    ] {
+        if !(0..=100).contains(&value) {
+            return Err(ConfigError::Invalid {
+                setting,
+                value: value.to_string(),
+                reason: "must be between 0 and 100, inclusive".into(),
+            });
+        }
+    }
+    if low >= high {
+        return Err(ConfigError::Invalid {
+            setting: "imageGCLowThresholdPercent (--image-gc-low-threshold)",
+            value: low.to_string(),
+            reason: format!(
+                "must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) {high}"
+            ),
+        });
+    }
+    if !config.image_fs_path.is_absolute() {
+        return Err(ConfigError::Invalid {
+            setting: "--image-fs-path",
+            value: config.image_fs_path.display().to_string(),
+            reason: "must be an absolute path".into(),
+        });
     }
     Ok(())
 }

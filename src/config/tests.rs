@@ -431,3 +431,97 @@ fn auth_and_tls_mistakes_are_usage_errors() {
         "{err}"
     );
 }
+
+#[test]
+fn image_gc_defaults_file_and_flags() {
+    let c = load(&[]).unwrap();
+    assert_eq!(c.image_gc_high_threshold_percent, 85);
+    assert_eq!(c.image_gc_low_threshold_percent, 80);
+    assert_eq!(c.image_minimum_gc_age, Duration::from_secs(120));
+    assert_eq!(c.image_gc_period, Duration::from_secs(300));
+    assert_eq!(c.image_fs_path, PathBuf::from("/var/lib/containerd"));
+
+    // imageMinimumGCAge is not a pointer upstream: "0s" (as kubeadm writes it) means 2m.
+    let file = config_file(&format!(
+        "{HEADER}imageGCHighThresholdPercent: 70\nimageGCLowThresholdPercent: 0\nimageMinimumGCAge: 0s\n"
+    ));
+    let path = format!("--config={}", file.path().display());
+    let c = load(&[&path]).unwrap();
+    assert_eq!(c.image_gc_high_threshold_percent, 70);
+    assert_eq!(c.image_gc_low_threshold_percent, 0, "a pointer: 0 is kept");
+    assert_eq!(c.image_minimum_gc_age, Duration::from_secs(120));
+    assert!(!c
+        .ignored_config_fields
+        .iter()
+        .any(|f| f.starts_with("imageGC") || f == "imageMinimumGCAge"));
+
+    let c = load(&[
+        &path,
+        "--image-gc-high-threshold=100",
+        "--image-gc-low-threshold",
+        "90",
+        "--minimum-image-ttl-duration=0s",
+        "--image-gc-period=1s",
+        "--image-fs-path=/mnt/images",
+    ])
+    .unwrap();
+    assert_eq!(c.image_gc_high_threshold_percent, 100);
+    assert_eq!(c.image_gc_low_threshold_percent, 90);
+    assert_eq!(c.image_minimum_gc_age, Duration::ZERO, "a flag may set 0");
+    assert_eq!(c.image_gc_period, Duration::from_secs(1));
+    assert_eq!(c.image_fs_path, PathBuf::from("/mnt/images"));
+}
+
+#[test]
+fn image_gc_mistakes_are_one_line_usage_errors() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--image-gc-high-threshold=101"],
+            "invalid imageGCHighThresholdPercent (--image-gc-high-threshold): 101: must be between 0 and 100, inclusive",
+        ),
+        (
+            &["--image-gc-low-threshold=-1"],
+            "invalid imageGCLowThresholdPercent (--image-gc-low-threshold): -1: must be between 0 and 100, inclusive",
+        ),
+        (
+            &["--image-gc-high-threshold=80"],
+            "invalid imageGCLowThresholdPercent (--image-gc-low-threshold): 80: must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 80",
+        ),
+        (
+            &["--image-gc-high-threshold=high"],
+            "invalid value \"high\" for flag --image-gc-high-threshold: expected an integer",
+        ),
+        (
+            &["--minimum-image-ttl-duration=2"],
+            "invalid value \"2\" for flag --minimum-image-ttl-duration: missing unit (one of ns, us, ms, s, m, h)",
+        ),
+        (
+            &["--image-gc-period=0s"],
+            "invalid --image-gc-period: 0s: must be greater than 0",
+        ),
+        (
+            &["--image-fs-path=containerd"],
+            "invalid --image-fs-path: containerd: must be an absolute path",
+        ),
+    ];
+    for (args, expected) in cases {
+        let err = load(args).unwrap_err();
+        assert_eq!(err.to_string(), *expected, "args {args:?}");
+        assert_eq!(err.exit_code(), 2);
+    }
+    let file = config_file(&format!(
+        "{HEADER}imageGCHighThresholdPercent: 50\nimageGCLowThresholdPercent: 60\n"
+    ));
+    let err = load(&[&format!("--config={}", file.path().display())]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid imageGCLowThresholdPercent (--image-gc-low-threshold): 60: must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 50"
+    );
+    let file = config_file(&format!("{HEADER}imageGCHighThresholdPercent: \"85\"\n"));
+    let err = load(&[&format!("--config={}", file.path().display())]).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("field imageGCHighThresholdPercent: expected an integer"),
+        "{err}"
+    );
+}

@@ -1,0 +1,344 @@
+//! The image GC manager: a periodic pass that lists images and containers, updates the
+//! in-memory records (`policy::ImageRecords`) and, above the high threshold, removes
+//! candidates one by one, measuring the filesystem after each, until use is at the low
+//! threshold or no candidate is left.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use containerd_client::services::v1::{
+    DeleteImageRequest, ListContainersRequest, ListImagesRequest,
+};
+use containerd_client::types::Descriptor;
+use serde::Deserialize;
+use tracing::{debug, info, warn};
+
+use super::policy::{
+    digests_named, group_by_digest, Candidate, FsUsage, Image, ImageGcPolicy, ImageRecords,
+    ListedImage,
+};
+use super::GcError;
+use crate::runtime::client::{call, CALL_TIMEOUT};
+use crate::runtime::Containerd;
+
+/// A delete with `sync` waits for containerd's GC; on a busy node that takes longer than an
+/// ordinary call.
+const DELETE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What the manager needs from the runtime; a trait so the pass is tested with a fake.
+pub trait ImageRuntime {
+    /// Every image record of the agent's namespace.
+    fn list_images(&self) -> impl Future<Output = Result<Vec<ListedImage>, GcError>> + Send;
+    /// The image of every container record, running or dead.
+    fn container_images(&self) -> impl Future<Output = Result<Vec<String>, GcError>> + Send;
+    /// Bytes of an image's content, for the log line.
+    fn image_size(&self, digest: &str) -> impl Future<Output = Result<u64, GcError>> + Send;
+    /// Removes every name of an image and returns once containerd has freed its content.
+    fn remove_image(&self, image: &Candidate) -> impl Future<Output = Result<(), GcError>> + Send;
+}
+
+/// Measures the image filesystem.
+pub trait UsageProbe {
+    fn usage(&self) -> impl Future<Output = Result<FsUsage, GcError>> + Send;
+}
+
+/// How a pass ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Use is below the high threshold: nothing to do.
+    BelowHigh { used_percent: u64 },
+    /// Use reached the low threshold after removing these digests (none if it already was).
+    ReachedLow { removed: Vec<String> },
+    /// No candidate left and use is still above the low threshold.
+    Exhausted { removed: Vec<String> },
+}
+
+pub struct ImageGc<R, P> {
+    rt: R,
+    probe: P,
+    policy: ImageGcPolicy,
+    /// References never collected: the pod infra (pause) image, which upstream pins.
+    pinned: Vec<String>,
+    records: ImageRecords,
+}
+
+impl<R: ImageRuntime, P: UsageProbe> ImageGc<R, P> {
+    pub fn new(rt: R, probe: P, policy: ImageGcPolicy, pinned: Vec<String>) -> Self {
+        ImageGc {
+            rt,
+            probe,
+            policy,
+            pinned,
+            records: ImageRecords::default(),
+        }
+    }
+
+    /// Runs until the task is dropped: images are detected at once (their age counts from
+    /// now) and collected every `period`, the first time one period after start, so pods
+    /// the agent recovers on start have their containers before any image may go.
+    pub async fn run(mut self, period: Duration) {
+        if let Err(e) = self.detect(Instant::now()).await {
+            warn!(error = %e, "image garbage collection: listing images failed");
+        }
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if let Err(e) = self.collect(Instant::now()).await {
+                warn!(error = %e, "image garbage collection failed; retrying next period");
+            }
+        }
+    }
+
+    /// Lists images and containers and updates the records; returns the images and the
+    /// digests in use.
+    async fn detect(&mut self, now: Instant) -> Result<(Vec<Image>, HashSet<String>), GcError> {
+        let used_refs = self.rt.container_images().await?;
+        let mut images = group_by_digest(&self.rt.list_images().await?);
+        for image in &mut images {
+            image.size = match self.records.size_of(&image.digest) {
+                Some(size) if size != 0 => size,
+                _ => self.size_or_zero(&image.digest).await,
+            };
+        }
+        let in_use = digests_named(&images, &used_refs);
+        self.records.observe(&images, &in_use, now);
+        Ok((images, in_use))
+    }
+
+    async fn size_or_zero(&self, digest: &str) -> u64 {
+        self.rt.image_size(digest).await.unwrap_or_else(|e| {
+            debug!(digest, error = %e, "image size unknown");
+            0
+        })
+    }
+
+    /// One pass at `now`.
+    pub async fn collect(&mut self, now: Instant) -> Result<Outcome, GcError> {
+        let (images, in_use) = self.detect(now).await?;
+        let mut usage = self.probe.usage().await?;
+        let Some(to_free) = self.policy.bytes_to_free(usage) else {
+            debug!(
+                used_percent = usage.used_percent(),
+                high = self.policy.high_percent,
+                "image filesystem below the high threshold"
+            );
+            return Ok(Outcome::BelowHigh {
+                used_percent: usage.used_percent(),
+            });
+        };
+        let pinned = digests_named(&images, &self.pinned);
+        let candidates = self
+            .records
+            .candidates(&in_use, &pinned, self.policy.min_age, now);
+        info!(
+            used_percent = usage.used_percent(),
+            high = self.policy.high_percent,
+            low = self.policy.low_percent,
+            bytes_to_free = to_free,
+            candidates = candidates.len(),
+            "image filesystem above the high threshold: removing unused images"
+        );
+        let mut removed = Vec::new();
+        for candidate in candidates {
+            if usage.bytes_above(self.policy.low_percent) == 0 {
+                break;
+            }
+            if let Some(after) = self.remove(&candidate, usage).await? {
+                removed.push(candidate.digest);
+                usage = after;
+            }
+        }
+        if usage.bytes_above(self.policy.low_percent) == 0 {
+            return Ok(Outcome::ReachedLow { removed });
+        }
+        warn!(
+            used_percent = usage.used_percent(),
+            low = self.policy.low_percent,
+            still_to_free = usage.bytes_above(self.policy.low_percent),
+            removed = removed.len(),
+            "image garbage collection: no unused image left to remove; the image filesystem stays above the low threshold"
+        );
+        Ok(Outcome::Exhausted { removed })
+    }
+
+    /// Removes one candidate; `None` when containerd refused (logged, the pass goes on),
+    /// else the filesystem measured afterwards.
+    async fn remove(
+        &mut self,
+        candidate: &Candidate,
+        before: FsUsage,
+    ) -> Result<Option<FsUsage>, GcError> {
+        let image = candidate.names.join(", ");
+        if let Err(e) = self.rt.remove_image(candidate).await {
+            warn!(%image, digest = %candidate.digest, error = %e, "image garbage collection: removal failed; trying the next image");
+            return Ok(None);
+        }
+        self.records.forget(&candidate.digest);
+        let after = self.probe.usage().await?;
+        info!(
+            %image,
+            digest = %candidate.digest,
+            size_bytes = candidate.size,
+            freed_bytes = after.available.saturating_sub(before.available),
+            used_percent = after.used_percent(),
+            "image garbage collection: removed image"
+        );
+        Ok(Some(after))
+    }
+}
+
+/// statvfs of the path on the image filesystem, off the async workers.
+pub struct StatvfsProbe {
+    pub path: PathBuf,
+}
+
+impl UsageProbe for StatvfsProbe {
+    async fn usage(&self) -> Result<FsUsage, GcError> {
+        let path = self.path.clone();
+        let result = tokio::task::spawn_blocking(move || crate::stats::disk::statvfs(&path))
+            .await
+            .expect("statvfs does not panic");
+        let fs = result.map_err(|source| GcError::Measure {
+            path: self.path.clone(),
+            source,
+        })?;
+        Ok(FsUsage {
+            capacity: fs.capacity,
+            available: fs.available,
+        })
+    }
+}
+
+/// The manager's view of containerd, in the agent's namespace.
+#[derive(Clone)]
+pub struct ContainerdImages(pub Containerd);
+
+#[derive(Deserialize)]
+struct Blob {
+    #[serde(default)]
+    digest: String,
+    #[serde(default)]
+    size: u64,
+}
+
+#[derive(Deserialize)]
+struct Document {
+    #[serde(default)]
+    config: Option<Blob>,
+    #[serde(default)]
+    layers: Vec<Blob>,
+    #[serde(default)]
+    manifests: Vec<Blob>,
+}
+
+impl ContainerdImages {
+    /// The blob's own bytes plus its config and layers; for an index, plus the manifests
+    /// stored here (a pull stores only this node's, so the others are skipped).
+    async fn content_size(&self, digest: &str, in_index: bool) -> Result<u64, GcError> {
+        let bytes = self.0.read_blob(digest).await?;
+        let doc: Document = serde_json::from_slice(&bytes).map_err(|e| GcError::ImageSize {
+            digest: digest.to_string(),
+            reason: format!("not a manifest or index: {e}"),
+        })?;
+        let mut total = bytes.len() as u64;
+        total += doc
+            .config
+            .iter()
+            .chain(&doc.layers)
+            .map(|b| b.size)
+            .sum::<u64>();
+        if !in_index {
+            for child in &doc.manifests {
+                if let Ok(size) = Box::pin(self.content_size(&child.digest, true)).await {
+                    total += size;
+                }
+            }
+        }
+        Ok(total)
+    }
+}
+
+impl ImageRuntime for ContainerdImages {
+    async fn list_images(&self) -> Result<Vec<ListedImage>, GcError> {
+        let c = &self.0;
+        let list = call(
+            "list images",
+            c.namespace(),
+            CALL_TIMEOUT,
+            c.client()
+                .images()
+                .list(c.req(ListImagesRequest { filters: vec![] })),
+        )
+        .await?;
+        Ok(list
+            .images
+            .into_iter()
+            .filter_map(|i| {
+                Some(ListedImage {
+                    digest: i.target?.digest,
+                    name: i.name,
+                })
+            })
+            .collect())
+    }
+
+    async fn container_images(&self) -> Result<Vec<String>, GcError> {
+        let c = &self.0;
+        // No filter: upstream counts the images of every container, not only the agent's.
+        let list = call(
+            "list containers",
+            c.namespace(),
+            CALL_TIMEOUT,
+            c.client()
+                .containers()
+                .list(c.req(ListContainersRequest { filters: vec![] })),
+        )
+        .await?;
+        Ok(list
+            .containers
+            .into_iter()
+            .map(|c| c.image)
+            .filter(|i| !i.is_empty())
+            .collect())
+    }
+
+    async fn image_size(&self, digest: &str) -> Result<u64, GcError> {
+        self.content_size(digest, false).await
+    }
+
+    async fn remove_image(&self, image: &Candidate) -> Result<(), GcError> {
+        let c = &self.0;
+        let last = image.names.len().saturating_sub(1);
+        for (i, name) in image.names.iter().enumerate() {
+            let request = DeleteImageRequest {
+                name: name.clone(),
+                // One synchronous GC, after the last name, so the space is really returned.
+                sync: i == last,
+                // Newer containerd refuses when the name moved to other content since the
+                // listing; 1.6 ignores the field.
+                target: Some(Descriptor {
+                    digest: image.digest.clone(),
+                    ..Default::default()
+                }),
+            };
+            let deleted = call(
+                "delete image",
+                name.clone(),
+                DELETE_TIMEOUT,
+                c.client().images().delete(c.req(request)),
+            )
+            .await;
+            match deleted {
+                Err(e) if !e.is_not_found() => return Err(e.into()),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;
