@@ -531,3 +531,43 @@ spec:
         "{lines:?}"
     );
 }
+
+#[test]
+fn dead_containers_beyond_one_per_container_are_collected() {
+    let Some(node) = Node::start("containergc") else {
+        return;
+    };
+    node.write_manifest("gc.yaml", &busybox_pod("gc", "Always", "echo run; exit 3"));
+    let p = node.wait_pod("gc", 90, "back-off after the third attempt", |p| {
+        let c = container_status(p, "main");
+        c["restartCount"].as_i64().unwrap_or(0) >= 2
+            && c["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+    });
+    let m = &p["metadata"];
+    let log_dir = std::path::PathBuf::from(format!(
+        "/var/log/pods/{}_{}_{}/main",
+        m["namespace"].as_str().unwrap(),
+        m["name"].as_str().unwrap(),
+        m["uid"].as_str().unwrap()
+    ));
+    // In back-off the newest attempt is dead too: it is the one dead record kept
+    // (maxPerPodContainer 1), so only the sandbox and it remain, and the older attempts'
+    // snapshots and logs are gone.
+    node.wait_until(20, "older attempts collected", || {
+        node.containers().len() == 2
+            && !log_dir.join("0.log").exists()
+            && !log_dir.join("1.log").exists()
+    });
+    let (ok, snaps) = ctr(&["snapshots", "ls"], &node.ns);
+    assert!(ok, "{snaps}");
+    let active = snaps.lines().filter(|l| l.contains("Active")).count();
+    assert_eq!(active, 2, "snapshots of collected containers left: {snaps}");
+    let p = node.pod("gc").unwrap();
+    let c = container_status(&p, "main");
+    assert_eq!(c["lastState"]["terminated"]["exitCode"], 3, "{p}");
+    let restarts = c["restartCount"].as_i64().unwrap();
+    assert!(
+        log_dir.join(format!("{restarts}.log")).exists(),
+        "the newest attempt's log stays"
+    );
+}

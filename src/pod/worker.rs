@@ -707,28 +707,20 @@ impl Worker {
         Ok(())
     }
 
-    /// Keeps the newest two records of each container (the current one and the one its
-    /// lastState shows, as upstream's maxPerPodContainer 1) and removes older ones.
+    /// Container GC within the pod, as upstream's with maxPerPodContainer 1: of each
+    /// container's dead records only the newest stays (the one its lastState shows); older
+    /// ones go with their snapshots and log files. Running records are never touched, and
+    /// only the newest sandbox is kept.
     async fn collect_garbage(&self, records: &[ContainerRecord]) {
-        let mut by_name: HashMap<(Kind, &str), Vec<&ContainerRecord>> = HashMap::new();
-        for r in records {
-            by_name
-                .entry((r.kind, r.name.as_str()))
-                .or_default()
-                .push(r);
-        }
-        for ((kind, _), mut list) in by_name {
-            list.sort_by_key(|r| std::cmp::Reverse(r.attempt));
-            let keep = if kind == Kind::Sandbox { 1 } else { 2 };
-            for old in list.iter().skip(keep) {
-                if old.is_running() {
-                    continue;
-                }
-                if let Err(e) = self.shared.rt.remove_container(&old.id).await {
-                    warn!(pod = %self.pod_ref.display(), container = %old.name, error = %e, "cannot remove old container");
-                } else if let Some(p) = old.labels.get(labels::LOG_PATH) {
-                    let _ = std::fs::remove_file(p);
-                }
+        for old in dead_beyond_the_newest(records) {
+            if let Err(e) = self.shared.rt.remove_container(&old.id).await {
+                warn!(pod = %self.pod_ref.display(), container = %old.name, error = %e, "cannot remove old container");
+                continue;
+            }
+            debug!(pod = %self.pod_ref.display(), container = %old.name, attempt = old.attempt,
+                   container_id = %old.id, "removed a dead container");
+            if let Some(p) = old.labels.get(labels::LOG_PATH) {
+                let _ = std::fs::remove_file(p);
             }
         }
     }
@@ -1349,10 +1341,106 @@ fn port_mappings(pod: &Pod) -> Vec<PortMapping> {
     out
 }
 
+/// The records container GC removes: per (kind, name), every exited record but the newest
+/// exited one (sandboxes: every exited record but the newest sandbox). Records that are
+/// running or only created are never chosen.
+fn dead_beyond_the_newest(records: &[ContainerRecord]) -> Vec<&ContainerRecord> {
+    let mut by_name: HashMap<(Kind, &str), Vec<&ContainerRecord>> = HashMap::new();
+    for r in records {
+        by_name
+            .entry((r.kind, r.name.as_str()))
+            .or_default()
+            .push(r);
+    }
+    let mut out = Vec::new();
+    for ((kind, _), mut list) in by_name {
+        list.sort_by_key(|r| std::cmp::Reverse(r.attempt));
+        let exited = |r: &&ContainerRecord| matches!(r.state, State::Exited { .. });
+        if kind == Kind::Sandbox {
+            out.extend(list.into_iter().skip(1).filter(exited));
+        } else {
+            out.extend(list.into_iter().filter(exited).skip(1));
+        }
+    }
+    out
+}
+
 /// The period of a settled pod's re-check: the relist safety net, never longer than the
 /// configured syncFrequency (upstream's bound on how long a pod may go unsynced).
 fn resync_interval(sync_frequency: Duration) -> Duration {
     RESYNC.min(sync_frequency).max(Duration::from_secs(1))
+}
+
+#[cfg(test)]
+mod container_gc_tests {
+    use super::*;
+    use crate::runtime::containers::ExitInfo;
+
+    fn rec(kind: Kind, name: &str, attempt: u32, state: State) -> ContainerRecord {
+        ContainerRecord {
+            id: format!("{name}-{attempt}"),
+            pod: PodRef {
+                uid: "u".into(),
+                namespace: "ns".into(),
+                name: "p".into(),
+            },
+            kind,
+            name: name.into(),
+            attempt,
+            image: String::new(),
+            image_ref: String::new(),
+            created_at: None,
+            labels: HashMap::new(),
+            state,
+        }
+    }
+
+    fn dead() -> State {
+        State::Exited {
+            info: ExitInfo {
+                exit_code: 1,
+                started_at: None,
+                finished_at: None,
+                reason: "Error".into(),
+                message: String::new(),
+            },
+            finalized: true,
+        }
+    }
+
+    fn running() -> State {
+        State::Running {
+            pid: 1,
+            started_at: None,
+        }
+    }
+
+    fn ids(v: Vec<&ContainerRecord>) -> Vec<String> {
+        let mut out: Vec<String> = v.into_iter().map(|r| r.id.clone()).collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn one_dead_record_per_container_stays() {
+        let records = vec![
+            rec(Kind::Sandbox, "POD", 1, running()),
+            rec(Kind::Sandbox, "POD", 0, dead()),
+            rec(Kind::App, "crash", 3, dead()),
+            rec(Kind::App, "crash", 2, dead()),
+            rec(Kind::App, "crash", 1, dead()),
+            rec(Kind::App, "web", 2, running()),
+            rec(Kind::App, "web", 1, dead()),
+            rec(Kind::App, "web", 0, dead()),
+            rec(Kind::Init, "setup", 0, dead()),
+            rec(Kind::App, "new", 1, State::Created),
+            rec(Kind::App, "new", 0, dead()),
+        ];
+        assert_eq!(
+            ids(dead_beyond_the_newest(&records)),
+            ["POD-0", "crash-1", "crash-2", "web-0"]
+        );
+    }
 }
 
 #[cfg(test)]
