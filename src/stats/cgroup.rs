@@ -520,23 +520,27 @@ mod tests {
         assert_eq!(root.pids, None);
     }
 
+    /// The v2 tree is a capture from Debian's 6.1 kernel (hack/capture-cgroup-v2.sh); the
+    /// numbers are that VM's, so a parse regression shows as a changed value.
     #[test]
     fn v2_pod_containers_and_root() {
         let c = Cgroups::v2_at(testdata("v2"));
         let pod = c.read(POD).unwrap();
-        assert_eq!(pod.cpu_usage_ns, Some(3148951 * 1000));
+        assert_eq!(pod.cpu_usage_ns, Some(2972622 * 1000));
         let m = pod.memory.unwrap();
         assert_eq!(
             m,
             MemorySample {
-                usage: 63979520,
-                inactive_file: 20971520,
-                rss: 41287680,
-                page_faults: 9892,
-                major_page_faults: 2,
+                usage: 47173632,
+                inactive_file: 16908288,
+                rss: 8609792,
+                page_faults: 5089,
+                major_page_faults: 0,
                 limit: Some(268435456),
             }
         );
+        assert_eq!(m.working_set(), 47173632 - 16908288);
+        assert_eq!(m.available(), Some(268435456 - (47173632 - 16908288)));
         assert_eq!(
             pod.pids,
             Some(PidsSample {
@@ -544,14 +548,51 @@ mod tests {
                 max: Some(64)
             })
         );
-        let app = c.read(&format!("{POD}/{APP}")).unwrap();
-        assert_eq!(app.memory.unwrap().limit, None);
-        assert_eq!(c.process_count(POD).unwrap(), 3);
 
+        // The leaves under a limited pod say `max` of their own.
+        let app = c.read(&format!("{POD}/{APP}")).unwrap();
+        assert_eq!(app.cpu_usage_ns, Some(2967340 * 1000));
+        let am = app.memory.unwrap();
+        assert_eq!(
+            (am.usage, am.inactive_file, am.rss),
+            (47063040, 16908288, 8556544)
+        );
+        assert_eq!(am.limit, None);
+        assert_eq!(
+            app.pids,
+            Some(PidsSample {
+                current: 2,
+                max: None
+            })
+        );
+        let pause = c.read(&format!("{POD}/{PAUSE}")).unwrap();
+        assert_eq!(pause.cpu_usage_ns, Some(5281 * 1000));
+        assert_eq!(pause.memory.unwrap().working_set(), 94208);
+        assert_eq!(c.process_count(POD).unwrap(), 3);
+        assert_eq!(c.process_count(&format!("{POD}/{PAUSE}")).unwrap(), 1);
+
+        // Every level above the pod has its own files on a real v2 node.
+        let kubepods = c.read("/kubepods").unwrap();
+        assert_eq!(kubepods.cpu_usage_ns, Some(2972622 * 1000));
+        assert_eq!(kubepods.memory.as_ref().unwrap().usage, 47190016);
+        assert_eq!(kubepods.memory.unwrap().limit, None);
+        assert_eq!(
+            kubepods.pids,
+            Some(PidsSample {
+                current: 3,
+                max: None
+            })
+        );
+
+        // The kernel gives the root cgroup no memory.current, memory.max or pids files.
+        for f in ["memory.current", "memory.max", "pids.current", "pids.max"] {
+            assert!(!testdata("v2").join(f).exists(), "{f} at the v2 root");
+        }
         let root = c.read("/").unwrap();
-        assert_eq!(root.cpu_usage_ns, Some(2844832175 * 1000));
+        assert_eq!(root.cpu_usage_ns, Some(4928000 * 1000));
         let rm = root.memory.unwrap();
-        assert_eq!(rm.usage, 1062948864 + 2389159936);
+        assert_eq!(rm.usage, 8773632 + 39895040);
+        assert_eq!(rm.inactive_file, 16908288);
         assert_eq!(rm.limit, None);
         assert_eq!(root.pids, None);
     }

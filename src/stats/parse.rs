@@ -323,6 +323,48 @@ mod tests {
         assert_eq!(count_lines(""), 0);
     }
 
+    /// Files from the captured 6.1 unified tree (testdata/v2), in the kernel's own layout.
+    #[test]
+    fn v2_files_from_a_real_kernel() {
+        let pod = "v2/kubepods/burstable/pod7c1f4a2e-9d3b-4e5f-8a6b-1c2d3e4f5a6b";
+        let app = format!("{pod}/5e0c1a9d3f7b2e4a6c8d0f1b3a5c7e9d1f3b5a7c9e1d3f5b7a9c1e3d5f7b9a1c");
+        let cpu = read_flat_keyed(&fixture(&format!("{app}/cpu.stat"))).unwrap();
+        assert_eq!(cpu.len(), 8);
+        assert_eq!(cpu["usage_usec"], 2967340);
+        // limits.cpu 500m on the app: the busy loop was throttled.
+        assert_eq!((cpu["nr_periods"], cpu["nr_throttled"]), (62, 59));
+        let mem = read_flat_keyed(&fixture(&format!("{pod}/memory.stat"))).unwrap();
+        assert_eq!(mem.len(), 51, "every line of 6.1's memory.stat is numeric");
+        assert_eq!(
+            (mem["anon"], mem["file"], mem["shmem"], mem["inactive_file"]),
+            (8609792, 37879808, 20971520, 16908288)
+        );
+        assert_eq!(
+            read_limit(&fixture(&format!("{pod}/memory.max"))).unwrap(),
+            Some(268435456)
+        );
+        assert_eq!(
+            read_limit(&fixture(&format!("{pod}/pids.max"))).unwrap(),
+            Some(64)
+        );
+        assert_eq!(
+            read_limit(&fixture(&format!("{app}/memory.max"))).unwrap(),
+            None
+        );
+        assert_eq!(
+            read_u64(&fixture(&format!("{app}/memory.current"))).unwrap(),
+            47063040
+        );
+        assert_eq!(
+            count_lines(&read_string(&fixture(&format!("{app}/cgroup.procs"))).unwrap()),
+            2
+        );
+        assert_eq!(
+            count_lines(&read_string(&fixture(&format!("{pod}/cgroup.procs"))).unwrap()),
+            0
+        );
+    }
+
     #[test]
     fn flat_keyed_skips_odd_lines() {
         let m = parse_flat_keyed("usage_usec 12\nweird\nname text\nnr 3\n");

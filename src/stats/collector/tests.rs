@@ -144,17 +144,18 @@ fn snapshot_of_a_v2_pod() {
     assert_eq!(s.node.node_name, "node-1");
     assert_eq!(s.node.start_time.0.timestamp(), 1796215659);
     let ncpu = s.node.cpu.as_ref().unwrap();
-    assert_eq!(ncpu.usage_core_nano_seconds, Some(2844832175 * 1000));
+    assert_eq!(ncpu.usage_core_nano_seconds, Some(4928000 * 1000));
     assert_eq!(ncpu.usage_nano_cores, None, "first sample has no rate");
     let nmem = s.node.memory.as_ref().unwrap();
-    let usage = 1062948864u64 + 2389159936;
-    let ws = usage - 1662832640;
+    // The v2 root has no memory.current: anon + file of its memory.stat.
+    let usage = 8773632u64 + 39895040;
+    let ws = usage - 16908288;
     assert_eq!(nmem.usage_bytes, Some(usage));
     assert_eq!(nmem.working_set_bytes, Some(ws));
     let meminfo = parse_meminfo(&std::fs::read_to_string(testdata("proc/meminfo")).unwrap());
     assert_eq!(nmem.available_bytes, Some(meminfo["MemTotal"] - ws));
-    assert_eq!(nmem.rss_bytes, Some(1062948864));
-    assert_eq!(nmem.page_faults, Some(42692802));
+    assert_eq!(nmem.rss_bytes, Some(8773632));
+    assert_eq!(nmem.page_faults, Some(11360));
     let nnet = s.node.network.as_ref().unwrap();
     assert_eq!(nnet.default_interface.tx_bytes, Some(311244));
     let rl = s.node.rlimit.as_ref().unwrap();
@@ -166,44 +167,50 @@ fn snapshot_of_a_v2_pod() {
     let image = s.node.runtime.as_ref().unwrap().image_fs.as_ref().unwrap();
     assert!(image.used_bytes.unwrap() >= 10_000, "{image:?}");
     assert_eq!(image.inodes_used, Some(3));
-    // kubelet (pointed at the pod cgroup here) and runtime (the sandbox leaf); the pods root
-    // has no files
+    // kubelet (pointed at the pod cgroup here), runtime (the sandbox leaf) and pods (kubepods,
+    // which has its own files on a real v2 node)
     let names: Vec<_> = s
         .node
         .system_containers
         .iter()
         .map(|c| c.name.as_str())
         .collect();
-    assert_eq!(names, ["kubelet", "runtime"]);
+    assert_eq!(names, ["kubelet", "runtime", "pods"]);
     assert_eq!(
         s.node.system_containers[0].start_time,
         Time(f.config.kubelet_start_time)
     );
     let runtime = &s.node.system_containers[1];
     let rmem = runtime.memory.as_ref().unwrap();
-    assert_eq!(rmem.usage_bytes, Some(270336));
-    assert_eq!(rmem.working_set_bytes, Some(270336));
+    assert_eq!(rmem.usage_bytes, Some(94208));
+    assert_eq!(rmem.working_set_bytes, Some(94208));
     assert_eq!(
         runtime.cpu.as_ref().unwrap().usage_core_nano_seconds,
-        Some(1871 * 1000)
+        Some(5281 * 1000)
     );
+    let pods_sys = &s.node.system_containers[2];
+    let psmem = pods_sys.memory.as_ref().unwrap();
+    assert_eq!(psmem.usage_bytes, Some(47190016));
+    assert_eq!(psmem.working_set_bytes, Some(47190016 - 16908288));
+    assert_eq!(psmem.available_bytes, None, "kubepods has memory.max max");
 
     // pod
     assert_eq!(s.pods.len(), 1);
     let p = &s.pods[0];
     assert_eq!(p.pod_ref.uid, UID);
     let pmem = p.memory.as_ref().unwrap();
-    assert_eq!(pmem.usage_bytes, Some(63979520));
-    assert_eq!(pmem.working_set_bytes, Some(63979520 - 20971520));
+    assert_eq!(pmem.usage_bytes, Some(47173632));
+    assert_eq!(pmem.working_set_bytes, Some(47173632 - 16908288));
     assert_eq!(
         pmem.available_bytes,
-        Some(268435456 - (63979520 - 20971520))
+        Some(268435456 - (47173632 - 16908288))
     );
-    assert_eq!(pmem.rss_bytes, Some(41287680));
-    assert_eq!(pmem.major_page_faults, Some(2));
+    assert_eq!(pmem.rss_bytes, Some(8609792));
+    assert_eq!(pmem.page_faults, Some(5089));
+    assert_eq!(pmem.major_page_faults, Some(0));
     assert_eq!(
         p.cpu.as_ref().unwrap().usage_core_nano_seconds,
-        Some(3148951000)
+        Some(2972622000)
     );
     assert_eq!(p.process_stats.as_ref().unwrap().process_count, Some(3));
     let net = p.network.as_ref().unwrap();
@@ -225,7 +232,11 @@ fn snapshot_of_a_v2_pod() {
     assert_eq!(app.name, "app");
     let amem = app.memory.as_ref().unwrap();
     assert_eq!(amem.available_bytes, None, "no limit on the leaf");
-    assert_eq!(amem.working_set_bytes, Some(63303680 - 20971520));
+    assert_eq!(amem.working_set_bytes, Some(47063040 - 16908288));
+    assert_eq!(
+        app.cpu.as_ref().unwrap().usage_core_nano_seconds,
+        Some(2967340000)
+    );
     let rootfs = app.rootfs.as_ref().unwrap();
     assert!(rootfs.used_bytes.unwrap() >= 10_000);
     assert_eq!(rootfs.inodes_used, Some(3));
@@ -252,7 +263,7 @@ fn snapshot_of_a_v2_pod() {
     assert!(text.contains("resource_scrape_error 0\n"), "{text}");
     assert!(
         text.contains(&format!(
-            "pod_memory_working_set_bytes{{namespace=\"default\",pod=\"web\"}} 4.3008e+07 {}",
+            "pod_memory_working_set_bytes{{namespace=\"default\",pod=\"web\"}} 3.0265344e+07 {}",
             pmem.time.0.timestamp_millis()
         )),
         "{text}"
@@ -277,7 +288,7 @@ fn second_tick_gives_the_rate_and_a_recreated_cgroup_starts_over() {
     let text = std::fs::read_to_string(&stat).unwrap();
     std::fs::write(
         &stat,
-        text.replace("usage_usec 3145228", "usage_usec 4145228"),
+        text.replace("usage_usec 2967340", "usage_usec 3967340"),
     )
     .unwrap();
     let b0 = Instant::now();
@@ -298,7 +309,7 @@ fn second_tick_gives_the_rate_and_a_recreated_cgroup_starts_over() {
     assert_eq!(s.node.cpu.as_ref().unwrap().usage_nano_cores, Some(0));
 
     // counter went backwards (container recreated under the same path): no rate
-    std::fs::write(&stat, text.replace("usage_usec 3145228", "usage_usec 1")).unwrap();
+    std::fs::write(&stat, text.replace("usage_usec 2967340", "usage_usec 1")).unwrap();
     c.collect(std::slice::from_ref(&f.pod));
     let s = c.summary(false).unwrap();
     assert_eq!(
