@@ -571,3 +571,34 @@ fn dead_containers_beyond_one_per_container_are_collected() {
         "the newest attempt's log stays"
     );
 }
+
+/// Thirty pods at once make enough containerd mutations to set off its garbage collector
+/// while containers are being created: each container must still start on its first try
+/// (a snapshot prepared before its container record existed used to be collected).
+#[test]
+fn thirty_pods_at_once_all_start_on_the_first_try() {
+    let Some(node) = Node::start("burst") else {
+        return;
+    };
+    for i in 0..30 {
+        node.write_manifest(
+            &format!("b{i}.yaml"),
+            &busybox_pod(&format!("b{i}"), "Always", "exec sleep 3600"),
+        );
+    }
+    node.wait_until(180, "30 pods running", || {
+        node.pods()
+            .iter()
+            .filter(|p| container_status(p, "main")["state"]["running"].is_object())
+            .count()
+            == 30
+    });
+    for p in node.pods() {
+        assert_eq!(container_status(&p, "main")["restartCount"], 0, "{p}");
+    }
+    let log = node.log();
+    assert!(
+        !log.contains("container not started"),
+        "a container needed a retry:\n{log}"
+    );
+}

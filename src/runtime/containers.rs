@@ -241,28 +241,12 @@ impl Containerd {
         }
     }
 
-    /// Creates the snapshot and the container record. Idempotent: an existing snapshot or
-    /// record with this id is kept.
+    /// Creates the container record, then its snapshot. Idempotent: an existing record or
+    /// snapshot with this id is kept. The record comes first because it is what holds the
+    /// snapshot against containerd's garbage collector: a snapshot prepared before its
+    /// container exists is unreferenced, and a GC pass in between (frequent when many pods
+    /// start at once) removes it, so the task cannot be created.
     pub async fn create_container(&self, n: NewContainer<'_>) -> Result<()> {
-        let prepare = call(
-            "prepare snapshot",
-            n.id,
-            CALL_TIMEOUT,
-            self.client()
-                .snapshots()
-                .prepare(self.req(PrepareSnapshotRequest {
-                    snapshotter: SNAPSHOTTER.into(),
-                    key: n.id.to_string(),
-                    parent: n.image.chain_id.clone(),
-                    labels: HashMap::new(),
-                })),
-        )
-        .await;
-        match prepare {
-            Ok(_) => {}
-            Err(e) if e.is_already_exists() => {}
-            Err(e) => return Err(e),
-        }
         let mut l = n.pod.labels();
         l.insert(labels::KIND.into(), n.kind.as_str().into());
         l.insert(labels::CONTAINER_NAME.into(), n.name.into());
@@ -302,9 +286,42 @@ impl Containerd {
         )
         .await;
         match created {
+            Ok(_) => {}
+            Err(e) if e.is_already_exists() => {}
+            Err(e) => return Err(e),
+        }
+        let prepare = call(
+            "prepare snapshot",
+            n.id,
+            CALL_TIMEOUT,
+            self.client()
+                .snapshots()
+                .prepare(self.req(PrepareSnapshotRequest {
+                    snapshotter: SNAPSHOTTER.into(),
+                    key: n.id.to_string(),
+                    parent: n.image.chain_id.clone(),
+                    labels: HashMap::new(),
+                })),
+        )
+        .await;
+        match prepare {
             Ok(_) => Ok(()),
             Err(e) if e.is_already_exists() => Ok(()),
-            Err(e) => Err(e),
+            Err(e) => {
+                // No record without its rootfs: the next attempt starts clean.
+                let _ = call(
+                    "delete container",
+                    n.id,
+                    CALL_TIMEOUT,
+                    self.client()
+                        .containers()
+                        .delete(self.req(DeleteContainerRequest {
+                            id: n.id.to_string(),
+                        })),
+                )
+                .await;
+                Err(e)
+            }
         }
     }
 
