@@ -31,7 +31,7 @@ pub use logger_process::{
     LoggerArgsError, LoggerConfig, LOGGER_MARKER_KEY,
 };
 pub use paths::{container_log_path, container_log_symlink, pod_log_dir};
-pub use rotation::{LogFileError, RotatingLogFile, RotationPolicy};
+pub use rotation::{remove_log_files, LogFileError, RotatingLogFile, RotationPolicy};
 pub use timestamp::format_rfc3339_nano;
 
 /// Which of the container's output streams a record came from; spelled as the CRI spells it.

@@ -313,6 +313,24 @@ impl LogSink for RotatingLogFile {
     }
 }
 
+/// Removes a container's log file and every rotated file of it (`N.log.*`): what container
+/// GC takes with a dead container. Files already gone are fine.
+pub fn remove_log_files(path: &Path) {
+    let _ = fs::remove_file(path);
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return;
+    };
+    let prefix = format!("{}.", name.to_string_lossy());
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if e.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = fs::remove_file(e.path());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -329,6 +347,24 @@ mod tests {
             .collect();
         names.sort();
         names
+    }
+
+    #[test]
+    fn removing_a_log_takes_its_rotated_files_only() {
+        let dir = tempfile::tempdir().unwrap();
+        for n in [
+            "0.log",
+            "0.log.20260101-000000",
+            "0.log.20260101-000001.gz",
+            "1.log",
+            "10.log",
+        ] {
+            fs::write(dir.path().join(n), "x").unwrap();
+        }
+        remove_log_files(&dir.path().join("0.log"));
+        assert_eq!(names_in(dir.path()), ["1.log", "10.log"]);
+        remove_log_files(&dir.path().join("7.log"));
+        assert_eq!(names_in(dir.path()), ["1.log", "10.log"]);
     }
 
     fn record(i: usize) -> Vec<u8> {

@@ -720,7 +720,7 @@ impl Worker {
             debug!(pod = %self.pod_ref.display(), container = %old.name, attempt = old.attempt,
                    container_id = %old.id, "removed a dead container");
             if let Some(p) = old.labels.get(labels::LOG_PATH) {
-                let _ = std::fs::remove_file(p);
+                logs::remove_log_files(std::path::Path::new(p));
             }
         }
     }
