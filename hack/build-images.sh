@@ -3,8 +3,8 @@
 #   registry.k8s.io/pause:3.10      a static pause binary from hack/pause/pause.c
 #   docker.io/library/busybox:1.36  Debian's busybox-static with one symlink per applet
 # as OCI image-layout tarballs (bash, tar, gzip and sha256sum only: no docker, buildah or
-# registry) and imports them with ctr into the agent's containerd namespace, unpacked for
-# overlayfs.
+# registry) and imports them with `kubelet-rs image import` into the agent's containerd
+# namespace, unpacked for overlayfs.
 #
 # Tarballs are cached in $KUBELET_RS_CACHE/images and rebuilt only when their inputs change;
 # the import is skipped when containerd already has the same manifest digest unpacked.
@@ -227,11 +227,24 @@ import_if_needed() {
 		why=" (replacing $have)"
 	fi
 	log "$ref: importing into containerd namespace $KUBELET_RS_NAMESPACE$why"
-	ctr_ns images import --snapshotter "$SNAPSHOTTER" "$tarball" >/dev/null
+	ensure_importer
+	"$KUBELET_RS_BIN" image import "$tarball" --namespace "$KUBELET_RS_NAMESPACE" \
+		--address "$CONTAINERD_SOCKET" >/dev/null
 	have="$(image_digest_in_containerd "$ref")"
 	[[ "$have" == "$want" ]] || die "$ref: after import containerd shows digest '${have:-none}', expected $want"
 	image_unpacked "$tarball" || die "$ref: imported but not unpacked for $SNAPSHOTTER"
 	smoke_run "$ref" "$expected" "$@"
+}
+
+# The images go in through kubelet-rs's own importer (`kubelet-rs image import`, which
+# unpacks for overlayfs), so the test images take the path users' tarballs take. The
+# KUBELET_RS_BIN binary is used when set; otherwise a debug build, made once, on demand.
+ensure_importer() {
+	[[ -n "${KUBELET_RS_BIN:-}" ]] && return
+	require_cargo
+	log "building kubelet-rs (debug) for its image importer"
+	(cd "$KUBELET_RS_ROOT" && cargo build --quiet --bin kubelet-rs)
+	KUBELET_RS_BIN="$KUBELET_RS_ROOT/target/debug/kubelet-rs"
 }
 
 main() {

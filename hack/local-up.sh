@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Brings this machine up as a standalone node and runs kubelet-rs on the pods in examples/:
-# node set-up, test images, a release build, then the agent with the kubelet's own flags.
+# node set-up, a release build, the test images, then the agent with the kubelet's own flags.
 #
 #   hack/local-up.sh                  run the agent in the foreground (Ctrl-C stops it)
 #   hack/local-up.sh --background     run it in the background; prints its PID and log
@@ -58,10 +58,11 @@ if pid="$(running_pid)"; then
 fi
 
 "$KUBELET_RS_ROOT/hack/setup-node.sh"
-"$KUBELET_RS_ROOT/hack/build-images.sh"
 require_cargo
 log "building kubelet-rs (release)"
 (cd "$KUBELET_RS_ROOT" && cargo build --release --bin kubelet-rs)
+# The release binary imports the test images too (no second, debug build).
+KUBELET_RS_BIN="$BINARY" "$KUBELET_RS_ROOT/hack/build-images.sh"
 
 flags=(--pod-manifest-path "$MANIFESTS" --read-only-port "$READ_ONLY_PORT" --v 2)
 if [[ "$KUBELET_RS_NAMESPACE" != kubelet-rs ]]; then

@@ -67,17 +67,18 @@ pub fn import_images(ns: &str) {
             "test image {} is missing: run hack/build-images.sh",
             tar.display()
         );
-        let (ok, out) = ctr(
-            &[
-                "images",
-                "import",
-                "--snapshotter",
-                "overlayfs",
-                tar.to_str().unwrap(),
-            ],
-            ns,
+        // Through the agent's own importer, as hack/build-images.sh does.
+        let out = Command::new(env!("CARGO_BIN_EXE_kubelet-rs"))
+            .args(["image", "import", tar.to_str().unwrap(), "--namespace", ns])
+            .args(["--address", SOCKET])
+            .output()
+            .expect("kubelet-rs image import runs");
+        assert!(
+            out.status.success(),
+            "importing {} into {ns}: {}",
+            tar.display(),
+            String::from_utf8_lossy(&out.stderr)
         );
-        assert!(ok, "importing {} into {ns}: {out}", tar.display());
     }
 }
 
