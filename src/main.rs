@@ -11,6 +11,7 @@ use kubelet_rs::pod::sync_health::SyncLoopHealth;
 use kubelet_rs::pod::worker::{Shared, StatsPods};
 use kubelet_rs::pod::{PodManager, StatusStore};
 use kubelet_rs::runtime::events::{spawn_task_events, OomSeen};
+use kubelet_rs::runtime::pull::{PullOptions, Puller};
 use kubelet_rs::runtime::Containerd;
 use kubelet_rs::source::{spawn_file_source, spawn_http_source, SourceKind};
 use kubelet_rs::stats::{Cgroups, Collector, CollectorConfig, PodInfo};
@@ -131,7 +132,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         memory_capacity: memory_capacity().unwrap_or(i64::MAX),
         started: std::time::Instant::now(),
         stats_pods: stats_pods.clone(),
-        puller: kubelet_rs::runtime::pull::Puller::new(rt.clone(), Default::default()),
+        puller: new_puller(&cfg, &rt),
         cpu_capacity_millis: std::thread::available_parallelism().map_or(1, |n| n.get()) as i64
             * 1000,
         oom_score_adj_min: oom_score_adj_min(),
@@ -183,6 +184,32 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     }
     drop(tx);
     Ok(())
+}
+
+/// What the configuration says about pulls, in the Puller's terms.
+fn pull_options(cfg: &Config) -> PullOptions {
+    PullOptions {
+        root_dir: Some(cfg.root_dir.clone()),
+        insecure_registries: cfg.insecure_registries.clone(),
+        serialize: cfg.serialize_image_pulls,
+        // Validated as >= 1 when set.
+        max_parallel: cfg.max_parallel_image_pulls.map(|n| n as usize),
+        ..PullOptions::default()
+    }
+}
+
+fn new_puller(cfg: &Config, rt: &Containerd) -> Puller {
+    let puller = Puller::new(rt.clone(), pull_options(cfg));
+    // Read back from the Puller, so the line shows what pulls will actually use.
+    let o = puller.options();
+    info!(
+        serialize = o.serialize,
+        max_parallel = ?o.max_parallel,
+        insecure_registries = ?o.insecure_registries,
+        docker_config_dir = ?o.root_dir,
+        "image pulls configured"
+    );
+    puller
 }
 
 /// The node's address: the IPv4 address of the interface holding the default route, else
@@ -377,7 +404,7 @@ fn image_command(args: &[String]) -> i32 {
             .await
             .map_err(|e| e.to_string())
         } else {
-            let puller = kubelet_rs::runtime::pull::Puller::new(c, Default::default());
+            let puller = Puller::new(c, PullOptions::default());
             let out = puller
                 .pull(&operand, &[])
                 .await

@@ -128,6 +128,10 @@ pub fn configz_json(config: &Config) -> Value {
         "imageGCLowThresholdPercent",
         json!(config.image_gc_low_threshold_percent),
     );
+    put("serializeImagePulls", json!(config.serialize_image_pulls));
+    if let Some(n) = config.max_parallel_image_pulls {
+        put("maxParallelImagePulls", json!(n));
+    }
     json!({ "kubeletconfig": c })
 }
 
@@ -157,6 +161,8 @@ mod tests {
         assert_eq!(k["imageMinimumGCAge"], "2m0s");
         assert_eq!(k["imageGCHighThresholdPercent"], 85);
         assert_eq!(k["imageGCLowThresholdPercent"], 80);
+        assert_eq!(k["serializeImagePulls"], true);
+        assert!(k.get("maxParallelImagePulls").is_none(), "nil upstream");
         assert_eq!(
             k["containerRuntimeEndpoint"],
             "unix:///run/containerd/containerd.sock"

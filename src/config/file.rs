@@ -180,6 +180,8 @@ const USED_FIELDS: &[&str] = &[
     "imageMinimumGCAge",
     "imageGCHighThresholdPercent",
     "imageGCLowThresholdPercent",
+    "serializeImagePulls",
+    "maxParallelImagePulls",
 ];
 
 /// Fields of component-base's LoggingConfiguration (the `logging` block).
@@ -230,6 +232,9 @@ pub(crate) struct FileSettings {
     pub image_gc_high_threshold_percent: Option<i32>,
     pub image_gc_low_threshold_percent: Option<i32>,
     pub image_minimum_gc_age: Option<Duration>,
+    /// Pointers upstream: an explicit false (or 0) is kept, and 0 fails validation.
+    pub serialize_image_pulls: Option<bool>,
+    pub max_parallel_image_pulls: Option<i32>,
 }
 
 pub(crate) fn load_file(path: &Path) -> Result<FileSettings, ConfigError> {
@@ -328,6 +333,8 @@ pub(crate) fn parse_text(path: &Path, text: &str) -> Result<FileSettings, Config
         image_gc_high_threshold_percent: reader.int32("imageGCHighThresholdPercent")?,
         image_gc_low_threshold_percent: reader.int32("imageGCLowThresholdPercent")?,
         image_minimum_gc_age: reader.duration("imageMinimumGCAge")?,
+        serialize_image_pulls: reader.boolean("serializeImagePulls")?,
+        max_parallel_image_pulls: reader.int32("maxParallelImagePulls")?,
         ..FileSettings::default()
     };
     read_authentication(&reader, &mut settings)?;

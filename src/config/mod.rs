@@ -119,6 +119,15 @@ pub struct Config {
     /// --image-fs-path (kubelet-rs only): a path on the filesystem holding containerd's
     /// content and snapshots, whose statvfs drives image GC (upstream asks the CRI instead).
     pub image_fs_path: PathBuf,
+    /// --serialize-image-pulls / serializeImagePulls: one image pull at a time.
+    pub serialize_image_pulls: bool,
+    /// maxParallelImagePulls (file only, as upstream has no flag): with serialized pulls
+    /// off, at most this many at once; None is no limit.
+    pub max_parallel_image_pulls: Option<i32>,
+    /// --insecure-registry (kubelet-rs only, repeatable): registries other than loopback
+    /// ones that may be reached over plain HTTP (`host[:port]`, a bare host, or a CIDR).
+    /// Upstream leaves this to the CRI runtime's configuration.
+    pub insecure_registries: Vec<String>,
 }
 
 /// How requests to the main server are authorized (authorization.mode).
@@ -242,6 +251,9 @@ impl Config {
             image_minimum_gc_age: Duration::from_secs(120),
             image_gc_period: DEFAULT_IMAGE_GC_PERIOD,
             image_fs_path: PathBuf::from(DEFAULT_IMAGE_FS_PATH),
+            serialize_image_pulls: true,
+            max_parallel_image_pulls: None,
+            insecure_registries: Vec::new(),
         }
     }
 }
@@ -323,6 +335,8 @@ fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError
         image_gc_high_threshold_percent,
         image_gc_low_threshold_percent,
         image_minimum_gc_age,
+        serialize_image_pulls,
+        max_parallel_image_pulls,
     } = file;
     fn set<T>(target: &mut T, value: Option<T>) {
         if let Some(v) = value {
@@ -387,6 +401,11 @@ fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError
         image_gc_low_threshold_percent,
     );
     set(&mut config.image_minimum_gc_age, image_minimum_gc_age);
+    config.max_parallel_image_pulls = max_parallel_image_pulls;
+    // v1beta1 defaulting: asking for parallel pulls turns serialized pulls off unless the
+    // file says otherwise, so one setting is enough.
+    config.serialize_image_pulls =
+        serialize_image_pulls.unwrap_or_else(|| max_parallel_image_pulls.is_none_or(|n| n < 2));
     Ok(())
 }
 
@@ -538,6 +557,17 @@ fn apply_flags(config: &mut Config, given: &[FlagValue]) -> Result<(), ConfigErr
             }
             "image-gc-period" => config.image_gc_period = parse_duration(v).map_err(|r| bad(&r))?,
             "image-fs-path" => config.image_fs_path = non_empty_path(v).map_err(|r| bad(&r))?,
+            "serialize-image-pulls" => {
+                config.serialize_image_pulls = flags::parse_bool(v).map_err(|r| bad(&r))?
+            }
+            "insecure-registry" => {
+                let entry = v.trim();
+                if entry.is_empty() {
+                    return Err(bad("expected HOST[:PORT] or a CIDR range"));
+                }
+                // Repeatable: every use adds one registry.
+                config.insecure_registries.push(entry.to_string());
+            }
             other => unreachable!("flag --{other} is in the table but not applied"),
         }
     }
@@ -731,6 +761,7 @@ fn validate(config: &Config) -> Result<(), ConfigError> {
         ));
     }
     validate_image_gc(config)?;
+    validate_image_pulls(config)?;
     if let Some(url) = &config.static_pod_url {
         check_manifest_url(url).map_err(|reason| ConfigError::Invalid {
             setting: "staticPodURL (--manifest-url)",
@@ -780,6 +811,24 @@ fn validate_image_gc(config: &Config) -> Result<(), ConfigError> {
         });
     }
     Ok(())
+}
+
+/// Upstream's rules: a limit must be positive, and a limit above one contradicts pulling
+/// one image at a time.
+fn validate_image_pulls(config: &Config) -> Result<(), ConfigError> {
+    match config.max_parallel_image_pulls {
+        Some(n) if n < 1 => Err(ConfigError::Invalid {
+            setting: "maxParallelImagePulls",
+            value: n.to_string(),
+            reason: "must be a positive number".into(),
+        }),
+        Some(n) if n > 1 && config.serialize_image_pulls => Err(ConfigError::Invalid {
+            setting: "maxParallelImagePulls",
+            value: n.to_string(),
+            reason: "cannot be larger than 1 unless serializeImagePulls (--serialize-image-pulls) is false".into(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// The HTTP source fetches plain http:// URLs only; catching others at start-up gives the

@@ -525,3 +525,113 @@ fn image_gc_mistakes_are_one_line_usage_errors() {
         "{err}"
     );
 }
+
+#[test]
+fn image_pull_settings_defaults_file_and_flags() {
+    let c = load(&[]).unwrap();
+    assert!(c.serialize_image_pulls);
+    assert_eq!(c.max_parallel_image_pulls, None);
+    assert!(c.insecure_registries.is_empty());
+
+    // v1beta1 defaulting: a limit of two or more alone turns serialized pulls off.
+    let file = config_file(&format!("{HEADER}maxParallelImagePulls: 3\n"));
+    let path = format!("--config={}", file.path().display());
+    let c = load(&[&path]).unwrap();
+    assert!(!c.serialize_image_pulls);
+    assert_eq!(c.max_parallel_image_pulls, Some(3));
+    assert!(!c
+        .ignored_config_fields
+        .iter()
+        .any(|f| f == "serializeImagePulls" || f == "maxParallelImagePulls"));
+
+    // A limit of one keeps the default.
+    let file = config_file(&format!("{HEADER}maxParallelImagePulls: 1\n"));
+    let c = load(&[&format!("--config={}", file.path().display())]).unwrap();
+    assert!(c.serialize_image_pulls);
+    assert_eq!(c.max_parallel_image_pulls, Some(1));
+
+    let file = config_file(&format!(
+        "{HEADER}serializeImagePulls: false\nmaxParallelImagePulls: 2\n"
+    ));
+    let path = format!("--config={}", file.path().display());
+    let c = load(&[&path]).unwrap();
+    assert!(!c.serialize_image_pulls);
+    assert_eq!(c.max_parallel_image_pulls, Some(2));
+
+    let c = load(&[
+        "--serialize-image-pulls=false",
+        "--insecure-registry=reg.lan:5000",
+        "--insecure-registry",
+        "10.1.0.0/16",
+    ])
+    .unwrap();
+    assert!(!c.serialize_image_pulls);
+    assert_eq!(c.max_parallel_image_pulls, None, "no flag upstream");
+    assert_eq!(c.insecure_registries, ["reg.lan:5000", "10.1.0.0/16"]);
+    let c = load(&["--serialize-image-pulls"]).unwrap();
+    assert!(c.serialize_image_pulls);
+}
+
+#[test]
+fn image_pull_mistakes_are_one_line_usage_errors() {
+    let file_cases = [
+        (
+            "maxParallelImagePulls: 0\n",
+            "invalid maxParallelImagePulls: 0: must be a positive number",
+        ),
+        (
+            "serializeImagePulls: false\nmaxParallelImagePulls: -2\n",
+            "invalid maxParallelImagePulls: -2: must be a positive number",
+        ),
+        (
+            "serializeImagePulls: true\nmaxParallelImagePulls: 2\n",
+            "invalid maxParallelImagePulls: 2: cannot be larger than 1 unless serializeImagePulls (--serialize-image-pulls) is false",
+        ),
+    ];
+    for (body, expected) in file_cases {
+        let file = config_file(&format!("{HEADER}{body}"));
+        let err = load(&[&format!("--config={}", file.path().display())]).unwrap_err();
+        assert_eq!(err.to_string(), expected, "file {body:?}");
+        assert!(!err.to_string().contains('\n'));
+        assert_eq!(err.exit_code(), 2);
+    }
+    // The flag wins over the file, and then the pair contradicts itself.
+    let file = config_file(&format!("{HEADER}maxParallelImagePulls: 4\n"));
+    let err = load(&[
+        &format!("--config={}", file.path().display()),
+        "--serialize-image-pulls=true",
+    ])
+    .unwrap_err();
+    assert!(err.to_string().contains("cannot be larger than 1"), "{err}");
+    assert_eq!(err.exit_code(), 2);
+
+    let file = config_file(&format!("{HEADER}serializeImagePulls: \"no\"\n"));
+    let err = load(&[&format!("--config={}", file.path().display())]).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("field serializeImagePulls: expected true or false"),
+        "{err}"
+    );
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--serialize-image-pulls=maybe"],
+            "invalid value \"maybe\" for flag --serialize-image-pulls:",
+        ),
+        (
+            &["--insecure-registry="],
+            "invalid value \"\" for flag --insecure-registry: expected HOST[:PORT] or a CIDR range",
+        ),
+        (
+            &["--max-parallel-image-pulls=2"],
+            "unknown flag: --max-parallel-image-pulls",
+        ),
+    ];
+    for (args, expected) in cases {
+        let err = load(args).unwrap_err();
+        assert!(
+            err.to_string().starts_with(expected),
+            "args {args:?}: {err}"
+        );
+        assert_eq!(err.exit_code(), 2);
+    }
+}

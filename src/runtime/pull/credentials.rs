@@ -106,10 +106,11 @@ pub fn parse_docker_config(
 }
 
 /// The node's docker config files in the upstream kubelet's order of preference: the
-/// configured path (a file, or a directory holding `config.json`), else
-/// `/var/lib/kubelet/config.json`, `./config.json`, `$HOME/.docker/config.json`,
-/// `/.docker/config.json`, then the legacy `.dockercfg` in the same places.
-pub fn node_config_candidates(configured: Option<&Path>) -> Vec<PathBuf> {
+/// configured path (a file, or a directory holding `config.json`), else the agent's root dir
+/// (upstream's preferred path is the kubelet's root dir), `./config.json`,
+/// `$HOME/.docker/config.json`, `/.docker/config.json`, then the legacy `.dockercfg` in the
+/// root dir and in `$HOME`.
+pub fn node_config_candidates(configured: Option<&Path>, root_dir: Option<&Path>) -> Vec<PathBuf> {
     if let Some(p) = configured {
         return if p.is_dir() {
             vec![p.join("config.json"), p.join(".dockercfg")]
@@ -117,7 +118,7 @@ pub fn node_config_candidates(configured: Option<&Path>) -> Vec<PathBuf> {
             vec![p.to_path_buf()]
         };
     }
-    let mut dirs = vec![PathBuf::from("/var/lib/kubelet")];
+    let mut dirs: Vec<PathBuf> = root_dir.map(Path::to_path_buf).into_iter().collect();
     if let Ok(cwd) = std::env::current_dir() {
         dirs.push(cwd);
     }
@@ -126,11 +127,10 @@ pub fn node_config_candidates(configured: Option<&Path>) -> Vec<PathBuf> {
     }
     dirs.push(PathBuf::from("/.docker"));
     let mut out: Vec<PathBuf> = dirs.iter().map(|d| d.join("config.json")).collect();
-    let mut legacy = vec![PathBuf::from("/var/lib/kubelet/.dockercfg")];
+    out.extend(root_dir.map(|r| r.join(".dockercfg")));
     if let Some(home) = std::env::var_os("HOME") {
-        legacy.push(PathBuf::from(home).join(".dockercfg"));
+        out.push(PathBuf::from(home).join(".dockercfg"));
     }
-    out.extend(legacy);
     out
 }
 
@@ -138,8 +138,9 @@ pub fn node_config_candidates(configured: Option<&Path>) -> Vec<PathBuf> {
 /// is an error (a silently ignored typo means anonymous pulls nobody can explain).
 pub fn load_node_credentials(
     configured: Option<&Path>,
+    root_dir: Option<&Path>,
 ) -> Result<Vec<RegistryCredential>, CredentialError> {
-    for path in node_config_candidates(configured) {
+    for path in node_config_candidates(configured, root_dir) {
         match std::fs::read(&path) {
             Ok(bytes) => return parse_docker_config(&bytes, &path.display().to_string()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
@@ -437,11 +438,40 @@ mod tests {
             br#"{"auths":{"r.io":{"username":"u","password":"p"}}}"#,
         )
         .unwrap();
-        let c = load_node_credentials(Some(dir.path())).unwrap();
+        let c = load_node_credentials(Some(dir.path()), None).unwrap();
         assert_eq!(c[0].username, "u");
         let missing = dir.path().join("nope.json");
-        assert!(load_node_credentials(Some(&missing)).unwrap().is_empty());
+        assert!(load_node_credentials(Some(&missing), None)
+            .unwrap()
+            .is_empty());
         std::fs::write(&missing, b"{").unwrap();
-        assert!(load_node_credentials(Some(&missing)).is_err());
+        assert!(load_node_credentials(Some(&missing), None).is_err());
+    }
+
+    #[test]
+    fn node_config_search_starts_at_the_root_dir() {
+        let root = Path::new("/srv/agent-root");
+        let c = node_config_candidates(None, Some(root));
+        assert_eq!(c[0], root.join("config.json"));
+        assert!(c.contains(&root.join(".dockercfg")));
+        assert!(
+            !c.iter().any(|p| p.starts_with("/var/lib/kubelet")),
+            "{c:?}"
+        );
+        let without = node_config_candidates(None, None);
+        assert!(!without.iter().any(|p| p.starts_with(root)), "{without:?}");
+        assert_eq!(without.len(), c.len() - 2);
+        // An explicit file beats the search.
+        let f = Path::new("/etc/creds.json");
+        assert_eq!(node_config_candidates(Some(f), Some(root)), [f]);
+
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("config.json"),
+            br#"{"auths":{"r.io":{"username":"root-dir","password":"p"}}}"#,
+        )
+        .unwrap();
+        let c = load_node_credentials(None, Some(dir.path())).unwrap();
+        assert_eq!(c[0].username, "root-dir");
     }
 }

@@ -57,9 +57,12 @@ pub fn install_crypto_provider() {
 #[derive(Debug, Clone)]
 pub struct PullOptions {
     /// A docker config file (or a directory holding `config.json`). None: the kubelet's
-    /// search order (/var/lib/kubelet/config.json, ./config.json, ~/.docker/config.json,
+    /// search order (`<root_dir>/config.json`, ./config.json, ~/.docker/config.json,
     /// /.docker/config.json, then the legacy .dockercfg files).
     pub docker_config: Option<PathBuf>,
+    /// The agent's --root-dir: upstream's preferred place for the node's docker config is
+    /// its own root dir. None (the `image pull` command) leaves it out of the search.
+    pub root_dir: Option<PathBuf>,
     /// Registries (`host[:port]`, bare host, or CIDR) reached over plain HTTP when HTTPS
     /// fails. Loopback registries need no entry.
     pub insecure_registries: Vec<String>,
@@ -74,6 +77,7 @@ impl Default for PullOptions {
     fn default() -> Self {
         PullOptions {
             docker_config: None,
+            root_dir: None,
             insecure_registries: Vec::new(),
             serialize: true,
             max_parallel: None,
@@ -426,8 +430,11 @@ impl Inner {
             }
         }
         let host = registry::registry_host(name).to_string();
-        let node_creds = credentials::load_node_credentials(self.opts.docker_config.as_deref())
-            .map_err(|e| PullError::other(name, e.to_string()))?;
+        let node_creds = credentials::load_node_credentials(
+            self.opts.docker_config.as_deref(),
+            self.opts.root_dir.as_deref(),
+        )
+        .map_err(|e| PullError::other(name, e.to_string()))?;
         let repo = reference.repository().to_string();
         let mut attempts: Vec<Option<&RegistryCredential>> = Vec::new();
         for c in credentials::matching(pod_creds, &host, &repo)
