@@ -963,3 +963,145 @@ fn image_pull_command_pulls_into_the_namespace() {
     let usage = Command::new(bin).args(["image", "pull"]).output().unwrap();
     assert_eq!(usage.status.code(), Some(2));
 }
+
+/// A pod with one container `c` running `sleep` from `image`.
+fn sleep_pod(name: &str, image: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: {image}
+    command: ["sleep", "3600"]
+"#
+    )
+}
+
+fn waiting(p: &serde_json::Value) -> (String, String) {
+    let w = &common::container_status(p, "c")["state"]["waiting"];
+    (
+        w["reason"].as_str().unwrap_or_default().to_string(),
+        w["message"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+#[test]
+fn agent_pulls_from_a_registry_then_finds_the_image_present() {
+    let test = "agent_pulls_from_a_registry_then_finds_the_image_present";
+    if !enabled(test) {
+        return;
+    }
+    let reg = Registry::start(Auth::Open);
+    reg.push_busybox("e2e/busybox:1", None);
+    let Some(node) = common::Node::start_with_images(
+        test,
+        &[
+            "--serialize-image-pulls=false",
+            "--insecure-registry=registry.lan:5000",
+        ],
+        &["pause"],
+    ) else {
+        return;
+    };
+    let (ok, images) = ctr(&["images", "ls", "-q"], &node.ns);
+    assert!(ok && !images.contains("busybox"), "{images}");
+    let image = format!("{}/e2e/busybox:1", reg.host());
+
+    node.write_manifest("pulled.yaml", &sleep_pod("pulled", &image));
+    node.wait_pod("pulled", 120, "Running", |p| {
+        p["status"]["phase"] == "Running"
+    });
+    let log = node.log();
+    let pulled = log
+        .lines()
+        .find(|l| l.contains(&format!("Successfully pulled image \"{image}\" in ")))
+        .unwrap_or_else(|| panic!("no pull line in the agent log:\n{log}"));
+    println!("{pulled}");
+    assert!(
+        pulled.contains(" including waiting). Image size: "),
+        "{pulled}"
+    );
+    let size: u64 = pulled
+        .split("Image size: ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no size in {pulled}"));
+    assert!(
+        size > 100_000,
+        "busybox is larger than {size} bytes: {pulled}"
+    );
+    assert!(
+        log.contains("layer fetched"),
+        "pull progress is logged:\n{log}"
+    );
+    // The settings reached the Puller (no traffic to a non-loopback address is made).
+    let configured = log
+        .lines()
+        .find(|l| l.contains("image pulls configured"))
+        .unwrap_or_else(|| panic!("no pull configuration line:\n{log}"));
+    assert!(
+        configured.contains("serialize=false") && configured.contains("registry.lan:5000"),
+        "{configured}"
+    );
+
+    // IfNotPresent (a tag other than latest) with the image there: no pull.
+    node.write_manifest("present.yaml", &sleep_pod("present", &image));
+    node.wait_pod("present", 60, "Running", |p| {
+        p["status"]["phase"] == "Running"
+    });
+    let present = format!("Container image \"{image}\" already present on machine");
+    let log = node.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains(&present) && l.contains(&node.pod_name("present"))),
+        "no '{present}' line for the second pod:\n{log}"
+    );
+    assert_eq!(
+        log.matches("Successfully pulled image").count(),
+        1,
+        "the second pod pulled again:\n{log}"
+    );
+}
+
+#[test]
+fn missing_tag_is_err_image_pull_then_image_pull_back_off() {
+    let test = "missing_tag_is_err_image_pull_then_image_pull_back_off";
+    if !enabled(test) {
+        return;
+    }
+    let reg = Registry::start(Auth::Open);
+    reg.push_busybox("e2e/busybox:1", None);
+    let Some(node) = common::Node::start_with_images(test, &[], &["pause"]) else {
+        return;
+    };
+    let image = format!("{}/e2e/busybox:missing", reg.host());
+    node.write_manifest("missing.yaml", &sleep_pod("missing", &image));
+    let first = node.wait_pod("missing", 60, "an image pull failure", |p| {
+        matches!(waiting(p).0.as_str(), "ErrImagePull" | "ImagePullBackOff")
+    });
+    let (reason, message) = waiting(&first);
+    assert_eq!(
+        reason, "ErrImagePull",
+        "the first failure is not a back-off: {message}"
+    );
+    assert!(
+        message.contains(&image) && message.contains("not found"),
+        "{message}"
+    );
+    assert!(!message.contains('\n'), "{message}");
+    let later = node.wait_pod("missing", 90, "ImagePullBackOff", |p| {
+        waiting(p).0 == "ImagePullBackOff"
+    });
+    let (_, message) = waiting(&later);
+    assert!(
+        message.starts_with(&format!("Back-off pulling image \"{image}\"")),
+        "{message}"
+    );
+    assert!(message.contains("not found"), "{message}");
+    assert_eq!(later["status"]["phase"], "Pending");
+}

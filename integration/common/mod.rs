@@ -334,6 +334,68 @@ impl Node {
     }
 }
 
+impl Node {
+    /// As `start_with`, but only the named test images (`pause`, `busybox`) are imported
+    /// into the namespace: for tests where the agent must pull the rest itself.
+    pub fn start_with_images(test: &str, extra: &[&str], images: &[&str]) -> Option<Node> {
+        if !integration_enabled(test) {
+            return None;
+        }
+        let slug: String = test
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '-'
+                }
+            })
+            .collect();
+        let ns = format!("krs-{slug}");
+        purge_namespace(&ns);
+        import_named_images(&ns, images);
+        let root = tempfile::tempdir().unwrap();
+        let log_path = root.path().join("agent.log");
+        let mut node = Node {
+            test: test.to_string(),
+            node_name: format!("t-{slug}"),
+            ns,
+            manifests: tempfile::tempdir().unwrap(),
+            root,
+            port: free_port(),
+            secure_port: free_port(),
+            extra_args: extra.iter().map(|s| s.to_string()).collect(),
+            log_path,
+            child: None,
+        };
+        node.launch();
+        Some(node)
+    }
+}
+
+/// Imports some of the test images (built by hack/build-images.sh) into a namespace.
+pub fn import_named_images(ns: &str, names: &[&str]) {
+    for name in names {
+        let tar = image_cache().join(format!("{name}.oci.tar"));
+        assert!(
+            tar.exists(),
+            "test image {} is missing: run hack/build-images.sh",
+            tar.display()
+        );
+        let (ok, out) = ctr(
+            &[
+                "images",
+                "import",
+                "--snapshotter",
+                "overlayfs",
+                tar.to_str().unwrap(),
+            ],
+            ns,
+        );
+        assert!(ok, "importing {} into {ns}: {out}", tar.display());
+    }
+}
+
 impl Drop for Node {
     fn drop(&mut self) {
         // Let the agent clean up what it made (that path is under test too), then make sure.

@@ -18,7 +18,7 @@ use super::files::{remove_log_links, remove_pod_cgroups, PodDir, SandboxState};
 use super::qos::{oom_score_adj, pod_cgroup_parent, qos_class};
 use super::status::{self, attempts, StatusInput, Waiting};
 use super::StatusStore;
-use crate::config::Config;
+use crate::config::{format_duration, Config};
 use crate::logs;
 use crate::network::cni::{AttachRequest, Cni, PortMapping};
 use crate::network::netns;
@@ -947,7 +947,11 @@ impl Worker {
         let pull_policy = c.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
         if pull_policy != "Always" {
             match self.shared.rt.resolve_image(&image).await {
-                Ok(i) => return Ok(i),
+                Ok(i) => {
+                    info!(pod = %self.pod_ref.display(), container = %c.name, image = %image,
+                          "Container image \"{image}\" already present on machine");
+                    return Ok(i);
+                }
                 Err(RuntimeError::ImageNotFound(_)) if pull_policy == "Never" => {
                     return Err(Waiting::new(
                         "ErrImageNeverPull",
@@ -975,13 +979,21 @@ impl Worker {
             }
         }
         info!(pod = %self.pod_ref.display(), container = %c.name, image = %image, "pulling image");
+        let asked = std::time::Instant::now();
         match self.shared.puller.pull(&image, &[]).await {
             Ok(out) => {
                 self.image_failures.remove(&key);
                 if out.pulled {
+                    // Upstream's wording (an event and a log line there; no status field).
+                    let waited = asked.elapsed().max(out.duration);
                     info!(pod = %self.pod_ref.display(), container = %c.name, image = %image,
-                          bytes = out.bytes, seconds = out.duration.as_secs_f64(),
-                          "Successfully pulled image \"{image}\" in {:.3}s", out.duration.as_secs_f64());
+                          size_bytes = out.size, fetched_bytes = out.bytes,
+                          seconds = out.duration.as_secs_f64(),
+                          "Successfully pulled image \"{image}\" in {} ({} including waiting). Image size: {} bytes.",
+                          format_duration(out.duration), format_duration(waited), out.size);
+                } else {
+                    debug!(pod = %self.pod_ref.display(), container = %c.name, image = %image,
+                           "image up to date with the registry");
                 }
                 Ok(out.image)
             }

@@ -93,6 +93,11 @@ pub struct PullOutcome {
     pub pulled: bool,
     /// Bytes fetched from the registry (blobs containerd already had are not counted).
     pub bytes: u64,
+    /// The image's size as its manifest gives it (config and compressed layers), what
+    /// upstream reports as "Image size"; 0 when the pull found the image complete.
+    pub size: u64,
+    /// From the moment this pull got its turn (serializeImagePulls / maxParallelImagePulls)
+    /// to the image record: waiting for a turn is not in it.
     pub duration: Duration,
 }
 
@@ -425,6 +430,7 @@ impl Inner {
                     image,
                     pulled: false,
                     bytes: 0,
+                    size: 0,
                     duration: start.elapsed(),
                 });
             }
@@ -572,6 +578,7 @@ impl Inner {
                 image,
                 pulled: false,
                 bytes: 0,
+                size: 0,
                 duration: start.elapsed(),
             });
         }
@@ -653,6 +660,10 @@ impl Inner {
             image,
             pulled: true,
             bytes: fetched,
+            size: std::iter::once(&config)
+                .chain(&layers)
+                .map(|d| d.size.max(0) as u64)
+                .sum(),
             duration: start.elapsed(),
         })
     }
