@@ -351,6 +351,40 @@ mod tests {
         );
     }
 
+    #[test]
+    fn plain_http_only_for_loopback_or_listed_registries() {
+        // As --insecure-registry fills it: the entries exactly as given on the command line.
+        let list: Vec<String> = ["Reg.LAN:5000", " plain.lan ", "10.1.0.0/16", "fd00::/8"]
+            .map(String::from)
+            .to_vec();
+        for (host, expected) in [
+            ("reg.lan:5000", Transport::HttpsThenHttp),
+            ("REG.lan:5000", Transport::HttpsThenHttp),
+            ("reg.lan:5001", Transport::Https),
+            ("reg.lan", Transport::Https),
+            ("plain.lan", Transport::HttpsThenHttp),
+            ("plain.lan:8443", Transport::HttpsThenHttp),
+            ("sub.plain.lan", Transport::Https),
+            ("10.1.200.3:5000", Transport::HttpsThenHttp),
+            ("10.1.0.1", Transport::HttpsThenHttp),
+            ("10.2.0.1:5000", Transport::Https),
+            ("[fd00::5]:5000", Transport::HttpsThenHttp),
+            ("[fe80::1]:5000", Transport::Https),
+            ("docker.io", Transport::Https),
+            ("127.0.0.1:5000", Transport::HttpsThenHttp),
+            ("localhost:5000", Transport::HttpsThenHttp),
+        ] {
+            assert_eq!(transport_for(host, &list), expected, "{host}");
+        }
+        // Without entries only loopback registries get the plain HTTP fallback.
+        for host in ["reg.lan:5000", "10.1.200.3:5000", "[fd00::5]:5000"] {
+            assert_eq!(transport_for(host, &[]), Transport::Https, "{host}");
+        }
+        // A malformed CIDR names nothing rather than everything.
+        let bad = vec!["10.1.0.0/99".to_string(), "nonsense/8".to_string()];
+        assert_eq!(transport_for("10.1.0.1:5000", &bad), Transport::Https);
+    }
+
     fn envelope(code: OciErrorCode) -> OciDistributionError {
         OciDistributionError::RegistryError {
             envelope: OciEnvelope {
