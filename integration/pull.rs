@@ -1105,3 +1105,130 @@ fn missing_tag_is_err_image_pull_then_image_pull_back_off() {
     assert!(message.contains("not found"), "{message}");
     assert_eq!(later["status"]["phase"], "Pending");
 }
+
+/// A TCP relay on loopback in front of a registry that holds every connection until opened,
+/// counting arrivals: while it is shut, the number of connections shows how many pulls got
+/// a turn, with no timing in the pulls themselves.
+struct GatedProxy {
+    port: u16,
+    arrived: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    gate: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+}
+
+impl GatedProxy {
+    fn start(upstream: u16) -> GatedProxy {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let arrived = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let gate = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+        let (count, shut) = (arrived.clone(), gate.clone());
+        // Never joined: the threads end with their connections or with the test process.
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                count.fetch_add(1, Ordering::SeqCst);
+                let shut = shut.clone();
+                std::thread::spawn(move || {
+                    let (lock, cv) = &*shut;
+                    let mut open = lock.lock().unwrap();
+                    while !*open {
+                        open = cv.wait(open).unwrap();
+                    }
+                    drop(open);
+                    let _ = relay(conn, upstream);
+                });
+            }
+        });
+        GatedProxy {
+            port,
+            arrived,
+            gate,
+        }
+    }
+
+    fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn arrived(&self) -> usize {
+        self.arrived.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn open(&self) {
+        let (lock, cv) = &*self.gate;
+        *lock.lock().unwrap() = true;
+        cv.notify_all();
+    }
+}
+
+fn relay(client: std::net::TcpStream, upstream: u16) -> std::io::Result<()> {
+    let server = std::net::TcpStream::connect(("127.0.0.1", upstream))?;
+    let (mut c_in, mut s_out) = (client.try_clone()?, server.try_clone()?);
+    let up = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut c_in, &mut s_out);
+        let _ = s_out.shutdown(std::net::Shutdown::Write);
+    });
+    let (mut s_in, mut c_out) = (server, client);
+    let _ = std::io::copy(&mut s_in, &mut c_out);
+    let _ = c_out.shutdown(std::net::Shutdown::Write);
+    let _ = up.join();
+    Ok(())
+}
+
+#[test]
+fn max_parallel_image_pulls_limits_pulls_under_way() {
+    if !enabled("max_parallel_image_pulls_limits_pulls_under_way") {
+        return;
+    }
+    let reg = Registry::start(Auth::Open);
+    reg.push_busybox("limit/busybox:1", None);
+    // A second image with blobs of its own, so two pulls share no content writes.
+    let pause_tar = busybox_tar().with_file_name("pause.oci.tar");
+    run(
+        "skopeo",
+        &[
+            "copy",
+            "--quiet",
+            "--dest-tls-verify=false",
+            &format!("oci-archive:{}", pause_tar.display()),
+            &format!("docker://{}/limit/pause:1", reg.host()),
+        ],
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    for limit in [1usize, 2] {
+        let ns = Namespace::new(&format!("limit{limit}"));
+        let proxy = GatedProxy::start(reg.port);
+        runtime().block_on(async {
+            let opts = PullOptions {
+                max_parallel: Some(limit),
+                ..isolated_opts(tmp.path())
+            };
+            let p = puller(&ns.0, opts).await;
+            let pulls: Vec<_> = ["limit/busybox:1", "limit/pause:1"]
+                .iter()
+                .map(|repo| {
+                    let (p, image) = (p.clone(), format!("{}/{repo}", proxy.host()));
+                    tokio::spawn(async move { p.pull(&image, &[]).await })
+                })
+                .collect();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while proxy.arrived() < limit {
+                assert!(
+                    Instant::now() < deadline,
+                    "limit {limit}: only {} pulls reached the registry",
+                    proxy.arrived()
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            // Each pull holds its one connection open until the gate opens, so a pull
+            // beyond the limit would show as one more arrival.
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            assert_eq!(proxy.arrived(), limit, "limit {limit}: pulls under way");
+            proxy.open();
+            for t in pulls {
+                let out = t.await.unwrap().expect("pull after the gate opened");
+                assert!(out.pulled, "{out:?}");
+            }
+        });
+    }
+}

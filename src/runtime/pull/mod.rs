@@ -263,11 +263,7 @@ struct Inner {
 impl Puller {
     pub fn new(rt: Containerd, opts: PullOptions) -> Self {
         install_crypto_provider();
-        let limit = if opts.serialize {
-            Some(1)
-        } else {
-            opts.max_parallel.filter(|n| *n > 0)
-        };
+        let limit = pull_slots(&opts);
         Puller {
             inner: Arc::new(Inner {
                 rt,
@@ -336,6 +332,17 @@ impl Puller {
             }
         };
         shared.await.map_err(|e| e.duplicate())
+    }
+}
+
+/// How many pulls may run at once; None is no limit. serializeImagePulls wins over
+/// maxParallelImagePulls, as upstream's serial puller ignores the limit.
+pub(crate) fn pull_slots(opts: &PullOptions) -> Option<usize> {
+    if opts.serialize {
+        Some(1)
+    } else {
+        // Config validation refuses 0; a library caller's 0 means no limit, not a deadlock.
+        opts.max_parallel.filter(|n| *n > 0)
     }
 }
 
@@ -965,6 +972,24 @@ mod tests {
             registry_token: None,
             source: "t".into(),
         }
+    }
+
+    #[test]
+    fn pull_slots_follow_serialize_then_max_parallel() {
+        let slots = |serialize, max_parallel| {
+            pull_slots(&PullOptions {
+                serialize,
+                max_parallel,
+                ..PullOptions::default()
+            })
+        };
+        assert_eq!(pull_slots(&PullOptions::default()), Some(1));
+        assert_eq!(slots(true, None), Some(1));
+        assert_eq!(slots(true, Some(1)), Some(1));
+        assert_eq!(slots(false, None), None);
+        assert_eq!(slots(false, Some(1)), Some(1));
+        assert_eq!(slots(false, Some(2)), Some(2));
+        assert_eq!(slots(false, Some(0)), None);
     }
 
     #[test]
