@@ -421,6 +421,20 @@ async fn puller(ns: &str, opts: PullOptions) -> Puller {
     Puller::new(rt, opts)
 }
 
+/// Options whose node docker config (in `dir`) holds test:test for the registry.
+fn node_config_opts(dir: &Path, reg: &Registry) -> PullOptions {
+    let cfg = dir.join("config.json");
+    let auth = format!(
+        r#"{{"auths":{{"http://{}":{{"auth":"dGVzdDp0ZXN0"}}}}}}"#,
+        reg.host()
+    );
+    std::fs::write(&cfg, auth).unwrap();
+    PullOptions {
+        docker_config: Some(cfg),
+        ..Default::default()
+    }
+}
+
 /// Options that read no docker config of the machine running the tests.
 fn isolated_opts(dir: &Path) -> PullOptions {
     PullOptions {
@@ -677,23 +691,7 @@ fn basic_auth_from_node_config_and_pod_secrets() {
 
         // The node's docker config (auth = base64 "test:test"): pulled, even after a wrong
         // pod secret, which is tried first.
-        let cfg = tmp.path().join("config.json");
-        std::fs::write(
-            &cfg,
-            format!(
-                r#"{{"auths":{{"http://{}":{{"auth":"dGVzdDp0ZXN0"}}}}}}"#,
-                reg.host()
-            ),
-        )
-        .unwrap();
-        let node = puller(
-            &ns.0,
-            PullOptions {
-                docker_config: Some(cfg),
-                ..Default::default()
-            },
-        )
-        .await;
+        let node = puller(&ns.0, node_config_opts(tmp.path(), &reg)).await;
         let o = node
             .pull(&image, &[wrong])
             .await
@@ -734,24 +732,7 @@ fn bearer_token_flow_with_node_credentials() {
     let image = format!("{}/private/busybox:1", reg.host());
     let basic_test = format!("Basic {}", b64(b"test:test", false));
     runtime().block_on(async {
-        let cfg = tmp.path().join("config.json");
-        std::fs::write(
-            &cfg,
-            format!(
-                r#"{{"auths":{{"http://{}":{{"auth":"dGVzdDp0ZXN0"}}}}}}"#,
-                reg.host()
-            ),
-        )
-        .unwrap();
-        let node = puller(
-            &ns.0,
-            PullOptions {
-                docker_config: Some(cfg),
-                serialize: false,
-                ..Default::default()
-            },
-        )
-        .await;
+        let node = puller(&ns.0, node_config_opts(tmp.path(), &reg)).await;
         let o = node
             .pull(&image, &[])
             .await
