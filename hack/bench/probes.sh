@@ -65,7 +65,8 @@ a1=$(cpu_seconds "$AGENT_PID")
 # shellcheck disable=SC2086
 o1=$(sum_cpu "$ctrd" $shims)
 rss_kb=$(awk '/VmHWM/ {print $2}' "/proc/$AGENT_PID/status")
-restarts=$(curl -s "http://127.0.0.1:$PORT/pods" | grep -o '"restartCount":[1-9]' | wc -l)
+# grep -c prints 0 (and exits 1) when nothing restarted: the good case must not end the script.
+restarts=$(curl -s "http://127.0.0.1:$PORT/pods" | grep -o '"restartCount":[1-9]' | grep -c . || true)
 stop_pods_and_agent
 
 agent=$(awk -v a="$a0" -v b="$a1" 'BEGIN {printf "%.2f", b - a}')
