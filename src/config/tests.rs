@@ -23,6 +23,7 @@ fn defaults_without_a_config_file() {
     assert_eq!(c.file_check_frequency, Duration::from_secs(20));
     assert_eq!(c.http_check_frequency, Duration::from_secs(20));
     assert_eq!(c.sync_frequency, Duration::from_secs(60));
+    assert_eq!(c.housekeeping_interval, Duration::from_secs(10));
     assert_eq!(c.max_pods, 110);
     assert_eq!(c.read_only_port, 10255, "legacy command-line default");
     assert_eq!(c.healthz_port, 10248);
@@ -76,6 +77,7 @@ fn flags_in_both_forms() {
         "--healthz-bind-address=0.0.0.0",
         "--max-pods=12",
         "--sync-frequency=30s",
+        "--housekeeping-interval=2s",
         "--file-check-frequency",
         "1s",
         "--http-check-frequency=1m30s",
@@ -111,6 +113,7 @@ fn flags_in_both_forms() {
     assert_eq!(c.healthz_bind_address, IpAddr::V4(Ipv4Addr::UNSPECIFIED));
     assert_eq!(c.max_pods, 12);
     assert_eq!(c.sync_frequency, Duration::from_secs(30));
+    assert_eq!(c.housekeeping_interval, Duration::from_secs(2));
     assert_eq!(c.file_check_frequency, Duration::from_secs(1));
     assert_eq!(c.http_check_frequency, Duration::from_secs(90));
     assert_eq!(c.container_log_max_size, 1 << 30);
