@@ -34,7 +34,8 @@ fn run(cmd: &str, args: &[&str]) -> String {
 /// A 32 MiB ext4 on a loop device, mounted on a temporary folder; unmounted and detached on
 /// drop, also when the test fails.
 struct LoopFs {
-    dir: tempfile::TempDir,
+    /// Holds the image file and mount point; removed once Drop has unmounted.
+    _dir: tempfile::TempDir,
     mount: PathBuf,
     device: Option<String>,
     mounted: bool,
@@ -47,7 +48,7 @@ impl LoopFs {
         let mount = dir.path().join("mnt");
         std::fs::create_dir(&mount).unwrap();
         let mut fs = LoopFs {
-            dir,
+            _dir: dir,
             mount,
             device: None,
             mounted: false,
@@ -86,7 +87,6 @@ impl Drop for LoopFs {
         if let Some(dev) = &self.device {
             let _ = Command::new("losetup").args(["-d", dev]).status();
         }
-        let _ = &self.dir;
     }
 }
 

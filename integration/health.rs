@@ -597,15 +597,10 @@ spec:
     node.wait_pod("stubborn", 60, "first run started", |p| {
         container_status(p, "c")["state"]["running"].is_object()
     });
-    let t0 = std::time::Instant::now();
+    // Within 25 s, far short of the pod's 60 s grace period.
     let p = node.wait_pod("stubborn", 25, "killed by liveness", |p| {
         restarted_with(p, "Liveness probe failed")
     });
-    let took = t0.elapsed();
-    assert!(
-        took < std::time::Duration::from_secs(25),
-        "restart took {took:?}"
-    );
     // The first run ignored SIGTERM: only the SIGKILL at the end of the probe's grace
     // period could have stopped it.
     assert_eq!(

@@ -480,7 +480,8 @@ spec:
         "the failed first attempt is counted: {init}"
     );
     assert_eq!(init["state"]["terminated"]["exitCode"], 0, "{init}");
-    assert_eq!(init["lastState"]["terminated"]["exitCode"], 1, "{init}");
+    // No lastState check: once the retry has exited too, container GC keeps only that newest
+    // dead record (maxPerPodContainer 1), so the failed attempt's record is gone.
     assert_eq!(condition(&p, "Initialized")["status"], "True");
     assert_eq!(container_status(&p, "app")["restartCount"], 0);
 }
@@ -552,16 +553,31 @@ fn dead_containers_beyond_one_per_container_are_collected() {
     ));
     // In back-off the newest attempt is dead too: it is the one dead record kept
     // (maxPerPodContainer 1), so only the sandbox and it remain, and the older attempts'
-    // snapshots and logs are gone.
+    // snapshots, logs and /var/log/containers links are gone. All checked at one moment:
+    // a later attempt may start while this waits.
+    let link_prefix = format!(
+        "{}_{}_main-",
+        m["name"].as_str().unwrap(),
+        m["namespace"].as_str().unwrap()
+    );
+    let links = || {
+        std::fs::read_dir("/var/log/containers")
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with(&link_prefix))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
     node.wait_until(20, "older attempts collected", || {
-        node.containers().len() == 2
+        let (ok, snaps) = ctr(&["snapshots", "ls"], &node.ns);
+        let active = snaps.lines().filter(|l| l.contains("Active")).count();
+        ok && active == 2
+            && links() == 1
+            && node.containers().len() == 2
             && !log_dir.join("0.log").exists()
             && !log_dir.join("1.log").exists()
     });
-    let (ok, snaps) = ctr(&["snapshots", "ls"], &node.ns);
-    assert!(ok, "{snaps}");
-    let active = snaps.lines().filter(|l| l.contains("Active")).count();
-    assert_eq!(active, 2, "snapshots of collected containers left: {snaps}");
     let p = node.pod("gc").unwrap();
     let c = container_status(&p, "main");
     assert_eq!(c["lastState"]["terminated"]["exitCode"], 3, "{p}");
@@ -593,9 +609,7 @@ fn thirty_pods_at_once_all_start_on_the_first_try() {
             .count()
             == 30
     });
-    for p in node.pods() {
-        assert_eq!(container_status(&p, "main")["restartCount"], 0, "{p}");
-    }
+    // A failed create is retried under the same attempt, so only the log tells.
     let log = node.log();
     assert!(
         !log.contains("container not started"),

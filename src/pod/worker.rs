@@ -669,11 +669,7 @@ impl Worker {
             if *finalized {
                 continue;
             }
-            let oom_event = self
-                .shared
-                .oom_seen
-                .lock()
-                .is_ok_and(|mut seen| seen.remove(&r.id));
+            let oom_event = self.shared.oom_seen.contains(&r.id);
             if r.kind != Kind::Sandbox {
                 let parent = r
                     .labels
@@ -702,6 +698,7 @@ impl Worker {
                       reason = %info.reason, "container exited");
             }
             self.shared.rt.delete_task(&r.id).await?;
+            self.shared.oom_seen.forget(&r.id);
             *finalized = true;
         }
         Ok(())
@@ -722,6 +719,13 @@ impl Worker {
             if let Some(p) = old.labels.get(labels::LOG_PATH) {
                 logs::remove_log_files(std::path::Path::new(p));
             }
+            let _ = std::fs::remove_file(logs::container_log_symlink(
+                &self.shared.cfg.container_logs_dir,
+                &self.pod_ref.name,
+                &self.pod_ref.namespace,
+                &old.name,
+                &old.id,
+            ));
         }
     }
 

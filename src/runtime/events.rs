@@ -2,9 +2,9 @@
 //! task wakes the worker of the pod it belongs to. The stream is the fast path; workers
 //! also re-check on their own timer, so a lost event only delays, never loses, a change.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use containerd_client::events::{TaskExit, TaskOom};
 use containerd_client::services::v1::{GetContainerRequest, SubscribeRequest};
@@ -19,11 +19,40 @@ use super::Containerd;
 /// Ids of containers whose task containerd reported an OOM for. The cgroup's own counter
 /// can miss a kill (the cgroup may already be gone, or the kill counted elsewhere), while
 /// the shim watches the cgroup from the start: the event is the record to trust.
-pub type OomSeen = Arc<Mutex<HashSet<String>>>;
+#[derive(Clone, Default)]
+pub struct OomSeen(Arc<Mutex<HashMap<String, Instant>>>);
+
+/// How long an OOM report waits for its exit to be recorded; a report whose container went
+/// without one (removed with its pod) is dropped after this.
+const OOM_REPORT_TTL: Duration = Duration::from_secs(600);
+
+impl OomSeen {
+    pub fn record(&self, container_id: &str) {
+        if let Ok(mut seen) = self.0.lock() {
+            let now = Instant::now();
+            seen.retain(|_, at| now.duration_since(*at) < OOM_REPORT_TTL);
+            seen.insert(container_id.to_string(), now);
+        }
+    }
+
+    pub fn contains(&self, container_id: &str) -> bool {
+        self.0
+            .lock()
+            .is_ok_and(|seen| seen.contains_key(container_id))
+    }
+
+    /// Once the exit is recorded the report has served its purpose.
+    pub fn forget(&self, container_id: &str) {
+        if let Ok(mut seen) = self.0.lock() {
+            seen.remove(container_id);
+        }
+    }
+}
 
 /// Subscribes (re-subscribing with back-off) and sends the pod UID of every task that
 /// exited or hit OOM; an empty UID after a reconnect asks every worker to look again.
-/// OOM reports are kept in `oom_seen` for the worker that records the exit.
+/// OOM reports of the agent's own containers are kept in `oom_seen` for the worker that
+/// records the exit.
 pub fn spawn_task_events(
     rt: Containerd,
     tx: mpsc::Sender<String>,
@@ -57,18 +86,16 @@ pub fn spawn_task_events(
                                     "/tasks/exit" => TaskExit::decode(ev.value.as_slice())
                                         .ok()
                                         .map(|e| e.container_id),
-                                    "/tasks/oom" => {
-                                        TaskOom::decode(ev.value.as_slice()).ok().map(|e| {
-                                            if let Ok(mut seen) = oom_seen.lock() {
-                                                seen.insert(e.container_id.clone());
-                                            }
-                                            e.container_id
-                                        })
-                                    }
+                                    "/tasks/oom" => TaskOom::decode(ev.value.as_slice())
+                                        .ok()
+                                        .map(|e| e.container_id),
                                     _ => None,
                                 };
                                 let Some(id) = id else { continue };
                                 if let Some(uid) = pod_of(&rt, &id).await {
+                                    if env.topic == "/tasks/oom" {
+                                        oom_seen.record(&id);
+                                    }
                                     debug!(container_id = %id, pod_uid = %uid, topic = %env.topic, "task event");
                                     if tx.send(uid).await.is_err() {
                                         return;
@@ -105,4 +132,19 @@ async fn pod_of(rt: &Containerd, container_id: &str) -> Option<String> {
     .await
     .ok()?;
     got.container?.labels.get(labels::POD_UID).cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn oom_reports_are_kept_until_forgotten() {
+        let seen = OomSeen::default();
+        seen.record("a");
+        seen.record("b");
+        assert!(seen.contains("a") && seen.contains("b"));
+        seen.forget("a");
+        assert!(!seen.contains("a") && seen.contains("b"));
+    }
 }
