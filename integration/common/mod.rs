@@ -60,7 +60,12 @@ fn image_cache() -> PathBuf {
 
 /// Imports the test images (built by hack/build-images.sh) into a namespace.
 pub fn import_images(ns: &str) {
-    for name in ["pause", "busybox"] {
+    import_named_images(ns, &["pause", "busybox"]);
+}
+
+/// Imports some of the test images into a namespace.
+pub fn import_named_images(ns: &str, names: &[&str]) {
+    for name in names {
         let tar = image_cache().join(format!("{name}.oci.tar"));
         assert!(
             tar.exists(),
@@ -125,39 +130,7 @@ impl Node {
     }
 
     pub fn start_with(test: &str, extra: &[&str]) -> Option<Node> {
-        if !integration_enabled(test) {
-            return None;
-        }
-        let slug: String = test
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() {
-                    c.to_ascii_lowercase()
-                } else {
-                    '-'
-                }
-            })
-            .collect();
-        let ns = format!("krs-{slug}");
-        // A namespace left by an earlier failed run holds stale containers: clear it.
-        purge_namespace(&ns);
-        import_images(&ns);
-        let root = tempfile::tempdir().unwrap();
-        let log_path = root.path().join("agent.log");
-        let mut node = Node {
-            test: test.to_string(),
-            node_name: format!("t-{slug}"),
-            ns,
-            manifests: tempfile::tempdir().unwrap(),
-            root,
-            port: free_port(),
-            secure_port: free_port(),
-            extra_args: extra.iter().map(|s| s.to_string()).collect(),
-            log_path,
-            child: None,
-        };
-        node.launch();
-        Some(node)
+        Self::start_with_images(test, extra, &["pause", "busybox"])
     }
 
     pub fn agent_args(&self) -> Vec<String> {
@@ -352,6 +325,7 @@ impl Node {
             })
             .collect();
         let ns = format!("krs-{slug}");
+        // A namespace left by an earlier failed run holds stale containers: clear it.
         purge_namespace(&ns);
         import_named_images(&ns, images);
         let root = tempfile::tempdir().unwrap();
@@ -370,29 +344,6 @@ impl Node {
         };
         node.launch();
         Some(node)
-    }
-}
-
-/// Imports some of the test images (built by hack/build-images.sh) into a namespace.
-pub fn import_named_images(ns: &str, names: &[&str]) {
-    for name in names {
-        let tar = image_cache().join(format!("{name}.oci.tar"));
-        assert!(
-            tar.exists(),
-            "test image {} is missing: run hack/build-images.sh",
-            tar.display()
-        );
-        let (ok, out) = ctr(
-            &[
-                "images",
-                "import",
-                "--snapshotter",
-                "overlayfs",
-                tar.to_str().unwrap(),
-            ],
-            ns,
-        );
-        assert!(ok, "importing {} into {ns}: {out}", tar.display());
     }
 }
 
