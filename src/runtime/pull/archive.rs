@@ -451,6 +451,28 @@ fn oci_entry_name(d: &Desc) -> Option<String> {
     (r.contains('/') || (r.contains(':') && !r.starts_with(':'))).then(|| normalize_reference(r))
 }
 
+/// Stores a manifest with the GC labels that keep its config and layers alive.
+async fn store_manifest(
+    rt: &Containerd,
+    lease: &str,
+    archive: &Archive,
+    digest: &str,
+    bytes: Vec<u8>,
+    config: &Desc,
+    layers: &[Desc],
+) -> Result<(), ImportError> {
+    let layer_digests: Vec<String> = layers.iter().map(|l| l.digest.clone()).collect();
+    content::put_bytes(
+        rt,
+        lease,
+        digest,
+        Bytes::from(bytes),
+        content::manifest_gc_labels(&config.digest, &layer_digests),
+    )
+    .await
+    .map_err(|e| archive.err(format!("storing manifest {digest}: {e:?}")))
+}
+
 async fn store_member(
     rt: &Containerd,
     lease: &str,
@@ -553,16 +575,7 @@ async fn import_oci(
         for d in std::iter::once(&config).chain(&layers) {
             store_member(rt, lease, archive, &blob_path(&d.digest), d, &name).await?;
         }
-        let layer_digests: Vec<String> = layers.iter().map(|l| l.digest.clone()).collect();
-        content::put_bytes(
-            rt,
-            lease,
-            &man_digest,
-            Bytes::from(man_bytes),
-            content::manifest_gc_labels(&config.digest, &layer_digests),
-        )
-        .await
-        .map_err(|e| archive.err(format!("storing manifest {man_digest}: {e:?}")))?;
+        store_manifest(rt, lease, archive, &man_digest, man_bytes, &config, &layers).await?;
         if let Some((i, c)) = &child {
             content::put_bytes(
                 rt,
@@ -682,17 +695,8 @@ async fn import_docker(
         });
         let man_bytes = serde_json::to_vec(&man).expect("JSON value serializes");
         let man_digest = manifest::sha256_digest(&man_bytes);
-        let layer_digests: Vec<String> = layers.iter().map(|l| l.digest.clone()).collect();
         let man_size = man_bytes.len() as i64;
-        content::put_bytes(
-            rt,
-            lease,
-            &man_digest,
-            Bytes::from(man_bytes),
-            content::manifest_gc_labels(&config.digest, &layer_digests),
-        )
-        .await
-        .map_err(|e| archive.err(format!("storing manifest {man_digest}: {e:?}")))?;
+        store_manifest(rt, lease, archive, &man_digest, man_bytes, &config, &layers).await?;
         for name in &tags {
             finish_image(
                 rt,
