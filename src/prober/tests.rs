@@ -136,9 +136,8 @@ fn notified(n: &Notify) -> bool {
     n.notified().now_or_never().is_some()
 }
 
-/// One probe "second" in these tests. tokio's paused clock needs the `test-util` feature,
-/// which the crate does not enable, so the tests run in real time at this scale; checks
-/// are made half a unit after the instants a probe is due.
+/// One probe "second" in these tests. The timing tests run on tokio's paused clock, so the
+/// instants are exact however loaded the machine is (a real-time run flaked in CI).
 const UNIT: Duration = Duration::from_millis(100);
 
 async fn sleep_until_secs(t0: Instant, secs: f64) {
@@ -155,7 +154,7 @@ fn units(t0: Instant, calls: &[Instant]) -> Vec<f64> {
 
 // ---------- thresholds and state ----------
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn without_probes_a_running_container_is_started_and_ready() {
     let fake = Arc::new(FakeExec::default());
     let (p, n) = start(&container(None, None, None), &fake, steady());
@@ -171,7 +170,7 @@ async fn without_probes_a_running_container_is_started_and_ready() {
     assert!(!notified(&n));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn readiness_follows_success_and_failure_thresholds_and_notifies_on_change_only() {
     let fake = Arc::new(FakeExec::default());
     let t0 = Instant::now();
@@ -205,7 +204,7 @@ async fn readiness_follows_success_and_failure_thresholds_and_notifies_on_change
     assert_eq!(p.status().liveness_failure, None);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn liveness_failure_is_reported_once_and_probing_stops() {
     let fake = Arc::new(FakeExec::default());
     fake.set("live", 1);
@@ -236,7 +235,7 @@ async fn liveness_failure_is_reported_once_and_probing_stops() {
     assert!(!notified(&n));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn liveness_success_resets_the_failure_run() {
     let fake = Arc::new(FakeExec::default());
     let t0 = Instant::now();
@@ -255,7 +254,7 @@ async fn liveness_success_resets_the_failure_run() {
     assert_eq!(p.status().liveness_failure, None);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn initial_delay_holds_the_first_probe_back() {
     let fake = Arc::new(FakeExec::default());
     let t0 = Instant::now();
@@ -285,7 +284,7 @@ async fn initial_delay_holds_the_first_probe_back() {
     assert_eq!(units(t0, &fake.calls("live")), vec![5.0]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn startup_probe_holds_liveness_and_readiness_back_until_it_succeeds() {
     let fake = Arc::new(FakeExec::default());
     fake.set("start", 1);
@@ -320,7 +319,7 @@ async fn startup_probe_holds_liveness_and_readiness_back_until_it_succeeds() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_failed_startup_probe_is_a_liveness_failure() {
     let fake = Arc::new(FakeExec::default());
     fake.set("start", 1);
@@ -343,7 +342,7 @@ async fn a_failed_startup_probe_is_a_liveness_failure() {
     assert!(fake.calls("live").is_empty());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn exec_timeouts_count_as_failures_and_runtime_errors_are_ignored() {
     let fake = Arc::new(FakeExec::default());
     fake.set("live", -2);
@@ -370,7 +369,7 @@ async fn exec_timeouts_count_as_failures_and_runtime_errors_are_ignored() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn first_probes_are_spread_over_the_period() {
     let fake = Arc::new(FakeExec::default());
     let t0 = Instant::now();
@@ -378,7 +377,8 @@ async fn first_probes_are_spread_over_the_period() {
     let all: Vec<_> = (0..20)
         .map(|_| start(&c, &fake, ProbeOptions::default()))
         .collect();
-    sleep_until_secs(t0, 9.9).await;
+    // The jitter is anywhere in [0, period): look just before the period ends.
+    tokio::time::sleep_until(t0 + UNIT * 10 - Duration::from_micros(1)).await;
     let first = units(t0, &fake.calls("live"));
     assert_eq!(
         first.len(),
@@ -400,7 +400,7 @@ async fn first_probes_are_spread_over_the_period() {
     assert!(first.len() == 1 && first[0] < 0.5, "{first:?}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn dropping_the_probes_stops_them() {
     let fake = Arc::new(FakeExec::default());
     let c = container(Some(exec_probe("live", 1, 1, 3, 0)), None, None);
