@@ -286,14 +286,6 @@ fn start_stats(cfg: &Arc<Config>, server: &Arc<server::ServerState>, pods: Stats
     let mut c = CollectorConfig::new(cfg.node_name.clone());
     c.housekeeping_interval = cfg.housekeeping_interval;
     c.node_fs_dir = cfg.root_dir.clone();
-    if let Some(pid) = containerd_pid() {
-        c.runtime_cgroup = kubelet_rs::stats::collector::cgroup_of_pid(
-            &cgroups,
-            std::path::Path::new("/proc"),
-            pid,
-        )
-        .ok();
-    }
     let collector = Arc::new(Collector::new(c, cgroups));
     server.set_stats(Arc::new(CollectorViews(collector.clone())));
     let lister = Arc::new(move || -> Vec<PodInfo> {
@@ -337,14 +329,6 @@ impl server::StatsViews for CollectorViews {
     fn resource_metrics(&self) -> Option<String> {
         Some(self.0.metrics_resource())
     }
-}
-
-fn containerd_pid() -> Option<u32> {
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
-        (comm.trim() == "containerd").then_some(pid)
-    })
 }
 
 /// `kubelet-rs image import FILE` loads an OCI-layout or docker-archive tarball into

@@ -99,8 +99,11 @@ pub struct CollectorConfig {
     pub pods_cgroup: String,
     /// The agent's cgroup (`kubelet` system container); None = the process's own.
     pub kubelet_cgroup: Option<ProcessCgroup>,
-    /// containerd's cgroup (`runtime` system container); see [`cgroup_of_pid`].
+    /// containerd's cgroup (`runtime` system container), when it is fixed (`--runtime-cgroups`).
     pub runtime_cgroup: Option<ProcessCgroup>,
+    /// Otherwise the runtime's process name: its cgroup is looked up again at every tick, so
+    /// a runtime started after the agent, or restarted into another cgroup, is followed.
+    pub runtime_process: Option<String>,
     /// Reported as the `kubelet` system container's start.
     pub kubelet_start_time: DateTime<Utc>,
 }
@@ -120,6 +123,7 @@ impl CollectorConfig {
             pods_cgroup: "/kubepods".into(),
             kubelet_cgroup: None,
             runtime_cgroup: None,
+            runtime_process: Some("containerd".into()),
             kubelet_start_time: Utc::now(),
         }
     }
@@ -146,6 +150,21 @@ pub fn cgroup_of_pid(cgroups: &Cgroups, proc_root: &Path, pid: u32) -> Result<Pr
         .ok_or_else(|| StatsError::parse(&path, "no memory (v1) or unified (v2) line"))
 }
 
+fn process_name(proc_root: &Path, pid: u32) -> Option<String> {
+    let comm = std::fs::read_to_string(proc_root.join(pid.to_string()).join("comm")).ok()?;
+    Some(comm.trim_end().to_string())
+}
+
+/// The lowest pid whose command name is `name` (the daemon, not a child it forked later).
+pub fn find_process(proc_root: &Path, name: &str) -> Option<u32> {
+    std::fs::read_dir(proc_root)
+        .ok()?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| process_name(proc_root, *pid).as_deref() == Some(name))
+        .min()
+}
+
 #[derive(Debug, Clone, Copy)]
 struct CpuPoint {
     at: Instant,
@@ -163,6 +182,8 @@ pub struct Collector {
     config: CollectorConfig,
     cgroups: Cgroups,
     kubelet_cgroup: Option<ProcessCgroup>,
+    /// The runtime's pid found last, checked by name before it is used again.
+    runtime_pid: Mutex<Option<u32>>,
     cache: Arc<RwLock<Snapshot>>,
     state: Mutex<SamplerState>,
 }
@@ -304,8 +325,23 @@ impl Collector {
             config,
             cgroups,
             kubelet_cgroup,
+            runtime_pid: Mutex::new(None),
             cache: Arc::new(RwLock::new(Snapshot::default())),
         }
+    }
+
+    fn runtime_cgroup(&self) -> Option<ProcessCgroup> {
+        if let Some(cg) = &self.config.runtime_cgroup {
+            return Some(cg.clone());
+        }
+        let name = self.config.runtime_process.as_deref()?;
+        let root = &self.config.proc_root;
+        let mut last = self.runtime_pid.lock().unwrap_or_else(|e| e.into_inner());
+        let pid = last
+            .filter(|pid| process_name(root, *pid).as_deref() == Some(name))
+            .or_else(|| find_process(root, name));
+        *last = pid;
+        cgroup_of_pid(&self.cgroups, root, pid?).ok()
     }
 
     pub fn config(&self) -> &CollectorConfig {
@@ -517,8 +553,8 @@ impl Collector {
                 Some(self.config.kubelet_start_time),
             );
         }
-        if let Some(cg) = &self.config.runtime_cgroup {
-            sys(tick, SYSTEM_CONTAINER_RUNTIME, cg, None);
+        if let Some(cg) = self.runtime_cgroup() {
+            sys(tick, SYSTEM_CONTAINER_RUNTIME, &cg, None);
         }
         sys(
             tick,

@@ -495,3 +495,49 @@ fn real_machine_sanity() {
         .metrics_resource()
         .contains("node_memory_working_set_bytes "));
 }
+
+#[test]
+fn the_runtime_is_found_by_name_at_each_tick_and_followed_across_restarts() {
+    let f = fixture();
+    let proc_root = f._tmp.path().join("proc");
+    let fake_process = |pid: u32, comm: &str, cgroup: &str| {
+        let dir = proc_root.join(pid.to_string());
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("comm"), format!("{comm}\n")).unwrap();
+        std::fs::write(dir.join("cgroup"), format!("0::{cgroup}\n")).unwrap();
+    };
+    let runtime_memory = |c: &Collector| {
+        c.collect(std::slice::from_ref(&f.pod));
+        let s = c.summary(false).unwrap();
+        s.node
+            .system_containers
+            .iter()
+            .find(|sc| sc.name == "runtime")
+            .map(|sc| sc.memory.as_ref().unwrap().usage_bytes.unwrap())
+    };
+    let mut config = f.config.clone();
+    config.proc_root = proc_root.clone();
+    config.runtime_process = Some("containerd".into());
+    std::fs::create_dir_all(&proc_root).unwrap();
+    fake_process(40, "containerd-shim", &format!("{POD}/{APP}"));
+    let c = Collector::new(config, Cgroups::v2_at(&f.cgroup_root));
+
+    // Not running yet: no runtime entry (a shim is not the runtime).
+    assert_eq!(runtime_memory(&c), None);
+
+    // Started after the agent, in the sandbox leaf's cgroup.
+    fake_process(50, "containerd", &format!("{POD}/{SANDBOX}"));
+    assert_eq!(runtime_memory(&c), Some(94208));
+
+    // Restarted under a new pid into another cgroup (the pod's).
+    std::fs::remove_dir_all(proc_root.join("50")).unwrap();
+    fake_process(60, "containerd", POD);
+    let pod_usage: u64 =
+        std::fs::read_to_string(f.cgroup_root.join(&POD[1..]).join("memory.current"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+    assert_ne!(pod_usage, 94208);
+    assert_eq!(runtime_memory(&c), Some(pod_usage));
+}
