@@ -373,25 +373,42 @@ async fn exec_timeouts_count_as_failures_and_runtime_errors_are_ignored() {
 async fn first_probes_are_spread_over_the_period() {
     let fake = Arc::new(FakeExec::default());
     let t0 = Instant::now();
-    let c = container(Some(exec_probe("live", 10, 1, 3, 0)), None, None);
-    let all: Vec<_> = (0..20)
-        .map(|_| start(&c, &fake, ProbeOptions::default()))
+    // One command name per container, so each container's first probe can be told apart
+    // from a second probe of a container whose jitter was near zero.
+    let names: Vec<String> = (0..20).map(|i| format!("live{i}")).collect();
+    let all: Vec<_> = names
+        .iter()
+        .map(|n| {
+            start(
+                &container(Some(exec_probe(n, 10, 1, 3, 0)), None, None),
+                &fake,
+                ProbeOptions::default(),
+            )
+        })
         .collect();
-    // The jitter is anywhere in [0, period): look just before the period ends.
-    tokio::time::sleep_until(t0 + UNIT * 10 - Duration::from_micros(1)).await;
-    let first = units(t0, &fake.calls("live"));
-    assert_eq!(
-        first.len(),
-        20,
-        "every container probed within its first period"
+    // The jitter is anywhere in [0, period); tokio's timers fire on whole milliseconds, so a
+    // jitter just under the period may land a millisecond past it.
+    let period = UNIT * 10;
+    let slack = Duration::from_millis(2);
+    tokio::time::sleep_until(t0 + period + slack).await;
+    let first: Vec<Duration> = names
+        .iter()
+        .map(|n| match fake.calls(n).first() {
+            Some(t) => *t - t0,
+            None => panic!("{n} was not probed within its first period"),
+        })
+        .collect();
+    let granularity = Duration::from_millis(1);
+    assert!(
+        first.iter().all(|d| *d <= period + granularity),
+        "{first:?}"
     );
-    assert!(first.iter().all(|u| *u < 10.0), "{first:?}");
-    let spread =
-        first.iter().cloned().fold(0.0, f64::max) - first.iter().cloned().fold(10.0, f64::min);
-    assert!(spread > 2.0, "first probes are bunched: {first:?}");
+    let spread = *first.iter().max().unwrap() - *first.iter().min().unwrap();
+    assert!(spread > UNIT * 2, "first probes are bunched: {first:?}");
     drop(all);
 
     // An agent long past its start probes new containers right away (upstream's rule).
+    let c = container(Some(exec_probe("live", 10, 1, 3, 0)), None, None);
     let fake = Arc::new(FakeExec::default());
     let t0 = Instant::now();
     let (_p, _n) = start(&c, &fake, steady());
