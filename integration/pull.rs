@@ -943,6 +943,48 @@ fn image_pull_command_pulls_into_the_namespace() {
     // No operand is a usage error.
     let usage = Command::new(bin).args(["image", "pull"]).output().unwrap();
     assert_eq!(usage.status.code(), Some(2));
+    // A flag without its value is a usage error that names the flag.
+    let no_value = Command::new(bin)
+        .args(["image", "pull", "x/y:1", "--root-dir"])
+        .output()
+        .unwrap();
+    assert_eq!(no_value.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&no_value.stderr);
+    assert!(err.contains("--root-dir needs a value"), "{err}");
+}
+
+#[test]
+fn image_pull_command_reads_the_docker_config_in_its_root_dir() {
+    if !enabled("image_pull_command_reads_the_docker_config_in_its_root_dir") {
+        return;
+    }
+    let reg = Registry::start(Auth::Htpasswd);
+    reg.push_busybox("cmd/private:1", Some("test:test"));
+    let ns = Namespace::new("cmdauth");
+    let image = format!("{}/cmd/private:1", reg.host());
+    let bin = env!("CARGO_BIN_EXE_kubelet-rs");
+    let root = tempfile::tempdir().unwrap();
+    let pull = |root_dir: &Path| {
+        Command::new(bin)
+            .args(["image", "pull", &image, "--namespace", &ns.0])
+            .arg("--root-dir")
+            .arg(root_dir)
+            .output()
+            .unwrap()
+    };
+    let denied = pull(root.path());
+    assert_eq!(denied.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&denied.stderr);
+    assert!(err.to_lowercase().contains("unauthorized"), "{err}");
+
+    node_config_opts(root.path(), &reg);
+    let allowed = pull(root.path());
+    assert!(
+        allowed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&allowed.stderr)
+    );
+    assert_runs(&ns.0, &image);
 }
 
 /// A pod with one container `c` running `sleep` from `image`.

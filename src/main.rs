@@ -333,15 +333,21 @@ impl server::StatsViews for CollectorViews {
 
 /// `kubelet-rs image import FILE` loads an OCI-layout or docker-archive tarball into
 /// containerd without a registry; `kubelet-rs image pull REF` pulls as the agent does (the
-/// node's docker config for credentials). Both take `--namespace NS` and `--address SOCKET`.
+/// node's docker config for credentials, searched from `--root-dir` as the agent does, and
+/// `--insecure-registry` as the agent's flag). Both take `--namespace NS` and `--address SOCKET`.
 fn image_command(args: &[String]) -> i32 {
     let usage =
-        "usage: kubelet-rs image import FILE | pull REF [--namespace NS] [--address SOCKET]";
+        "usage: kubelet-rs image import FILE | pull REF [--namespace NS] [--address SOCKET] \
+                 [--root-dir DIR] [--insecure-registry HOST]...";
     let (mut operand, mut ns, mut socket) = (
         None,
         "kubelet-rs".to_string(),
         "/run/containerd/containerd.sock".to_string(),
     );
+    let mut pull_options = PullOptions {
+        root_dir: Some(kubelet_rs::config::DEFAULT_ROOT_DIR.into()),
+        ..PullOptions::default()
+    };
     let mut it = args.iter();
     let verb = match it.next().map(String::as_str) {
         Some(v @ ("import" | "pull")) => v,
@@ -351,14 +357,25 @@ fn image_command(args: &[String]) -> i32 {
         }
     };
     while let Some(a) = it.next() {
-        match a.as_str() {
-            "--namespace" | "-n" => ns = it.next().cloned().unwrap_or_default(),
-            "--address" => socket = it.next().cloned().unwrap_or_default(),
-            f if operand.is_none() && !f.starts_with('-') => operand = Some(f.to_string()),
-            other => {
-                eprintln!("kubelet-rs image {verb}: unexpected argument {other:?}\n{usage}");
-                return 2;
+        let takes_value = matches!(a.as_str(), "--namespace" | "-n" | "--address")
+            || (verb == "pull" && matches!(a.as_str(), "--root-dir" | "--insecure-registry"));
+        if !takes_value {
+            if operand.is_none() && !a.starts_with('-') {
+                operand = Some(a.to_string());
+                continue;
             }
+            eprintln!("kubelet-rs image {verb}: unexpected argument {a:?}\n{usage}");
+            return 2;
+        }
+        let Some(value) = it.next().filter(|v| !v.is_empty()) else {
+            eprintln!("kubelet-rs image {verb}: {a} needs a value\n{usage}");
+            return 2;
+        };
+        match a.as_str() {
+            "--namespace" | "-n" => ns = value.clone(),
+            "--address" => socket = value.clone(),
+            "--root-dir" => pull_options.root_dir = Some(value.into()),
+            _ => pull_options.insecure_registries.push(value.clone()),
         }
     }
     let Some(operand) = operand else {
@@ -388,7 +405,7 @@ fn image_command(args: &[String]) -> i32 {
             .await
             .map_err(|e| e.to_string())
         } else {
-            let puller = Puller::new(c, PullOptions::default());
+            let puller = Puller::new(c, pull_options);
             let out = puller
                 .pull(&operand, &[])
                 .await
