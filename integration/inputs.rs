@@ -184,6 +184,59 @@ fn run_as_non_root_on_a_root_image_is_a_config_error() {
 }
 
 #[test]
+fn image_users_are_looked_up_in_the_image() {
+    let Some(node) = Node::start("image-users") else {
+        return;
+    };
+    // nobody (65534) is in busybox's /etc/passwd; the extra layer makes it a member of staff.
+    let group = (
+        "etc/group",
+        "root:x:0:\nnobody:x:65534:\nstaff:x:50:nobody\n",
+    );
+    let named = "example.com/test/busybox:nobody";
+    let ghost = "example.com/test/busybox:ghost";
+    import_busybox_variant(&node.ns, named, "nobody", &[group]);
+    import_busybox_variant(&node.ns, ghost, "ghost", &[group]);
+    let pod = |name: &str, image: &str, sc: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: {image}\n    command: [sh, -c, 'echo ids=$(id -u):$(id -g) groups=$(id -G); exec sleep 3600']\n    securityContext: {{{sc}}}\n"
+        )
+    };
+    node.write_manifest("named.yaml", &pod("named", named, ""));
+    node.write_manifest("uid.yaml", &pod("uid", BUSYBOX, "runAsUser: 65534"));
+    node.write_manifest("ghost.yaml", &pod("ghost", ghost, ""));
+    node.write_manifest("strict.yaml", &pod("strict", named, "runAsNonRoot: true"));
+
+    // A user name: its uid, its primary group and its supplementary group.
+    let p = node.wait_pod("named", 60, "Running", running);
+    node.wait_until(20, "output", || read_log(&p, "c", 0).contains("ids="));
+    let log = read_log(&p, "c", 0);
+    assert!(log.contains("ids=65534:65534 groups=65534 50\n"), "{log}");
+    // runAsUser alone: the group comes from the image's passwd entry for that uid.
+    let p = node.wait_pod("uid", 60, "Running", running);
+    node.wait_until(20, "output", || read_log(&p, "c", 0).contains("ids="));
+    let log = read_log(&p, "c", 0);
+    assert!(log.contains("ids=65534:65534"), "{log}");
+    // A name the image does not define fails container creation, as containerd's does.
+    let p = node.wait_pod("ghost", 60, "CreateContainerError", |p| {
+        waiting_reason(p, "c") == "CreateContainerError"
+    });
+    let msg = container_status(&p, "c")["state"]["waiting"]["message"].to_string();
+    assert!(msg.contains("unable to find user ghost"), "{msg}");
+    // runAsNonRoot cannot be verified for a name: the kubelet's refusal.
+    let p = node.wait_pod("strict", 60, "CreateContainerConfigError", |p| {
+        waiting_reason(p, "c") == "CreateContainerConfigError"
+    });
+    let msg = container_status(&p, "c")["state"]["waiting"]["message"].to_string();
+    assert!(
+        msg.contains("image has non-numeric user (nobody), cannot verify user is non-root"),
+        "{msg}"
+    );
+    let mut n = node;
+    assert!(n.is_running());
+}
+
+#[test]
 fn json_logging_gives_one_object_per_line_with_pod_fields() {
     let Some(node) = Node::start_with("json-logs", &["--logging-format=json"]) else {
         return;

@@ -436,3 +436,107 @@ pub fn read_log(pod: &Value, container: &str, restart: u32) -> String {
     );
     std::fs::read_to_string(dir).unwrap_or_default()
 }
+
+/// Imports into `ns` an image `name` made of the busybox test image plus one layer holding
+/// `files` (path in the image, content), with `user` as its config's User: images that
+/// differ from the test images in one detail, without a registry or a build tool.
+pub fn import_busybox_variant(ns: &str, name: &str, user: &str, files: &[(&str, &str)]) {
+    use sha2::{Digest, Sha256};
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = tmp.path().join("layout");
+    let blobs = layout.join("blobs/sha256");
+    std::fs::create_dir_all(&blobs).unwrap();
+    let sh = |cmd: &str| {
+        let out = Command::new("sh").args(["-c", cmd]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{cmd}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let base = image_cache().join("busybox.oci.tar");
+    sh(&format!(
+        "tar -xf '{}' -C '{}'",
+        base.display(),
+        layout.display()
+    ));
+    let put = |bytes: &[u8]| -> (String, usize) {
+        let hex = hex::encode(Sha256::digest(bytes));
+        std::fs::write(blobs.join(&hex), bytes).unwrap();
+        (format!("sha256:{hex}"), bytes.len())
+    };
+    let blob_json = |digest: &str| -> Value {
+        let hex = digest.trim_start_matches("sha256:");
+        serde_json::from_slice(&std::fs::read(blobs.join(hex)).unwrap()).unwrap()
+    };
+
+    let rootfs = tmp.path().join("layer");
+    for (path, content) in files {
+        let p = rootfs.join(path.trim_start_matches('/'));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, content).unwrap();
+    }
+    let tar = tmp.path().join("layer.tar");
+    sh(&format!(
+        "tar --numeric-owner --owner=0 --group=0 -C '{}' -cf '{}' .",
+        rootfs.display(),
+        tar.display()
+    ));
+    let tar_bytes = std::fs::read(&tar).unwrap();
+    let diff_id = format!("sha256:{}", hex::encode(Sha256::digest(&tar_bytes)));
+    sh(&format!("gzip -n -9 '{}'", tar.display()));
+    let (layer_digest, layer_size) = put(&std::fs::read(tmp.path().join("layer.tar.gz")).unwrap());
+
+    let index_path = layout.join("index.json");
+    let mut index: Value = serde_json::from_slice(&std::fs::read(&index_path).unwrap()).unwrap();
+    let mut manifest = blob_json(index["manifests"][0]["digest"].as_str().unwrap());
+    let mut config = blob_json(manifest["config"]["digest"].as_str().unwrap());
+    config["config"]["User"] = user.into();
+    config["rootfs"]["diff_ids"]
+        .as_array_mut()
+        .unwrap()
+        .push(diff_id.into());
+    let (config_digest, config_size) = put(&serde_json::to_vec(&config).unwrap());
+    manifest["config"]["digest"] = config_digest.into();
+    manifest["config"]["size"] = config_size.into();
+    manifest["layers"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({
+            "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+            "digest": layer_digest,
+            "size": layer_size,
+        }));
+    let (manifest_digest, manifest_size) = put(&serde_json::to_vec(&manifest).unwrap());
+    let entry = &mut index["manifests"][0];
+    entry["digest"] = manifest_digest.into();
+    entry["size"] = manifest_size.into();
+    entry["annotations"] = serde_json::json!({
+        "io.containerd.image.name": name,
+        "org.opencontainers.image.ref.name": name.rsplit(':').next().unwrap(),
+    });
+    std::fs::write(&index_path, serde_json::to_vec(&index).unwrap()).unwrap();
+
+    let archive = tmp.path().join("variant.oci.tar");
+    sh(&format!(
+        "tar -C '{}' -cf '{}' .",
+        layout.display(),
+        archive.display()
+    ));
+    let out = Command::new(env!("CARGO_BIN_EXE_kubelet-rs"))
+        .args([
+            "image",
+            "import",
+            archive.to_str().unwrap(),
+            "--namespace",
+            ns,
+        ])
+        .args(["--address", SOCKET])
+        .output()
+        .expect("kubelet-rs image import runs");
+    assert!(
+        out.status.success(),
+        "importing {name} into {ns}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -1041,8 +1041,19 @@ impl Worker {
                 .map_err(|e| Waiting::new(e.waiting_reason(), e.to_string()))?,
             None => Vec::new(),
         };
-        let mut oci = spec::container_spec(pod, c, &image.config, &ctx, &env, &mounts)
-            .map_err(|e| config_error(e.to_string()))?;
+        let accounts = rt
+            .image_accounts(&image)
+            .await
+            .map_err(|e| Waiting::new("CreateContainerError", e.to_string()))?;
+        let mut oci = spec::container_spec(pod, c, &image.config, &ctx, &env, &mounts, &accounts)
+            .map_err(|e| match &e {
+            // containerd resolves the user in upstream's split, so a user the image
+            // lacks fails its CreateContainer; the kubelet's own checks come before.
+            RuntimeError::Spec { field, .. } if field == "image.user" => {
+                Waiting::new("CreateContainerError", e.to_string())
+            }
+            _ => config_error(e.to_string()),
+        })?;
         let id = new_container_id();
         spec::set_cgroup_leaf(&mut oci, &ctx.cgroup_parent, &id);
 

@@ -19,7 +19,13 @@ pub struct Containerd {
     client: std::sync::Arc<Client>,
     namespace: String,
     socket: PathBuf,
+    /// Per image top snapshot (chain id): see `image_accounts`.
+    accounts: AccountsCache,
 }
+
+type AccountsCache = std::sync::Arc<
+    std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<super::accounts::Accounts>>>,
+>;
 
 impl Containerd {
     /// Connects once; fails fast when the socket is absent.
@@ -35,6 +41,7 @@ impl Containerd {
             client: std::sync::Arc::new(Client::from(channel)),
             namespace: namespace.to_string(),
             socket: socket.to_path_buf(),
+            accounts: AccountsCache::default(),
         };
         me.version().await?;
         Ok(me)
@@ -61,6 +68,10 @@ impl Containerd {
 
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    pub(crate) fn accounts_cache(&self) -> &AccountsCache {
+        &self.accounts
     }
 
     pub fn namespace(&self) -> &str {

@@ -2,11 +2,13 @@
 //!
 //! `client` connects (with back-off) and scopes every call to the agent's namespace and a
 //! deadline; `images` resolves image references to unpacked snapshots and their config;
-//! `spec` turns a PodSpec container into an OCI runtime spec; `containers` creates, starts,
+//! `spec` turns a PodSpec container into an OCI runtime spec (with `accounts`, the
+//! user it runs as, looked up in the image); `containers` creates, starts,
 //! stops and lists containers and tasks; `labels` is the label schema that lets the agent
 //! rebuild its state from containerd after a restart; `events` turns containerd's task
 //! event stream into wake-ups for pod workers.
 
+pub mod accounts;
 pub mod client;
 pub mod containers;
 pub mod events;

@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
 use oci_spec::runtime::Spec;
 use serde_json::{json, Value};
 
+use super::accounts::{self, Accounts, ResolvedUser, UserRef};
 use super::images::{split_env, ImageConfig};
 use super::RuntimeError;
 use crate::quantity;
@@ -180,8 +181,9 @@ fn cri_annotations(ctx: &PodContext, kind: &str, container: &str) -> Value {
     })
 }
 
-/// Parses an image's `User` when numeric ("1000", "1000:50"); names need the image's
-/// /etc/passwd, which is not read yet.
+/// Parses the sandbox image's `User` when numeric ("65535", "65535:65535"). The pause
+/// image's user is not looked up in its rootfs (app containers' users are: see
+/// `process_user`), so a name there is refused.
 fn numeric_user(user: &str) -> Result<(Option<u32>, Option<u32>), String> {
     if user.is_empty() {
         return Ok((None, None));
@@ -190,9 +192,9 @@ fn numeric_user(user: &str) -> Result<(Option<u32>, Option<u32>), String> {
         Some((u, g)) => (u, Some(g)),
         None => (user, None),
     };
-    let uid = u.parse::<u32>().map_err(|_| {
-        format!("image user {user:?} is not numeric; user names are not resolved yet")
-    })?;
+    let uid = u
+        .parse::<u32>()
+        .map_err(|_| format!("sandbox image user {user:?} is not numeric"))?;
     let gid = match g {
         Some(g) => Some(
             g.parse::<u32>()
@@ -449,6 +451,91 @@ fn capability_name(c: &str) -> String {
     }
 }
 
+/// The process user, as the kubelet and containerd's CRI plugin settle it: runAsUser, else
+/// the image's user (no user is root); runAsNonRoot checked on that, with upstream's
+/// messages; then names, primary and supplementary groups looked up in the image.
+fn process_user(
+    pod: &Pod,
+    c: &Container,
+    image: &ImageConfig,
+    accounts: &Accounts,
+) -> Result<ResolvedUser, RuntimeError> {
+    let name = c.name.as_str();
+    let pod_sc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    let sc = c.security_context.as_ref();
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    let run_as_user = sc
+        .and_then(|s| s.run_as_user)
+        .or(pod_sc.and_then(|s| s.run_as_user))
+        .map(|u| {
+            u32::try_from(u).map_err(|_| {
+                spec_err(
+                    name,
+                    "securityContext.runAsUser",
+                    format!("{u} is out of range"),
+                )
+            })
+        })
+        .transpose()?;
+    let run_as_group = sc
+        .and_then(|s| s.run_as_group)
+        .or(pod_sc.and_then(|s| s.run_as_group))
+        .map(|g| {
+            u32::try_from(g).map_err(|_| {
+                spec_err(
+                    name,
+                    "securityContext.runAsGroup",
+                    format!("{g} is out of range"),
+                )
+            })
+        })
+        .transpose()?;
+    let image_user = accounts::image_user(image.user.as_deref().unwrap_or(""));
+    let non_root = sc
+        .and_then(|s| s.run_as_non_root)
+        .or(pod_sc.and_then(|s| s.run_as_non_root))
+        .unwrap_or(false);
+    if non_root {
+        let refusal = match (run_as_user, &image_user) {
+            (Some(0), _) => Some("container's runAsUser breaks non-root policy".to_string()),
+            (Some(_), _) => None,
+            (None, Some(UserRef::Name(n))) => Some(format!(
+                "container has runAsNonRoot and image has non-numeric user ({n}), cannot verify user is non-root"
+            )),
+            (None, Some(UserRef::Id(0)) | None) => {
+                Some("container has runAsNonRoot and image will run as root".to_string())
+            }
+            (None, Some(UserRef::Id(_))) => None,
+        };
+        if let Some(r) = refusal {
+            return Err(spec_err(
+                name,
+                "securityContext.runAsNonRoot",
+                format!("{r} (pod: {pod_name:?}, container: {name})"),
+            ));
+        }
+    }
+    let user = match run_as_user {
+        Some(u) => UserRef::Id(u),
+        None => image_user.unwrap_or(UserRef::Id(0)),
+    };
+    let mut supplemental: Vec<u32> = Vec::new();
+    if let Some(p) = pod_sc {
+        supplemental.extend(
+            p.supplemental_groups
+                .iter()
+                .flatten()
+                .filter_map(|g| u32::try_from(*g).ok()),
+        );
+        if let Some(fs) = p.fs_group.and_then(|g| u32::try_from(g).ok()) {
+            supplemental.push(fs);
+        }
+    }
+    accounts
+        .resolve(&user, run_as_group, &supplemental)
+        .map_err(|e| spec_err(name, "image.user", e))
+}
+
 /// An app or init container, joined to the sandbox's namespaces. `env` comes from
 /// `container_env`; `volume_mounts` are the container's volume binds (OCI mount JSON).
 pub fn container_spec(
@@ -458,6 +545,7 @@ pub fn container_spec(
     ctx: &PodContext,
     env: &[(String, String)],
     volume_mounts: &[Value],
+    accounts: &Accounts,
 ) -> Result<Spec, RuntimeError> {
     let name = c.name.as_str();
     let args = container_args(c, image, env);
@@ -470,57 +558,8 @@ pub fn container_spec(
     }
     let pod_sc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
     let sc = c.security_context.as_ref();
-    let (img_uid, img_gid) = numeric_user(image.user.as_deref().unwrap_or(""))
-        .map_err(|e| spec_err(name, "image.user", e))?;
-    let run_as_user = sc
-        .and_then(|s| s.run_as_user)
-        .or(pod_sc.and_then(|s| s.run_as_user));
-    let uid = match run_as_user {
-        Some(u) => u32::try_from(u).map_err(|_| {
-            spec_err(
-                name,
-                "securityContext.runAsUser",
-                format!("{u} is out of range"),
-            )
-        })?,
-        None => img_uid.unwrap_or(0),
-    };
-    let gid = match sc
-        .and_then(|s| s.run_as_group)
-        .or(pod_sc.and_then(|s| s.run_as_group))
-    {
-        Some(g) => u32::try_from(g).map_err(|_| {
-            spec_err(
-                name,
-                "securityContext.runAsGroup",
-                format!("{g} is out of range"),
-            )
-        })?,
-        None => img_gid.unwrap_or(0),
-    };
-    let non_root = sc
-        .and_then(|s| s.run_as_non_root)
-        .or(pod_sc.and_then(|s| s.run_as_non_root))
-        .unwrap_or(false);
-    if non_root && uid == 0 {
-        return Err(spec_err(
-            name,
-            "securityContext.runAsNonRoot",
-            "container has runAsNonRoot and image will run as root",
-        ));
-    }
-    let mut additional: Vec<u32> = Vec::new();
-    if let Some(p) = pod_sc {
-        additional.extend(
-            p.supplemental_groups
-                .iter()
-                .flatten()
-                .filter_map(|g| u32::try_from(*g).ok()),
-        );
-        if let Some(fs) = p.fs_group.and_then(|g| u32::try_from(g).ok()) {
-            additional.push(fs);
-        }
-    }
+    let user = process_user(pod, c, image, accounts)?;
+    let (uid, gid, additional) = (user.uid, user.gid, user.additional_gids);
     let privileged = sc.and_then(|s| s.privileged).unwrap_or(false);
     let mut caps: Vec<String> = if privileged {
         ALL_CAPS.iter().map(|s| s.to_string()).collect()
@@ -756,7 +795,7 @@ mod tests {
 
     fn spec_of(p: &Pod, c: &Container) -> Result<Spec, RuntimeError> {
         let env = container_env(p, c, &image(), &ctx())?;
-        container_spec(p, c, &image(), &ctx(), &env, &[])
+        container_spec(p, c, &image(), &ctx(), &env, &[], &Accounts::default())
     }
 
     #[test]
@@ -876,12 +915,96 @@ mod tests {
         assert_eq!(v["annotations"]["io.containerd.runc.v2.group"], "sb");
     }
 
+    /// The spec's process user for an image whose USER is `image_user`.
+    fn user_of(c: Value, image_user: Option<&str>) -> Result<Value, String> {
+        let (p, c) = pod(c);
+        let img = ImageConfig {
+            user: image_user.map(String::from),
+            ..image()
+        };
+        let accounts = Accounts::parse(
+            "root:x:0:0::/root:/bin/sh\napp:x:1000:1000::/:/bin/sh\nwww:x:33:33::/:/bin/false\n",
+            "root:x:0:\nstaff:x:50:app\napp:x:1000:\n",
+        );
+        let env = container_env(&p, &c, &img, &ctx()).unwrap();
+        container_spec(&p, &c, &img, &ctx(), &env, &[], &accounts)
+            .map(|s| serde_json::to_value(s).unwrap()["process"]["user"].clone())
+            .map_err(|e| e.to_string())
+    }
+
     #[test]
-    fn run_as_non_root_refuses_root() {
-        let (p, c) =
-            pod(json!({"name": "c", "image": "i", "securityContext": {"runAsNonRoot": true}}));
-        let e = spec_of(&p, &c).unwrap_err().to_string();
-        assert!(e.contains("runAsNonRoot"), "{e}");
+    fn run_as_non_root_refuses_root_with_upstreams_messages() {
+        let sc = |sc: Value| json!({"name": "c", "image": "i", "securityContext": sc});
+        let e = user_of(sc(json!({"runAsNonRoot": true})), None).unwrap_err();
+        assert!(
+            e.contains("container has runAsNonRoot and image will run as root (pod: \"p-node\", container: c)"),
+            "{e}"
+        );
+        let e = user_of(sc(json!({"runAsNonRoot": true})), Some("0:0")).unwrap_err();
+        assert!(e.contains("image will run as root"), "{e}");
+        let e = user_of(
+            sc(json!({"runAsNonRoot": true, "runAsUser": 0})),
+            Some("1000"),
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("container's runAsUser breaks non-root policy"),
+            "{e}"
+        );
+        let e = user_of(sc(json!({"runAsNonRoot": true})), Some("app")).unwrap_err();
+        assert!(
+            e.contains("image has non-numeric user (app), cannot verify user is non-root"),
+            "{e}"
+        );
+        assert_eq!(
+            user_of(sc(json!({"runAsNonRoot": true})), Some("1000")).unwrap()["uid"],
+            1000
+        );
+        assert_eq!(
+            user_of(
+                sc(json!({"runAsNonRoot": true, "runAsUser": 7})),
+                Some("app")
+            )
+            .unwrap()["uid"],
+            7
+        );
+    }
+
+    #[test]
+    fn the_user_is_looked_up_in_the_image_as_containerd_does() {
+        let plain = json!({"name": "c", "image": "i"});
+        // A user name: its ids and its groups.
+        let u = user_of(plain.clone(), Some("app")).unwrap();
+        assert_eq!(
+            (u["uid"].clone(), u["gid"].clone()),
+            (json!(1000), json!(1000))
+        );
+        assert_eq!(u["additionalGids"], json!([50, 1000]));
+        // A bare uid takes its passwd group; the image's group part is dropped, as upstream.
+        let u = user_of(plain.clone(), Some("33:7")).unwrap();
+        assert_eq!((u["uid"].clone(), u["gid"].clone()), (json!(33), json!(33)));
+        // runAsUser without runAsGroup: the passwd group of that uid, or 0.
+        let u = user_of(
+            json!({"name": "c", "image": "i", "securityContext": {"runAsUser": 1000}}),
+            None,
+        )
+        .unwrap();
+        assert_eq!(u["gid"], 1000);
+        let u = user_of(
+            json!({"name": "c", "image": "i", "securityContext": {"runAsUser": 4242}}),
+            None,
+        )
+        .unwrap();
+        assert_eq!(u["gid"], 0);
+        // No user at all is root.
+        let u = user_of(plain.clone(), None).unwrap();
+        assert_eq!((u["uid"].clone(), u["gid"].clone()), (json!(0), json!(0)));
+        // A name the image lacks names the image's user field.
+        let e = user_of(plain, Some("ghost")).unwrap_err();
+        assert!(
+            e.contains("image.user") && e.contains("unable to find user ghost"),
+            "{e}"
+        );
     }
 
     #[test]

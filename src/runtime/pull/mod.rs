@@ -38,7 +38,8 @@ use crate::runtime::{Containerd, RuntimeError};
 pub use archive::import_archive;
 pub use credentials::RegistryCredential;
 
-use content::{Lease, WriteError};
+pub(crate) use content::Lease;
+use content::WriteError;
 use manifest::{Desc, Document};
 use registry::{map_error, Transport};
 use unpack::{Layer, UnpackError};

@@ -1,0 +1,433 @@
+//! The user a container runs as, resolved against its image's /etc/passwd and /etc/group
+//! as the kubelet and containerd's CRI plugin resolve it together: the kubelet turns the
+//! image's USER (or runAsUser) into a uid or a user name, containerd looks up the name, a
+//! bare uid's primary group and the user's supplementary groups in the image's rootfs.
+//!
+//! An image's files never change, so they are read once per image (see
+//! `Containerd::image_accounts`) from a read-only view of its top snapshot.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use containerd_client::services::v1::snapshots::{RemoveSnapshotRequest, ViewSnapshotRequest};
+use containerd_client::types::Mount;
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use tracing::debug;
+
+use super::client::{call, CALL_TIMEOUT};
+use super::images::{ImageInfo, SNAPSHOTTER};
+use super::pull::Lease;
+use super::{Containerd, Result, RuntimeError};
+
+/// One line of /etc/passwd.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PasswdEntry {
+    name: String,
+    uid: u32,
+    gid: u32,
+}
+
+/// One line of /etc/group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct GroupEntry {
+    name: String,
+    gid: u32,
+    members: Vec<String>,
+}
+
+/// The users and groups an image defines; empty for an image without the files.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Accounts {
+    users: Vec<PasswdEntry>,
+    groups: Vec<GroupEntry>,
+}
+
+/// Who the container runs as before any lookup: runAsUser, else the image's user part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UserRef {
+    Id(u32),
+    Name(String),
+}
+
+/// The OCI spec's process user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedUser {
+    pub uid: u32,
+    pub gid: u32,
+    /// Sorted, without duplicates; holds the primary group, as containerd sets it.
+    pub additional_gids: Vec<u32>,
+}
+
+impl Accounts {
+    /// Parses the two files; lines that do not parse are skipped, as libc's readers skip them.
+    pub fn parse(passwd: &str, group: &str) -> Accounts {
+        let users = passwd
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split(':').collect();
+                if f.len() < 4 || f[0].is_empty() || l.starts_with('#') {
+                    return None;
+                }
+                Some(PasswdEntry {
+                    name: f[0].to_string(),
+                    uid: f[2].trim().parse().ok()?,
+                    gid: f[3].trim().parse().ok()?,
+                })
+            })
+            .collect();
+        let groups = group
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split(':').collect();
+                if f.len() < 3 || f[0].is_empty() || l.starts_with('#') {
+                    return None;
+                }
+                Some(GroupEntry {
+                    name: f[0].to_string(),
+                    gid: f[2].trim().parse().ok()?,
+                    members: f
+                        .get(3)
+                        .map(|m| {
+                            m.split(',')
+                                .map(str::trim)
+                                .filter(|s| !s.is_empty())
+                                .map(String::from)
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                })
+            })
+            .collect();
+        Accounts { users, groups }
+    }
+
+    /// Reads `<root>/etc/passwd` and `<root>/etc/group`. A missing file counts as empty; a
+    /// symlink is not followed (it would resolve against the host, not the image) and
+    /// counts as missing too.
+    pub fn read(root: &Path) -> std::io::Result<Accounts> {
+        let read = |rel: &str| -> std::io::Result<String> {
+            let etc = root.join("etc");
+            match std::fs::symlink_metadata(&etc) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => return Ok(String::new()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(String::new()),
+                Err(e) => return Err(e),
+            }
+            let path = etc.join(rel);
+            match std::fs::symlink_metadata(&path) {
+                Ok(m) if m.is_file() => {
+                    let bytes = std::fs::read(&path)?;
+                    Ok(String::from_utf8_lossy(&bytes).into_owned())
+                }
+                Ok(_) => Ok(String::new()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+                Err(e) => Err(e),
+            }
+        };
+        Ok(Accounts::parse(&read("passwd")?, &read("group")?))
+    }
+
+    fn by_name(&self, name: &str) -> Option<&PasswdEntry> {
+        self.users.iter().find(|u| u.name == name)
+    }
+
+    fn by_uid(&self, uid: u32) -> Option<&PasswdEntry> {
+        self.users.iter().find(|u| u.uid == uid)
+    }
+
+    /// Resolves `user` (with `group` from runAsGroup) into the process user, then adds
+    /// `supplemental` (supplementalGroups and fsGroup). A user name the image does not
+    /// define is an error; a uid it does not define runs with gid 0 unless a group is given.
+    pub fn resolve(
+        &self,
+        user: &UserRef,
+        group: Option<u32>,
+        supplemental: &[u32],
+    ) -> std::result::Result<ResolvedUser, String> {
+        let (uid, own_gid, name) = match user {
+            UserRef::Id(uid) => {
+                let entry = self.by_uid(*uid);
+                (
+                    *uid,
+                    entry.map_or(0, |e| e.gid),
+                    entry.map(|e| e.name.as_str()),
+                )
+            }
+            UserRef::Name(n) => {
+                let e = self.by_name(n).ok_or_else(|| {
+                    format!("unable to find user {n}: no matching entries in passwd file")
+                })?;
+                (e.uid, e.gid, Some(n.as_str()))
+            }
+        };
+        let gid = group.unwrap_or(own_gid);
+        let mut additional = vec![gid];
+        if let Some(name) = name {
+            additional.extend(
+                self.groups
+                    .iter()
+                    .filter(|g| g.name != name && g.members.iter().any(|m| m == name))
+                    .map(|g| g.gid),
+            );
+        }
+        additional.extend_from_slice(supplemental);
+        additional.sort_unstable();
+        additional.dedup();
+        Ok(ResolvedUser {
+            uid,
+            gid,
+            additional_gids: additional,
+        })
+    }
+}
+
+impl Containerd {
+    /// The image's accounts, read once per image (its top snapshot) and then cached: the
+    /// files of an unpacked image never change.
+    pub async fn image_accounts(&self, image: &ImageInfo) -> Result<Arc<Accounts>> {
+        if let Some(a) = self.accounts_cache().lock().unwrap().get(&image.chain_id) {
+            return Ok(a.clone());
+        }
+        let accounts = Arc::new(self.read_image_accounts(image).await?);
+        self.accounts_cache()
+            .lock()
+            .unwrap()
+            .insert(image.chain_id.clone(), accounts.clone());
+        Ok(accounts)
+    }
+
+    /// Mounts a read-only view of the image's top snapshot, reads the two files, and
+    /// removes the view. The view lives under a lease so that containerd's collector cannot
+    /// take it away half-way, and the lease's expiry cleans up after a crash.
+    async fn read_image_accounts(&self, image: &ImageInfo) -> Result<Accounts> {
+        let lease = Lease::create(self, "accounts").await?;
+        let key = format!(
+            "kubelet-rs-accounts-{}",
+            hex::encode(rand::random::<[u8; 8]>())
+        );
+        let viewed = call(
+            "view snapshot",
+            image.chain_id.clone(),
+            CALL_TIMEOUT,
+            self.client().snapshots().view(self.req_leased(
+                ViewSnapshotRequest {
+                    snapshotter: SNAPSHOTTER.into(),
+                    key: key.clone(),
+                    parent: image.chain_id.clone(),
+                    labels: Default::default(),
+                },
+                &lease.id,
+            )),
+        )
+        .await;
+        let result = match viewed {
+            Ok(v) => {
+                let mounts = v.mounts;
+                tokio::task::spawn_blocking(move || read_mounted(&mounts))
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r)
+                    .map_err(|reason| RuntimeError::BadImage {
+                        image: image.name.clone(),
+                        reason: format!("cannot read /etc/passwd and /etc/group: {reason}"),
+                    })
+            }
+            Err(e) => Err(e),
+        };
+        let removed = call(
+            "remove snapshot",
+            key.clone(),
+            CALL_TIMEOUT,
+            self.client()
+                .snapshots()
+                .remove(self.req(RemoveSnapshotRequest {
+                    snapshotter: SNAPSHOTTER.into(),
+                    key: key.clone(),
+                })),
+        )
+        .await;
+        if let Err(e) = removed {
+            if !e.is_not_found() {
+                debug!(key, error = %e, "cannot remove the accounts view; its lease expires");
+            }
+        }
+        lease.release().await;
+        result
+    }
+}
+
+/// Mounts `mounts` (a view: one bind or one lower-only overlay) on a fresh directory,
+/// reads the accounts and unmounts.
+fn read_mounted(mounts: &[Mount]) -> std::result::Result<Accounts, String> {
+    let [m] = mounts else {
+        return Err(format!(
+            "expected one mount for the view, got {}",
+            mounts.len()
+        ));
+    };
+    let dir = std::env::temp_dir().join(format!(
+        "kubelet-rs-accounts-{}",
+        hex::encode(rand::random::<[u8; 8]>())
+    ));
+    std::fs::create_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let result = mount_view(m, &dir).and_then(|()| {
+        let read = Accounts::read(&dir).map_err(|e| e.to_string());
+        if let Err(e) = umount2(&dir, MntFlags::MNT_DETACH) {
+            debug!(dir = %dir.display(), error = %e, "cannot unmount the accounts view");
+        }
+        read
+    });
+    let _ = std::fs::remove_dir(&dir);
+    result
+}
+
+fn mount_view(m: &Mount, target: &Path) -> std::result::Result<(), String> {
+    let mut flags = MsFlags::empty();
+    let mut data: Vec<&str> = Vec::new();
+    for o in &m.options {
+        match o.as_str() {
+            "ro" => flags |= MsFlags::MS_RDONLY,
+            "rw" => {}
+            "bind" => flags |= MsFlags::MS_BIND,
+            "rbind" => flags |= MsFlags::MS_BIND | MsFlags::MS_REC,
+            other => data.push(other),
+        }
+    }
+    let fstype = (m.r#type != "bind").then_some(m.r#type.as_str());
+    if m.r#type == "bind" {
+        flags |= MsFlags::MS_BIND;
+    }
+    let data = data.join(",");
+    mount(
+        Some(m.source.as_str()),
+        target,
+        fstype,
+        flags,
+        (!data.is_empty()).then_some(data.as_str()),
+    )
+    .map_err(|e| format!("cannot mount {} ({}): {e}", m.source, m.r#type))
+}
+
+/// The user part of an image's USER ("user", "uid", "user:group", "uid:gid"), as the
+/// kubelet reads it from the image status: the group part is dropped (upstream runs an
+/// image's `uid:gid` with the uid's primary group unless runAsGroup says otherwise).
+pub fn image_user(user: &str) -> Option<UserRef> {
+    let part = user.split(':').next().unwrap_or_default().trim();
+    if part.is_empty() {
+        return None;
+    }
+    Some(match part.parse::<u32>() {
+        Ok(uid) => UserRef::Id(uid),
+        Err(_) => UserRef::Name(part.to_string()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PASSWD: &str = "root:x:0:0:root:/root:/bin/sh\n\
+        # a comment\n\
+        daemon:x:1:1::/:/bin/false\n\
+        broken line\n\
+        www:x:33:33:www:/var/www:/bin/false\n\
+        app:x:1000:1000::/home/app:/bin/sh\n";
+    const GROUP: &str = "root:x:0:\n\
+        daemon:x:1:app\n\
+        www:x:33:app,root\n\
+        app:x:1000:app\n\
+        staff:x:50: app , other\n\
+        bad:x:notanumber:app\n";
+
+    fn accounts() -> Accounts {
+        Accounts::parse(PASSWD, GROUP)
+    }
+
+    fn user(uid: u32, gid: u32, additional: &[u32]) -> ResolvedUser {
+        ResolvedUser {
+            uid,
+            gid,
+            additional_gids: additional.to_vec(),
+        }
+    }
+
+    #[test]
+    fn parse_skips_comments_and_broken_lines() {
+        let a = accounts();
+        assert_eq!(a.users.len(), 4);
+        assert_eq!(a.groups.len(), 5);
+        let staff = a.groups.iter().find(|g| g.name == "staff").unwrap();
+        assert_eq!(staff.members, ["app", "other"]);
+    }
+
+    #[test]
+    fn a_name_gets_its_ids_and_its_groups() {
+        let r = accounts()
+            .resolve(&UserRef::Name("app".into()), None, &[])
+            .unwrap();
+        // daemon, www and staff list app; app's own group is its primary group.
+        assert_eq!(r, user(1000, 1000, &[1, 33, 50, 1000]));
+    }
+
+    #[test]
+    fn a_uid_gets_its_primary_group_from_passwd_or_zero() {
+        let a = accounts();
+        assert_eq!(
+            a.resolve(&UserRef::Id(33), None, &[]).unwrap(),
+            user(33, 33, &[33])
+        );
+        assert_eq!(
+            a.resolve(&UserRef::Id(0), None, &[]).unwrap(),
+            user(0, 0, &[0, 33])
+        );
+        assert_eq!(
+            a.resolve(&UserRef::Id(4242), None, &[]).unwrap(),
+            user(4242, 0, &[0])
+        );
+    }
+
+    #[test]
+    fn run_as_group_and_supplemental_groups_are_added() {
+        let r = accounts()
+            .resolve(&UserRef::Name("app".into()), Some(7), &[2000, 50, 7])
+            .unwrap();
+        assert_eq!(r, user(1000, 7, &[1, 7, 33, 50, 2000]));
+    }
+
+    #[test]
+    fn an_unknown_name_is_an_error_and_no_files_means_no_users() {
+        let e = accounts()
+            .resolve(&UserRef::Name("nobody".into()), None, &[])
+            .unwrap_err();
+        assert!(e.contains("unable to find user nobody"), "{e}");
+        let empty = Accounts::default();
+        assert!(empty
+            .resolve(&UserRef::Name("app".into()), None, &[])
+            .is_err());
+        assert_eq!(
+            empty.resolve(&UserRef::Id(5), None, &[3]).unwrap(),
+            user(5, 0, &[0, 3])
+        );
+    }
+
+    #[test]
+    fn image_user_keeps_only_the_user_part() {
+        assert_eq!(image_user(""), None);
+        assert_eq!(image_user("1000"), Some(UserRef::Id(1000)));
+        assert_eq!(image_user("1000:50"), Some(UserRef::Id(1000)));
+        assert_eq!(image_user("app:staff"), Some(UserRef::Name("app".into())));
+        assert_eq!(image_user(":50"), None);
+    }
+
+    #[test]
+    fn read_takes_files_and_ignores_symlinks() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(Accounts::read(dir.path()).unwrap(), Accounts::default());
+        std::fs::create_dir(dir.path().join("etc")).unwrap();
+        std::fs::write(dir.path().join("etc/passwd"), PASSWD).unwrap();
+        std::os::unix::fs::symlink("/etc/group", dir.path().join("etc/group")).unwrap();
+        let a = Accounts::read(dir.path()).unwrap();
+        assert_eq!(a.users.len(), 4);
+        assert!(a.groups.is_empty(), "the symlink must not be followed");
+    }
+}
