@@ -12,11 +12,10 @@ use std::sync::Arc;
 use containerd_client::services::v1::snapshots::{RemoveSnapshotRequest, ViewSnapshotRequest};
 use containerd_client::types::Mount;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::client::{call, CALL_TIMEOUT};
 use super::images::{ImageInfo, SNAPSHOTTER};
-use super::pull::Lease;
 use super::{Containerd, Result, RuntimeError};
 
 /// One line of /etc/passwd.
@@ -183,24 +182,26 @@ impl Accounts {
 
 impl Containerd {
     /// The image's accounts, read once per image (its top snapshot) and then cached: the
-    /// files of an unpacked image never change.
+    /// files of an unpacked image never change. Containers of one image starting together
+    /// wait for one read.
     pub async fn image_accounts(&self, image: &ImageInfo) -> Result<Arc<Accounts>> {
-        if let Some(a) = self.accounts_cache().lock().unwrap().get(&image.chain_id) {
-            return Ok(a.clone());
-        }
-        let accounts = Arc::new(self.read_image_accounts(image).await?);
-        self.accounts_cache()
+        let cell = self
+            .accounts_cache()
             .lock()
             .unwrap()
-            .insert(image.chain_id.clone(), accounts.clone());
-        Ok(accounts)
+            .entry(image.chain_id.clone())
+            .or_default()
+            .clone();
+        cell.get_or_try_init(|| async { self.read_image_accounts(image).await.map(Arc::new) })
+            .await
+            .cloned()
     }
 
     /// Mounts a read-only view of the image's top snapshot, reads the two files, and
-    /// removes the view. The view lives under a lease so that containerd's collector cannot
-    /// take it away half-way, and the lease's expiry cleans up after a crash.
+    /// removes the view. The view needs no lease: its mount reads only the image's own
+    /// committed layers, which the image holds, so a collector pass that takes the view
+    /// away half-way changes nothing.
     async fn read_image_accounts(&self, image: &ImageInfo) -> Result<Accounts> {
-        let lease = Lease::create(self, "accounts").await?;
         let key = format!(
             "kubelet-rs-accounts-{}",
             hex::encode(rand::random::<[u8; 8]>())
@@ -209,15 +210,14 @@ impl Containerd {
             "view snapshot",
             image.chain_id.clone(),
             CALL_TIMEOUT,
-            self.client().snapshots().view(self.req_leased(
-                ViewSnapshotRequest {
+            self.client()
+                .snapshots()
+                .view(self.req(ViewSnapshotRequest {
                     snapshotter: SNAPSHOTTER.into(),
                     key: key.clone(),
                     parent: image.chain_id.clone(),
                     labels: Default::default(),
-                },
-                &lease.id,
-            )),
+                })),
         )
         .await;
         let result = match viewed {
@@ -248,10 +248,9 @@ impl Containerd {
         .await;
         if let Err(e) = removed {
             if !e.is_not_found() {
-                debug!(key, error = %e, "cannot remove the accounts view; its lease expires");
+                warn!(key, error = %e, "cannot remove the accounts view");
             }
         }
-        lease.release().await;
         result
     }
 }

@@ -24,8 +24,9 @@ pub struct Containerd {
 }
 
 type AccountsCache = std::sync::Arc<
-    std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<super::accounts::Accounts>>>,
+    std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<AccountsCell>>>,
 >;
+type AccountsCell = tokio::sync::OnceCell<std::sync::Arc<super::accounts::Accounts>>;
 
 impl Containerd {
     /// Connects once; fails fast when the socket is absent.

@@ -38,8 +38,7 @@ use crate::runtime::{Containerd, RuntimeError};
 pub use archive::import_archive;
 pub use credentials::RegistryCredential;
 
-pub(crate) use content::Lease;
-use content::WriteError;
+use content::{Lease, WriteError};
 use manifest::{Desc, Document};
 use registry::{map_error, Transport};
 use unpack::{Layer, UnpackError};
