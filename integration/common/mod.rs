@@ -72,19 +72,24 @@ pub fn import_named_images(ns: &str, names: &[&str]) {
             "test image {} is missing: run hack/build-images.sh",
             tar.display()
         );
-        // Through the agent's own importer, as hack/build-images.sh does.
-        let out = Command::new(env!("CARGO_BIN_EXE_kubelet-rs"))
-            .args(["image", "import", tar.to_str().unwrap(), "--namespace", ns])
-            .args(["--address", SOCKET])
-            .output()
-            .expect("kubelet-rs image import runs");
-        assert!(
-            out.status.success(),
-            "importing {} into {ns}: {}",
-            tar.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        import_archive(ns, &tar);
     }
+}
+
+/// Loads an image tarball into a namespace through the agent's own importer, as
+/// hack/build-images.sh does.
+pub fn import_archive(ns: &str, tar: &Path) {
+    let out = Command::new(env!("CARGO_BIN_EXE_kubelet-rs"))
+        .args(["image", "import", tar.to_str().unwrap(), "--namespace", ns])
+        .args(["--address", SOCKET])
+        .output()
+        .expect("kubelet-rs image import runs");
+    assert!(
+        out.status.success(),
+        "importing {} into {ns}: {}",
+        tar.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 pub fn free_port() -> u16 {
@@ -523,20 +528,5 @@ pub fn import_busybox_variant(ns: &str, name: &str, user: &str, files: &[(&str, 
         layout.display(),
         archive.display()
     ));
-    let out = Command::new(env!("CARGO_BIN_EXE_kubelet-rs"))
-        .args([
-            "image",
-            "import",
-            archive.to_str().unwrap(),
-            "--namespace",
-            ns,
-        ])
-        .args(["--address", SOCKET])
-        .output()
-        .expect("kubelet-rs image import runs");
-    assert!(
-        out.status.success(),
-        "importing {name} into {ns}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    import_archive(ns, &archive);
 }
