@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use containerd_client::services::v1::snapshots::{RemoveSnapshotRequest, ViewSnapshotRequest};
+use containerd_client::services::v1::snapshots::ViewSnapshotRequest;
 use containerd_client::types::Mount;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use tracing::{debug, warn};
@@ -57,16 +57,20 @@ pub struct ResolvedUser {
     pub additional_gids: Vec<u32>,
 }
 
+/// The colon-separated fields of a passwd or group line; None for a comment, a line with
+/// fewer than `min` fields or one without a name.
+fn fields(line: &str, min: usize) -> Option<Vec<&str>> {
+    let f: Vec<&str> = line.split(':').collect();
+    (f.len() >= min && !f[0].is_empty() && !line.starts_with('#')).then_some(f)
+}
+
 impl Accounts {
     /// Parses the two files; lines that do not parse are skipped, as libc's readers skip them.
     pub fn parse(passwd: &str, group: &str) -> Accounts {
         let users = passwd
             .lines()
             .filter_map(|l| {
-                let f: Vec<&str> = l.split(':').collect();
-                if f.len() < 4 || f[0].is_empty() || l.starts_with('#') {
-                    return None;
-                }
+                let f = fields(l, 4)?;
                 Some(PasswdEntry {
                     name: f[0].to_string(),
                     uid: f[2].trim().parse().ok()?,
@@ -77,10 +81,7 @@ impl Accounts {
         let groups = group
             .lines()
             .filter_map(|l| {
-                let f: Vec<&str> = l.split(':').collect();
-                if f.len() < 3 || f[0].is_empty() || l.starts_with('#') {
-                    return None;
-                }
+                let f = fields(l, 3)?;
                 Some(GroupEntry {
                     name: f[0].to_string(),
                     gid: f[2].trim().parse().ok()?,
@@ -234,22 +235,8 @@ impl Containerd {
             }
             Err(e) => Err(e),
         };
-        let removed = call(
-            "remove snapshot",
-            key.clone(),
-            CALL_TIMEOUT,
-            self.client()
-                .snapshots()
-                .remove(self.req(RemoveSnapshotRequest {
-                    snapshotter: SNAPSHOTTER.into(),
-                    key: key.clone(),
-                })),
-        )
-        .await;
-        if let Err(e) = removed {
-            if !e.is_not_found() {
-                warn!(key, error = %e, "cannot remove the accounts view");
-            }
+        if let Err(e) = self.remove_snapshot(&key).await {
+            warn!(key, error = %e, "cannot remove the accounts view");
         }
         result
     }

@@ -473,24 +473,28 @@ impl Containerd {
             Err(e) if !e.is_not_found() => return Err(e),
             _ => {}
         }
+        self.remove_snapshot(id).await?;
+        debug!(container_id = id, "container removed");
+        Ok(())
+    }
+
+    /// Removes a snapshot of the agent's snapshotter; one already gone is not an error.
+    pub async fn remove_snapshot(&self, key: &str) -> Result<()> {
         let r = call(
             "remove snapshot",
-            id,
+            key,
             CALL_TIMEOUT,
             self.client()
                 .snapshots()
                 .remove(self.req(RemoveSnapshotRequest {
                     snapshotter: SNAPSHOTTER.into(),
-                    key: id.to_string(),
+                    key: key.to_string(),
                 })),
         )
         .await;
         match r {
             Err(e) if !e.is_not_found() => Err(e),
-            _ => {
-                debug!(container_id = id, "container removed");
-                Ok(())
-            }
+            _ => Ok(()),
         }
     }
 }

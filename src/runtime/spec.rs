@@ -464,32 +464,29 @@ fn process_user(
     let pod_sc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
     let sc = c.security_context.as_ref();
     let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
-    let run_as_user = sc
-        .and_then(|s| s.run_as_user)
-        .or(pod_sc.and_then(|s| s.run_as_user))
-        .map(|u| {
-            u32::try_from(u).map_err(|_| {
+    // An id outside u32 is refused, naming its field.
+    let id = |v: Option<i64>, field: &str| {
+        v.map(|v| {
+            u32::try_from(v).map_err(|_| {
                 spec_err(
                     name,
-                    "securityContext.runAsUser",
-                    format!("{u} is out of range"),
+                    &format!("securityContext.{field}"),
+                    format!("{v} is out of range"),
                 )
             })
         })
-        .transpose()?;
-    let run_as_group = sc
-        .and_then(|s| s.run_as_group)
-        .or(pod_sc.and_then(|s| s.run_as_group))
-        .map(|g| {
-            u32::try_from(g).map_err(|_| {
-                spec_err(
-                    name,
-                    "securityContext.runAsGroup",
-                    format!("{g} is out of range"),
-                )
-            })
-        })
-        .transpose()?;
+        .transpose()
+    };
+    let run_as_user = id(
+        sc.and_then(|s| s.run_as_user)
+            .or(pod_sc.and_then(|s| s.run_as_user)),
+        "runAsUser",
+    )?;
+    let run_as_group = id(
+        sc.and_then(|s| s.run_as_group)
+            .or(pod_sc.and_then(|s| s.run_as_group)),
+        "runAsGroup",
+    )?;
     let image_user = accounts::image_user(image.user.as_deref().unwrap_or(""));
     let non_root = sc
         .and_then(|s| s.run_as_non_root)
