@@ -7,12 +7,13 @@ use std::time::Duration;
 use anyhow::Context;
 use kubelet_rs::config::{self, Config, ConfigError};
 use kubelet_rs::network::cni::Cni;
+use kubelet_rs::pod::status_manager::StatusManager;
 use kubelet_rs::pod::sync_health::SyncLoopHealth;
 use kubelet_rs::pod::worker::{Shared, StatsPods};
 use kubelet_rs::pod::{PodManager, StatusStore};
 use kubelet_rs::runtime::events::{spawn_task_events, OomSeen};
 use kubelet_rs::runtime::pull::{PullOptions, Puller};
-use kubelet_rs::runtime::Containerd;
+use kubelet_rs::runtime::{Containerd, ContainerdRuntime};
 use kubelet_rs::source::{spawn_file_source, spawn_http_source, SourceKind};
 use kubelet_rs::stats::{Cgroups, Collector, CollectorConfig, PodInfo};
 use kubelet_rs::{logs, server};
@@ -88,7 +89,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     std::fs::create_dir_all(&cfg.root_dir)
         .with_context(|| format!("creating root dir {}", cfg.root_dir.display()))?;
 
-    let statuses: StatusStore = Default::default();
+    let statuses: StatusStore = StatusManager::new();
     // Health first: the healthz port answers while containerd is still coming up.
     if cfg.healthz_port != 0 {
         server::serve_healthz(SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port)).await?;
@@ -120,8 +121,12 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     .with_result_cache(cfg.root_dir.join("cni-results"));
     let oom_seen = OomSeen::default();
     let sync_loop = Arc::new(SyncLoopHealth::new(cfg.sync_frequency));
+    let runtime = ContainerdRuntime {
+        containerd: rt.clone(),
+        puller: new_puller(&cfg, &rt),
+    };
     let shared = Arc::new(Shared {
-        rt: rt.clone(),
+        rt: Arc::new(runtime),
         cni,
         cfg: cfg.clone(),
         statuses,
@@ -132,7 +137,6 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         memory_capacity: memory_capacity().unwrap_or(i64::MAX),
         started: std::time::Instant::now(),
         stats_pods: stats_pods.clone(),
-        puller: new_puller(&cfg, &rt),
         cpu_capacity_millis: std::thread::available_parallelism().map_or(1, |n| n.get()) as i64
             * 1000,
         oom_score_adj_min: oom_score_adj_min(),

@@ -14,6 +14,7 @@ pub struct SandboxState {
     pub netns: Option<String>,
 }
 
+#[derive(Debug, Clone)]
 pub struct PodDir {
     pub dir: PathBuf,
 }

@@ -1,13 +1,15 @@
 //! Desired pods and their workers. The manager merges the pod sources into one desired
 //! set (by UID), starts one worker per pod, tells workers when their pod changes or goes
-//! away, and wakes them on runtime events. Pods found in containerd or the root dir that
+//! away, and wakes them on runtime events. Pods found in the runtime or the root dir that
 //! no source wants any more are stopped and cleaned up once every source has reported.
+//! Statuses go to one writer, the `status_manager`, which readers subscribe to.
 
 pub mod admission;
 pub mod backoff;
 pub mod files;
 pub mod qos;
 pub mod status;
+pub mod status_manager;
 pub mod sync_health;
 pub mod worker;
 
@@ -15,7 +17,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
-use tokio::sync::{mpsc, watch, Notify, RwLock};
+use tokio::sync::{mpsc, watch, Notify};
 use tracing::{info, warn};
 
 use crate::runtime::labels::PodRef;
@@ -23,7 +25,7 @@ use crate::source::{SourceKind, SourceUpdate};
 use worker::{pod_ref, Shared, Worker};
 
 /// The latest known pods with their statuses, by UID; the HTTP server reads it.
-pub type StatusStore = Arc<RwLock<BTreeMap<String, Pod>>>;
+pub type StatusStore = Arc<status_manager::StatusManager>;
 
 struct WorkerHandle {
     desired: watch::Sender<Option<Arc<Pod>>>,
@@ -69,22 +71,32 @@ impl PodManager {
             }
             Err(e) => warn!(error = %e, "cannot list containers to recover state"),
         }
-        let pods_dir = self.shared.cfg.root_dir.join("pods");
-        if let Ok(entries) = std::fs::read_dir(&pods_dir) {
+        let root_dir = self.shared.cfg.root_dir.clone();
+        let known: HashSet<String> = self.orphans.keys().cloned().collect();
+        // Reading pod directories is file-system work: off the async runtime.
+        let found = tokio::task::spawn_blocking(move || {
+            let mut found = Vec::new();
+            let Ok(entries) = std::fs::read_dir(root_dir.join("pods")) else {
+                return found;
+            };
             for e in entries.flatten() {
                 let uid = e.file_name().to_string_lossy().into_owned();
-                if self.orphans.contains_key(&uid) {
+                if known.contains(&uid) {
                     continue;
                 }
-                let dir = files::PodDir::new(&self.shared.cfg.root_dir, &uid);
+                let dir = files::PodDir::new(&root_dir, &uid);
                 let r = dir.load_pod().map(|p| pod_ref(&p)).unwrap_or(PodRef {
                     uid: uid.clone(),
                     name: String::new(),
                     namespace: String::new(),
                 });
-                self.orphans.insert(uid, r);
+                found.push((uid, r));
             }
-        }
+            found
+        })
+        .await
+        .unwrap_or_default();
+        self.orphans.extend(found);
         if !self.orphans.is_empty() {
             info!(pods = self.orphans.len(), "found pods from an earlier run");
         }
@@ -169,11 +181,7 @@ impl PodManager {
                     self.rejected.insert(uid.clone());
                     let mut shown = pod.clone();
                     shown.status = Some(admission::rejected_status(&reason, &message));
-                    self.shared
-                        .statuses
-                        .write()
-                        .await
-                        .insert(uid.clone(), shown);
+                    self.shared.statuses.set(shown);
                 }
             }
         }
@@ -185,7 +193,7 @@ impl PodManager {
             .collect();
         for uid in gone {
             self.rejected.remove(&uid);
-            self.shared.statuses.write().await.remove(&uid);
+            self.shared.statuses.remove(&uid);
         }
         for (uid, w) in &self.workers {
             if !desired.contains_key(uid) && w.desired.borrow().is_some() {

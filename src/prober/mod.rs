@@ -18,13 +18,10 @@ mod worker;
 mod tests;
 
 use std::net::IpAddr;
-use std::time::Duration;
 
-use futures::future::BoxFuture;
-use futures::FutureExt;
 use k8s_openapi::api::core::v1::ContainerPort;
 
-pub use crate::runtime::exec::ExecResult;
+pub use crate::runtime::exec::{ExecError, ExecResult, ExecRunner};
 pub use handler::run_handler;
 pub use worker::{ContainerProbes, LivenessFailure, ProbeOptions, ProbeStatus};
 
@@ -48,51 +45,4 @@ pub struct ProbeTarget {
     pub pod_ip: Option<IpAddr>,
     /// The container's ports, to resolve ports given by name.
     pub ports: Vec<ContainerPort>,
-}
-
-/// Why a command could not be run to completion in a container.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ExecError {
-    /// The command ran longer than its timeout and was killed. Upstream counts this as a
-    /// probe failure.
-    #[error("command timed out after {0:?}")]
-    TimedOut(Duration),
-    /// The command could not be run (container gone, binary missing, runtime error).
-    /// Upstream discards such probe attempts instead of counting them.
-    #[error("{0}")]
-    Failed(String),
-}
-
-/// Runs a command in a container and waits for it (the CRI's ExecSync).
-pub trait ExecRunner: Send + Sync + 'static {
-    fn exec(
-        &self,
-        container_id: String,
-        cmd: Vec<String>,
-        timeout: Duration,
-    ) -> BoxFuture<'static, Result<ExecResult, ExecError>>;
-}
-
-impl ExecRunner for crate::runtime::Containerd {
-    fn exec(
-        &self,
-        container_id: String,
-        cmd: Vec<String>,
-        timeout: Duration,
-    ) -> BoxFuture<'static, Result<ExecResult, ExecError>> {
-        let containerd = self.clone();
-        async move {
-            containerd
-                .exec_sync(&container_id, cmd, timeout)
-                .await
-                .map_err(|e| {
-                    if e.is_exec_timeout() {
-                        ExecError::TimedOut(timeout)
-                    } else {
-                        ExecError::Failed(e.to_string())
-                    }
-                })
-        }
-        .boxed()
-    }
 }

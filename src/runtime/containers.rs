@@ -18,7 +18,7 @@ use containerd_client::services::v1::{
     DeleteTaskRequest, GetRequest, KillRequest, ListContainersRequest, StartRequest,
     UpdateContainerRequest, WaitRequest,
 };
-use containerd_client::types::v1::Status as TaskStatus;
+pub use containerd_client::types::v1::Status as TaskStatus;
 use containerd_client::types::Mount;
 use prost_types::{Any, FieldMask, Timestamp};
 use tracing::debug;
@@ -84,6 +84,7 @@ impl ContainerRecord {
 }
 
 /// What `create_container` needs.
+#[derive(Clone)]
 pub struct NewContainer<'a> {
     pub id: &'a str,
     pub pod: &'a PodRef,
@@ -95,6 +96,130 @@ pub struct NewContainer<'a> {
     pub image_spec: &'a str,
     pub spec: &'a oci_spec::runtime::Spec,
     pub extra_labels: HashMap<String, String>,
+}
+
+impl NewContainer<'_> {
+    /// The labels of the record: pod identity, kind, name, attempt and image, plus extras.
+    pub fn record_labels(&self) -> HashMap<String, String> {
+        let mut l = self.pod.labels();
+        l.insert(labels::KIND.into(), self.kind.as_str().into());
+        l.insert(labels::CONTAINER_NAME.into(), self.name.into());
+        l.insert(labels::ATTEMPT.into(), self.attempt.to_string());
+        l.insert(labels::IMAGE.into(), self.image_spec.into());
+        l.insert(labels::IMAGE_REF.into(), self.image.image_ref.clone());
+        l.extend(self.extra_labels.clone());
+        l
+    }
+
+    /// The record as a listing would show it right after creation (`pid: None`) or after
+    /// its task started: what a pass that made it knows without asking again.
+    pub fn as_record(&self, pid: Option<u32>) -> ContainerRecord {
+        let now = Utc::now();
+        let task = pid.map(|pid| TaskSnapshot {
+            status: TaskStatus::Running,
+            pid,
+            exit_status: 0,
+            exited_at: None,
+        });
+        record_from(
+            self.id.to_string(),
+            self.record_labels(),
+            &self.image.name,
+            Some(now),
+            Some(now),
+            task,
+        )
+        .expect("the labels of a new record name its pod and kind")
+    }
+}
+
+/// What a record's task looked like when it was listed.
+#[derive(Debug, Clone, Copy)]
+pub struct TaskSnapshot {
+    pub status: TaskStatus,
+    pub pid: u32,
+    pub exit_status: u32,
+    pub exited_at: Option<DateTime<Utc>>,
+}
+
+fn is_managed(l: &HashMap<String, String>) -> bool {
+    PodRef::from_labels(l).is_some() && l.get(labels::KIND).and_then(|k| Kind::parse(k)).is_some()
+}
+
+/// A record as the agent sees it, from the container's labels and its task (if any);
+/// `None` for a container the agent did not make. The fake runtime builds its records
+/// through this too, so both agree on what a state means.
+pub fn record_from(
+    id: String,
+    l: HashMap<String, String>,
+    image: &str,
+    created_at: Option<DateTime<Utc>>,
+    updated_at: Option<DateTime<Utc>>,
+    task: Option<TaskSnapshot>,
+) -> Option<ContainerRecord> {
+    let (Some(pod), Some(kind)) = (
+        PodRef::from_labels(&l),
+        l.get(labels::KIND).and_then(|k| Kind::parse(k)),
+    ) else {
+        return None;
+    };
+    let started_label = parse_time(l.get(labels::STARTED_AT));
+    let state = match task {
+        Some(p) => match p.status {
+            TaskStatus::Running | TaskStatus::Paused | TaskStatus::Pausing => State::Running {
+                pid: p.pid,
+                started_at: started_label.or(updated_at),
+            },
+            TaskStatus::Stopped => {
+                let code = p.exit_status as i32;
+                State::Exited {
+                    info: ExitInfo {
+                        exit_code: code,
+                        started_at: started_label,
+                        finished_at: p.exited_at,
+                        reason: exit_reason(code).to_string(),
+                        message: String::new(),
+                    },
+                    finalized: false,
+                }
+            }
+            _ => State::Created,
+        },
+        None => match l.get(labels::EXIT_CODE).and_then(|c| c.parse::<i32>().ok()) {
+            Some(code) => State::Exited {
+                info: ExitInfo {
+                    exit_code: code,
+                    started_at: started_label,
+                    finished_at: parse_time(l.get(labels::FINISHED_AT)),
+                    reason: l
+                        .get(labels::REASON)
+                        .cloned()
+                        .unwrap_or_else(|| exit_reason(code).to_string()),
+                    message: l.get(labels::MESSAGE).cloned().unwrap_or_default(),
+                },
+                finalized: true,
+            },
+            None => State::Created,
+        },
+    };
+    Some(ContainerRecord {
+        attempt: l
+            .get(labels::ATTEMPT)
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(0),
+        name: l.get(labels::CONTAINER_NAME).cloned().unwrap_or_default(),
+        image: l
+            .get(labels::IMAGE)
+            .cloned()
+            .unwrap_or_else(|| image.to_string()),
+        image_ref: l.get(labels::IMAGE_REF).cloned().unwrap_or_default(),
+        created_at,
+        labels: l,
+        id,
+        pod,
+        kind,
+        state,
+    })
 }
 
 pub fn ts_to_chrono(ts: &Timestamp) -> Option<DateTime<Utc>> {
@@ -134,6 +259,9 @@ impl Containerd {
         self.list_records(vec![labels::managed_filter()]).await
     }
 
+    /// One listing, then the task of each record that can have one: a record whose exit
+    /// is already written into its labels had its task deleted, so asking its shim again
+    /// would only cost a call per dead container. The task lookups run concurrently.
     async fn list_records(&self, filters: Vec<String>) -> Result<Vec<ContainerRecord>> {
         let list = call(
             "list containers",
@@ -144,82 +272,28 @@ impl Containerd {
                 .list(self.req(ListContainersRequest { filters })),
         )
         .await?;
-        let mut out = Vec::with_capacity(list.containers.len());
-        for c in list.containers {
-            if let Some(r) = self.record(c).await? {
+        let lookups = list.containers.into_iter().map(|c| async move {
+            if c.labels.contains_key(labels::EXIT_CODE) || !is_managed(&c.labels) {
+                return Ok((c, None));
+            }
+            let task = self.task(&c.id).await?.map(|p| TaskSnapshot {
+                status: TaskStatus::try_from(p.status).unwrap_or(TaskStatus::Unknown),
+                pid: p.pid,
+                exit_status: p.exit_status,
+                exited_at: p.exited_at.as_ref().and_then(ts_to_chrono),
+            });
+            Ok::<_, RuntimeError>((c, task))
+        });
+        let mut out = Vec::new();
+        for found in futures::future::join_all(lookups).await {
+            let (c, task) = found?;
+            let created_at = c.created_at.as_ref().and_then(ts_to_chrono);
+            let updated_at = c.updated_at.as_ref().and_then(ts_to_chrono);
+            if let Some(r) = record_from(c.id, c.labels, &c.image, created_at, updated_at, task) {
                 out.push(r);
             }
         }
         Ok(out)
-    }
-
-    async fn record(&self, c: Container) -> Result<Option<ContainerRecord>> {
-        let l = &c.labels;
-        let (Some(pod), Some(kind)) = (
-            PodRef::from_labels(l),
-            l.get(labels::KIND).and_then(|k| Kind::parse(k)),
-        ) else {
-            return Ok(None);
-        };
-        let started_label = parse_time(l.get(labels::STARTED_AT));
-        let task = self.task(&c.id).await?;
-        let state = match task {
-            Some(p) => match TaskStatus::try_from(p.status).unwrap_or(TaskStatus::Unknown) {
-                TaskStatus::Running | TaskStatus::Paused | TaskStatus::Pausing => State::Running {
-                    pid: p.pid,
-                    started_at: started_label
-                        .or_else(|| c.updated_at.as_ref().and_then(ts_to_chrono)),
-                },
-                TaskStatus::Stopped => {
-                    let code = p.exit_status as i32;
-                    State::Exited {
-                        info: ExitInfo {
-                            exit_code: code,
-                            started_at: started_label,
-                            finished_at: p.exited_at.as_ref().and_then(ts_to_chrono),
-                            reason: exit_reason(code).to_string(),
-                            message: String::new(),
-                        },
-                        finalized: false,
-                    }
-                }
-                _ => State::Created,
-            },
-            None => match l.get(labels::EXIT_CODE).and_then(|c| c.parse::<i32>().ok()) {
-                Some(code) => State::Exited {
-                    info: ExitInfo {
-                        exit_code: code,
-                        started_at: started_label,
-                        finished_at: parse_time(l.get(labels::FINISHED_AT)),
-                        reason: l
-                            .get(labels::REASON)
-                            .cloned()
-                            .unwrap_or_else(|| exit_reason(code).to_string()),
-                        message: l.get(labels::MESSAGE).cloned().unwrap_or_default(),
-                    },
-                    finalized: true,
-                },
-                None => State::Created,
-            },
-        };
-        Ok(Some(ContainerRecord {
-            attempt: l
-                .get(labels::ATTEMPT)
-                .and_then(|a| a.parse().ok())
-                .unwrap_or(0),
-            name: l.get(labels::CONTAINER_NAME).cloned().unwrap_or_default(),
-            image: l
-                .get(labels::IMAGE)
-                .cloned()
-                .unwrap_or_else(|| c.image.clone()),
-            image_ref: l.get(labels::IMAGE_REF).cloned().unwrap_or_default(),
-            created_at: c.created_at.as_ref().and_then(ts_to_chrono),
-            labels: c.labels.clone(),
-            id: c.id,
-            pod,
-            kind,
-            state,
-        }))
     }
 
     /// The task of a container, `None` when it has none.
@@ -247,13 +321,7 @@ impl Containerd {
     /// container exists is unreferenced, and a GC pass in between (frequent when many pods
     /// start at once) removes it, so the task cannot be created.
     pub async fn create_container(&self, n: NewContainer<'_>) -> Result<()> {
-        let mut l = n.pod.labels();
-        l.insert(labels::KIND.into(), n.kind.as_str().into());
-        l.insert(labels::CONTAINER_NAME.into(), n.name.into());
-        l.insert(labels::ATTEMPT.into(), n.attempt.to_string());
-        l.insert(labels::IMAGE.into(), n.image_spec.into());
-        l.insert(labels::IMAGE_REF.into(), n.image.image_ref.clone());
-        l.extend(n.extra_labels);
+        let l = n.record_labels();
         let spec = serde_json::to_vec(n.spec).map_err(|e| RuntimeError::Spec {
             container: n.name.to_string(),
             field: "spec".into(),

@@ -14,6 +14,8 @@ use containerd_client::services::v1::{
     DeleteProcessRequest, ExecProcessRequest, GetContainerRequest, KillRequest, StartRequest,
     WaitRequest,
 };
+use futures::future::BoxFuture;
+use futures::FutureExt;
 use prost_types::Any;
 use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
@@ -52,6 +54,53 @@ pub struct ExecResult {
     pub stdout: Vec<u8>,
     /// At most `MAX_EXEC_OUTPUT` bytes.
     pub stderr: Vec<u8>,
+}
+
+/// Why a command could not be run to completion in a container.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExecError {
+    /// The command ran longer than its timeout and was killed. Upstream counts this as a
+    /// probe failure.
+    #[error("command timed out after {0:?}")]
+    TimedOut(Duration),
+    /// The command could not be run (container gone, binary missing, runtime error).
+    /// Upstream discards such probe attempts instead of counting them.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Runs a command in a container and waits for it (the CRI's ExecSync).
+pub trait ExecRunner: Send + Sync + 'static {
+    fn exec(
+        &self,
+        container_id: String,
+        cmd: Vec<String>,
+        timeout: Duration,
+    ) -> BoxFuture<'static, std::result::Result<ExecResult, ExecError>>;
+}
+
+impl ExecRunner for Containerd {
+    fn exec(
+        &self,
+        container_id: String,
+        cmd: Vec<String>,
+        timeout: Duration,
+    ) -> BoxFuture<'static, std::result::Result<ExecResult, ExecError>> {
+        let containerd = self.clone();
+        async move {
+            containerd
+                .exec_sync(&container_id, cmd, timeout)
+                .await
+                .map_err(|e| {
+                    if e.is_exec_timeout() {
+                        ExecError::TimedOut(timeout)
+                    } else {
+                        ExecError::Failed(e.to_string())
+                    }
+                })
+        }
+        .boxed()
+    }
 }
 
 impl RuntimeError {

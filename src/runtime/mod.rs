@@ -1,5 +1,7 @@
 //! The container runtime boundary: containerd over its native gRPC API.
 //!
+//! `service` is the seam the rest of the agent uses: the CRI-shaped `Runtime` trait, its
+//! containerd implementation, and (in tests) an in-memory fake in `fake`.
 //! `client` connects (with back-off) and scopes every call to the agent's namespace and a
 //! deadline; `images` resolves image references to unpacked snapshots and their config;
 //! `spec` turns a PodSpec container into an OCI runtime spec (with `accounts`, the
@@ -13,12 +15,16 @@ pub mod client;
 pub mod containers;
 pub mod events;
 pub mod exec;
+#[cfg(test)]
+pub(crate) mod fake;
 pub mod images;
 pub mod labels;
 pub mod pull;
+pub mod service;
 pub mod spec;
 
 pub use client::Containerd;
+pub use service::{ContainerdRuntime, Runtime};
 
 /// Errors from the runtime boundary. Each names the object at fault.
 #[derive(Debug, thiserror::Error)]

@@ -164,14 +164,10 @@ pub async fn locate(
     container: &str,
     opts: &LogOptions,
 ) -> Result<LogTarget, LogError> {
-    let pods = store.read().await;
-    let pod = pods
-        .values()
-        .find(|p| {
-            p.metadata.name.as_deref() == Some(pod_name)
-                && p.metadata.namespace.as_deref().unwrap_or("default") == namespace
-        })
+    let pod = store
+        .find(namespace, pod_name)
         .ok_or_else(|| err(404, format!("pod {pod_name:?} does not exist")))?;
+    let pod = pod.as_ref();
     if !has_container(pod, container) {
         return Err(err(
             404,
@@ -237,14 +233,10 @@ async fn still_writing(
     container: &str,
     restart_count: u32,
 ) -> bool {
-    let pods = store.read().await;
-    let Some(pod) = pods
-        .values()
-        .find(|p| p.metadata.uid.as_deref() == Some(uid))
-    else {
+    let Some(found) = store.get(uid) else {
         return false;
     };
-    let running = statuses(pod).any(|s| {
+    let running = statuses(&found.pod).any(|s| {
         s.name == container
             && s.restart_count.max(0) as u32 == restart_count
             && s.state.as_ref().is_some_and(|st| st.running.is_some())

@@ -56,8 +56,8 @@ pub enum ServeError {
 
 /// The PodList JSON of /pods, as upstream serves it.
 pub async fn pod_list_json(store: &StatusStore) -> Vec<u8> {
-    let pods = store.read().await;
-    let items: Vec<&k8s_openapi::api::core::v1::Pod> = pods.values().collect();
+    let pods = store.pods();
+    let items: Vec<&k8s_openapi::api::core::v1::Pod> = pods.iter().map(|p| p.as_ref()).collect();
     let list = serde_json::json!({
         "kind": "PodList",
         "apiVersion": "v1",

@@ -480,9 +480,9 @@ async fn container_logs_response(
 /// runtime-built list carries (name, namespace, uid, containers with name and image).
 /// Built from the pod status cache: handlers do not call containerd.
 async fn running_pods_json(store: &StatusStore) -> Vec<u8> {
-    let pods = store.read().await;
+    let pods = store.pods();
     let items: Vec<serde_json::Value> = pods
-        .values()
+        .iter()
         .filter(|p| {
             p.status
                 .as_ref()
@@ -538,7 +538,10 @@ mod tests {
 
     #[tokio::test]
     async fn only_cpu_and_memory_takes_the_literal_true_only() {
-        let state = ServerState::new(Arc::new(Config::defaults(false)), StatusStore::default());
+        let state = ServerState::new(
+            Arc::new(Config::defaults(false)),
+            crate::pod::status_manager::StatusManager::new(),
+        );
         state.set_stats(Arc::new(EchoStats));
         for (query, want) in [
             ("only_cpu_and_memory=true", "small"),
@@ -566,7 +569,10 @@ mod tests {
             let body = resp.into_body().collect().await.unwrap().to_bytes();
             (code, String::from_utf8_lossy(&body).into_owned())
         }
-        let state = ServerState::new(Arc::new(Config::defaults(false)), StatusStore::default());
+        let state = ServerState::new(
+            Arc::new(Config::defaults(false)),
+            crate::pod::status_manager::StatusManager::new(),
+        );
         let ok = (StatusCode::OK, "ok".to_string());
         assert_eq!(
             answer(&state, "/healthz/syncloop", "").await,
@@ -579,7 +585,10 @@ mod tests {
         state.set_sync_loop(health.clone());
         assert_eq!(answer(&state, "/healthz/syncloop", "").await, ok);
         let stale = SyncLoopHealth::stale_for_tests();
-        let state = ServerState::new(Arc::new(Config::defaults(false)), StatusStore::default());
+        let state = ServerState::new(
+            Arc::new(Config::defaults(false)),
+            crate::pod::status_manager::StatusManager::new(),
+        );
         state.set_sync_loop(Arc::new(stale));
         assert_eq!(
             answer(&state, "/healthz/syncloop", "").await,

@@ -1,0 +1,125 @@
+//! The probe workers of a pod's running containers: started when a container with probes
+//! runs, dropped when it is gone, and a failed liveness (or startup) probe kills the
+//! container so the restart policy applies as for any exit.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::Utc;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use tracing::{debug, warn};
+
+use super::{grace_period, Sandbox, Worker};
+use crate::pod::status;
+use crate::prober::{ContainerProbes, ProbeOptions, ProbeTarget};
+use crate::runtime::containers::{ContainerRecord, State};
+use crate::runtime::labels::{self, Kind};
+use crate::runtime::RuntimeError;
+
+impl Worker {
+    /// Starts probe workers for running containers that have probes, drops those of
+    /// containers that are gone, and kills a container whose liveness (or startup) probe
+    /// failed.
+    pub(super) async fn manage_probes(
+        &mut self,
+        pod: &Pod,
+        sandbox: &Sandbox,
+    ) -> Result<(), RuntimeError> {
+        let running: Vec<ContainerRecord> = self
+            .view
+            .iter()
+            .flatten()
+            .filter(|r| r.kind == Kind::App && r.is_running())
+            .cloned()
+            .collect();
+        self.probes
+            .retain(|id, _| running.iter().any(|r| &r.id == id));
+        let specs = pod
+            .spec
+            .as_ref()
+            .map(|s| s.containers.as_slice())
+            .unwrap_or(&[]);
+        for c in specs {
+            if c.liveness_probe.is_none()
+                && c.readiness_probe.is_none()
+                && c.startup_probe.is_none()
+            {
+                continue;
+            }
+            let Some(r) = running.iter().find(|r| r.name == c.name) else {
+                continue;
+            };
+            if !self.probes.contains_key(&r.id) {
+                let running_for = match &r.state {
+                    State::Running {
+                        started_at: Some(t),
+                        ..
+                    } => (Utc::now() - *t).to_std().unwrap_or_default(),
+                    _ => Duration::ZERO,
+                };
+                let probes = ContainerProbes::start_with(
+                    self.probe_target(c, &r.id, &sandbox.ips),
+                    c,
+                    self.shared.rt.clone(),
+                    self.wake.clone(),
+                    ProbeOptions {
+                        agent_uptime: Some(self.shared.started.elapsed()),
+                        running_for,
+                    },
+                );
+                self.probes.insert(r.id.clone(), probes);
+            }
+            let failure = self
+                .probes
+                .get(&r.id)
+                .and_then(|p| p.status().liveness_failure);
+            if let Some(f) = failure {
+                let grace = f
+                    .grace_period_override
+                    .map(|g| Duration::from_secs(g.max(1) as u64))
+                    .unwrap_or_else(|| grace_period(pod));
+                let msg = format!("{}; container {} will be restarted", f.message, c.name);
+                warn!(pod = %self.pod_ref.display(), container = %c.name, reason = "Unhealthy", message = %f.message, "probe failed; killing container");
+                let set = HashMap::from([(labels::MESSAGE.to_string(), msg)]);
+                self.shared.rt.set_labels(&r.id, set.clone()).await?;
+                self.label_record(&r.id, set);
+                self.probes.remove(&r.id);
+                let (id, status) = self.stop_one(Some(pod), r, grace, &sandbox.ips).await?;
+                self.saw_exit(&id, status);
+                debug!(pod = %self.pod_ref.display(), container = %c.name, container_id = %id, "container stopped after a failed probe");
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn probe_target(&self, c: &Container, id: &str, ips: &[String]) -> ProbeTarget {
+        ProbeTarget {
+            pod: format!("{}/{}", self.pod_ref.namespace, self.pod_ref.name),
+            container: c.name.clone(),
+            container_id: id.to_string(),
+            pod_uid: self.pod_ref.uid.clone(),
+            pod_ip: ips.first().and_then(|i| i.parse().ok()),
+            ports: c.ports.clone().unwrap_or_default(),
+        }
+    }
+
+    /// started/ready per container name, from the probe workers of the running containers.
+    pub(super) fn probe_results(
+        &self,
+        records: &[ContainerRecord],
+    ) -> HashMap<String, status::Probed> {
+        records
+            .iter()
+            .filter_map(|r| {
+                let st = self.probes.get(&r.id)?.status();
+                Some((
+                    r.name.clone(),
+                    status::Probed {
+                        started: st.started,
+                        ready: st.ready,
+                    },
+                ))
+            })
+            .collect()
+    }
+}

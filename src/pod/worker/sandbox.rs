@@ -1,0 +1,381 @@
+//! The pod sandbox: the pause container that holds the pod's namespaces, its pinned
+//! network namespace and CNI attachment, and the pod's /etc files. A sandbox that is no
+//! longer running is replaced together with every container of the pod, as upstream.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use tracing::{info, warn};
+
+use super::{blocking, host_network, Sandbox, Worker};
+use crate::network::cni::{AttachRequest, PortMapping};
+use crate::network::netns;
+use crate::pod::files::SandboxState;
+use crate::pod::qos::{pod_cgroup_parent, qos_class};
+use crate::runtime::containers::{new_container_id, ContainerRecord, NewContainer, State};
+use crate::runtime::labels::{self, Kind};
+use crate::runtime::spec::{self, PodContext};
+use crate::runtime::RuntimeError;
+
+/// Errors while building or tearing down a pod's sandbox.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error("network: {0}")]
+    Network(#[from] crate::network::NetworkError),
+    #[error("pod sandbox image: {0}")]
+    Image(#[source] crate::runtime::pull::PullError),
+    #[error("volumes: {0}")]
+    Volume(#[from] crate::volume::VolumeError),
+    #[error("pod directory {dir}: {source}")]
+    Files {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Worker {
+    fn files_error(&self) -> impl Fn(std::io::Error) -> SandboxError {
+        let dir = self.pod_dir().dir;
+        move |source| SandboxError::Files {
+            dir: dir.clone(),
+            source,
+        }
+    }
+
+    /// The running sandbox, or a new one. A sandbox that stopped is replaced: the pod's
+    /// containers are stopped and its network torn down first (`Sandbox::replaced`).
+    pub(super) async fn ensure_sandbox(&mut self, pod: &Pod) -> Result<Sandbox, SandboxError> {
+        let rt = self.shared.rt.clone();
+        let latest = latest_sandbox(self.view.as_deref().unwrap_or(&[])).cloned();
+        if let Some(sb) = &latest {
+            if let State::Running { pid, .. } = sb.state {
+                return Ok(Sandbox {
+                    id: sb.id.clone(),
+                    pid,
+                    ips: split_ips(sb.labels.get(labels::POD_IPS)),
+                    volumes: None,
+                    replaced: false,
+                });
+            }
+        }
+        let attempt = latest.as_ref().map(|s| s.attempt + 1).unwrap_or(0);
+        if let Some(old) = &latest {
+            warn!(pod = %self.pod_ref.display(), "pod sandbox is not running; recreating it and its containers");
+            let records = self.view.clone().unwrap_or_default();
+            self.stop_containers(&records, Duration::from_secs(2))
+                .await?;
+            self.teardown_network(Some(old)).await?;
+            rt.remove_container(&old.id).await?;
+            self.forget_record(&old.id);
+        }
+
+        let cfg = self.shared.cfg.clone();
+        let dir = self.pod_dir();
+        let saved = {
+            let (dir, pod) = (dir.clone(), pod.clone());
+            blocking(move || dir.create().and_then(|()| dir.save_pod(&pod))).await
+        };
+        saved.map_err(self.files_error())?;
+        let pause = match rt.resolve_image(&cfg.pod_infra_container_image).await {
+            Err(e) if e.is_not_found() => {
+                rt.pull_image(&cfg.pod_infra_container_image, &[])
+                    .await
+                    .map_err(SandboxError::Image)?
+                    .image
+            }
+            other => other?,
+        };
+        let id = new_container_id();
+        let hostnet = host_network(pod);
+        let mut netns_path = None;
+        let mut ips: Vec<String> = Vec::new();
+        if !hostnet {
+            // Record the name before pinning so a crash here cannot leak the namespace.
+            let name = netns::new_netns_name();
+            let path = PathBuf::from("/var/run/netns").join(&name);
+            let state = SandboxState {
+                netns: Some(path.display().to_string()),
+            };
+            let d = dir.clone();
+            blocking(move || d.save_state(&state))
+                .await
+                .map_err(self.files_error())?;
+            let pinned = netns::pin(Path::new("/var/run/netns"), &name).await?;
+            let req = self.attach_request(pod, &id, &pinned);
+            match self.shared.cni.add(&req).await {
+                Ok(r) => ips = r.ips.iter().map(|i| i.to_string()).collect(),
+                Err(e) => {
+                    let _ = self.shared.cni.del(&req).await;
+                    let _ = netns::remove(&pinned).await;
+                    return Err(e.into());
+                }
+            }
+            netns_path = Some(pinned.display().to_string());
+        } else {
+            ips.push(self.shared.host_ip.clone());
+        }
+        let hostname = if hostnet {
+            nix::unistd::gethostname()
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| cfg.node_name.clone())
+        } else {
+            pod_hostname(pod)
+        };
+        // Everything after the network is attached undoes it on failure, so a failed
+        // attempt never leaks a namespace or an address (the next attempt pins a new one).
+        let started: Result<ContainerRecord, SandboxError> = async {
+            let written = {
+                let (d, pod, h, ip) = (
+                    dir.clone(),
+                    pod.clone(),
+                    hostname.clone(),
+                    ips.first().cloned(),
+                );
+                blocking(move || d.write_etc(&pod, &h, ip.as_deref())).await
+            };
+            written.map_err(self.files_error())?;
+            let ctx = self.pod_context(pod, &id, netns_path.clone(), 0, &ips, &hostname);
+            let mut spec = spec::sandbox_spec(&ctx, &pause.config)?;
+            spec::set_cgroup_leaf(&mut spec, &ctx.cgroup_parent, &id);
+            let mut extra = HashMap::from([
+                (labels::POD_IPS.to_string(), ips.join(",")),
+                (labels::HOST_NETWORK.to_string(), hostnet.to_string()),
+                (labels::CGROUP_PARENT.to_string(), ctx.cgroup_parent.clone()),
+            ]);
+            if let Some(n) = &netns_path {
+                extra.insert(labels::NETNS.to_string(), n.clone());
+            }
+            let new = NewContainer {
+                id: &id,
+                pod: &self.pod_ref,
+                kind: Kind::Sandbox,
+                name: labels::SANDBOX_NAME,
+                attempt,
+                image: &pause,
+                image_spec: &cfg.pod_infra_container_image,
+                spec: &spec,
+                extra_labels: extra,
+            };
+            rt.create_container(new.clone()).await?;
+            let pid = rt.start_task(&id, "").await?;
+            Ok(new.as_record(Some(pid)))
+        }
+        .await;
+        let record = match started {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = rt.remove_container(&id).await;
+                if let Some(n) = &netns_path {
+                    let req = self.attach_request(pod, &id, Path::new(n));
+                    let _ = self.shared.cni.del(&req).await;
+                    let _ = netns::remove(Path::new(n)).await;
+                }
+                return Err(e);
+            }
+        };
+        let pid = match record.state {
+            State::Running { pid, .. } => pid,
+            _ => 0,
+        };
+        if let Some(v) = self.view.as_mut() {
+            v.push(record);
+        }
+        info!(pod = %self.pod_ref.display(), sandbox = %id, ips = %ips.join(","), "pod sandbox started");
+        Ok(Sandbox {
+            id,
+            pid,
+            ips,
+            volumes: None,
+            replaced: latest.is_some(),
+        })
+    }
+
+    pub(super) fn attach_request(
+        &self,
+        pod: &Pod,
+        sandbox_id: &str,
+        netns: &Path,
+    ) -> AttachRequest {
+        AttachRequest {
+            sandbox_id: sandbox_id.to_string(),
+            netns: netns.to_path_buf(),
+            pod_name: self.pod_ref.name.clone(),
+            pod_namespace: self.pod_ref.namespace.clone(),
+            pod_uid: self.pod_ref.uid.clone(),
+            port_mappings: port_mappings(pod),
+        }
+    }
+
+    pub(super) fn pod_context(
+        &self,
+        pod: &Pod,
+        sandbox_id: &str,
+        netns_path: Option<String>,
+        sandbox_pid: u32,
+        ips: &[String],
+        hostname: &str,
+    ) -> PodContext {
+        let spec = pod.spec.as_ref();
+        let qos = qos_class(pod);
+        let dir = self.pod_dir();
+        PodContext {
+            sandbox_id: sandbox_id.to_string(),
+            pod_name: self.pod_ref.name.clone(),
+            pod_namespace: self.pod_ref.namespace.clone(),
+            pod_uid: self.pod_ref.uid.clone(),
+            cgroup_parent: pod_cgroup_parent(&self.pod_ref.uid, qos),
+            host_network: host_network(pod),
+            host_pid: spec.and_then(|s| s.host_pid).unwrap_or(false),
+            host_ipc: spec.and_then(|s| s.host_ipc).unwrap_or(false),
+            share_process_namespace: spec
+                .and_then(|s| s.share_process_namespace)
+                .unwrap_or(false),
+            netns_path,
+            sandbox_pid,
+            hostname: hostname.to_string(),
+            hosts_file: dir.hosts().display().to_string(),
+            hostname_file: dir.hostname().display().to_string(),
+            resolv_file: dir.resolv().display().to_string(),
+            oom_score_adj: 0,
+            oom_score_adj_min: self.shared.oom_score_adj_min,
+            pod_ips: ips.to_vec(),
+            host_ip: self.shared.host_ip.clone(),
+            node_name: self.shared.cfg.node_name.clone(),
+            allocatable_cpu_millis: self.shared.cpu_capacity_millis,
+            allocatable_memory: self.shared.memory_capacity,
+        }
+    }
+
+    /// Detaches the pod from CNI and removes its pinned network namespace. With no sandbox
+    /// record left, the namespace saved in the pod directory is removed (CNI DEL needs the
+    /// sandbox id the attachment was made with, which went with the record).
+    pub(super) async fn teardown_network(
+        &self,
+        sandbox: Option<&ContainerRecord>,
+    ) -> Result<(), SandboxError> {
+        let dir = self.pod_dir();
+        let netns = match sandbox.and_then(|s| s.labels.get(labels::NETNS).cloned()) {
+            Some(n) => Some(n),
+            None => {
+                let d = dir.clone();
+                blocking(move || d.load_state().netns).await
+            }
+        };
+        let Some(netns) = netns else { return Ok(()) };
+        let d = dir.clone();
+        let pod = blocking(move || d.load_pod()).await;
+        let req = AttachRequest {
+            sandbox_id: sandbox.map(|s| s.id.clone()).unwrap_or_default(),
+            netns: PathBuf::from(&netns),
+            pod_name: self.pod_ref.name.clone(),
+            pod_namespace: self.pod_ref.namespace.clone(),
+            pod_uid: self.pod_ref.uid.clone(),
+            port_mappings: pod.as_ref().map(port_mappings).unwrap_or_default(),
+        };
+        if sandbox.is_some() {
+            self.shared.cni.del(&req).await?;
+        }
+        netns::remove(Path::new(&netns)).await?;
+        Ok(())
+    }
+}
+
+pub(super) fn latest_sandbox(records: &[ContainerRecord]) -> Option<&ContainerRecord> {
+    records
+        .iter()
+        .filter(|r| r.kind == Kind::Sandbox)
+        .max_by_key(|r| r.attempt)
+}
+
+pub(super) fn split_ips(s: Option<&String>) -> Vec<String> {
+    s.map(|s| {
+        s.split(',')
+            .filter(|x| !x.is_empty())
+            .map(str::to_string)
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+fn pod_hostname(pod: &Pod) -> String {
+    let h = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.hostname.clone())
+        .or_else(|| pod.metadata.name.clone())
+        .unwrap_or_default();
+    // A hostname is at most 63 characters; upstream truncates and trims a trailing '-'/'.'.
+    let mut h: String = h.chars().take(63).collect();
+    while h.ends_with('-') || h.ends_with('.') {
+        h.pop();
+    }
+    h
+}
+
+fn port_mappings(pod: &Pod) -> Vec<PortMapping> {
+    let mut out = Vec::new();
+    for c in pod.spec.iter().flat_map(|s| s.containers.iter()) {
+        for p in c.ports.iter().flatten() {
+            let Some(hp) = p.host_port.filter(|h| *h > 0) else {
+                continue;
+            };
+            // Validation refuses ports outside 1-65535 before a pod gets here; a value that
+            // still does not fit is skipped rather than truncated to another port.
+            let (Ok(host_port), Ok(container_port)) =
+                (u16::try_from(hp), u16::try_from(p.container_port))
+            else {
+                continue;
+            };
+            out.push(PortMapping {
+                host_port,
+                container_port,
+                protocol: p
+                    .protocol
+                    .clone()
+                    .unwrap_or_else(|| "TCP".into())
+                    .to_ascii_lowercase(),
+                host_ip: p.host_ip.clone().unwrap_or_default(),
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod port_mapping_tests {
+    use super::*;
+
+    #[test]
+    fn port_mappings_keep_host_ip_lowercase_protocols_and_skip_ports_without_host_port() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [
+                {"name": "a", "ports": [
+                    {"containerPort": 53, "hostPort": 5353, "protocol": "UDP", "hostIP": "127.0.0.1"},
+                    {"containerPort": 8080},
+                    {"containerPort": 9090, "hostPort": 0},
+                ]},
+                {"name": "b", "ports": [{"containerPort": 80, "hostPort": 8000}]},
+                {"name": "c", "ports": [{"containerPort": 80, "hostPort": 70000}]},
+            ]}
+        }))
+        .unwrap();
+        let got: Vec<(u16, u16, String, String)> = port_mappings(&pod)
+            .into_iter()
+            .map(|m| (m.host_port, m.container_port, m.protocol, m.host_ip))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (5353, 53, "udp".to_string(), "127.0.0.1".to_string()),
+                // An unset protocol is TCP, and an unset hostIP means every host address.
+                (8000, 80, "tcp".to_string(), String::new()),
+            ]
+        );
+    }
+}

@@ -1,0 +1,325 @@
+//! Starting one container: its image under the pull policy, its OCI spec, the record and
+//! task, the log path and link, and the postStart hook. A failure becomes the container's
+//! waiting reason with upstream's words (ErrImagePull, CreateContainerConfigError,
+//! CreateContainerError, RunContainerError, PostStartHookError).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::{Container, Pod};
+use tracing::{debug, info, warn};
+
+use super::{blocking, Sandbox, Worker, POST_START_TIMEOUT};
+use crate::config::format_duration;
+use crate::logs;
+use crate::pod::qos::{oom_score_adj, qos_class};
+use crate::pod::status::Waiting;
+use crate::prober;
+use crate::runtime::containers::{format_time, new_container_id, NewContainer};
+use crate::runtime::images::ImageInfo;
+use crate::runtime::labels::{self, Kind};
+use crate::runtime::spec;
+use crate::runtime::RuntimeError;
+use crate::volume;
+
+impl Worker {
+    /// Creates and starts one container; failures become the container's waiting reason.
+    pub(super) async fn start(
+        &mut self,
+        pod: &Pod,
+        c: &Container,
+        kind: Kind,
+        attempt: u32,
+        sandbox: &Sandbox,
+        previous_finish: Option<DateTime<Utc>>,
+    ) {
+        match self.try_start(pod, c, kind, attempt, sandbox).await {
+            Ok(id) => {
+                self.started_any = true;
+                self.waiting.remove(&c.name);
+                if let Some(f) = previous_finish {
+                    self.started_after(c, f);
+                }
+                info!(pod = %self.pod_ref.display(), container = %c.name, container_id = %id, attempt, "container started");
+            }
+            Err(w) => {
+                if self.waiting.get(&c.name) != Some(&w) {
+                    warn!(pod = %self.pod_ref.display(), container = %c.name, reason = %w.reason, message = %w.message, "container not started");
+                }
+                self.waiting.insert(c.name.clone(), w);
+            }
+        }
+    }
+
+    /// The image for a container under its pull policy, as upstream: Never uses only what
+    /// the runtime has, IfNotPresent pulls when it is missing, Always checks the registry
+    /// (a pull of an image that is already complete costs only the manifest check). A
+    /// failed pull is ErrImagePull, then ImagePullBackOff until its back-off ends.
+    async fn resolve_image(&mut self, c: &Container) -> Result<ImageInfo, Waiting> {
+        let image = c.image.clone().unwrap_or_default();
+        let pull_policy = c.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
+        if pull_policy != "Always" {
+            match self.shared.rt.resolve_image(&image).await {
+                Ok(i) => {
+                    info!(pod = %self.pod_ref.display(), container = %c.name, image = %image,
+                          "Container image \"{image}\" already present on machine");
+                    return Ok(i);
+                }
+                Err(RuntimeError::ImageNotFound(_)) if pull_policy == "Never" => {
+                    return Err(Waiting::new(
+                        "ErrImageNeverPull",
+                        format!(
+                            "Container image \"{image}\" is not present with pull policy of Never"
+                        ),
+                    ))
+                }
+                Err(RuntimeError::ImageNotFound(_)) => {}
+                Err(e) => return Err(Waiting::new("ErrImagePull", e.to_string())),
+            }
+        }
+        let key = format!("{}/image/{}", self.pod_ref.uid, c.name);
+        let now = Utc::now();
+        if let Some(last) = self.image_failures.get(&key) {
+            if let Some(wait) = self.backoff.in_backoff(&key, last.0, now) {
+                return Err(Waiting::new(
+                    "ImagePullBackOff",
+                    format!(
+                        "Back-off pulling image \"{image}\": {} (next try in {}s)",
+                        last.1,
+                        wait.as_secs()
+                    ),
+                ));
+            }
+        }
+        info!(pod = %self.pod_ref.display(), container = %c.name, image = %image, "pulling image");
+        let asked = std::time::Instant::now();
+        match self.shared.rt.pull_image(&image, &[]).await {
+            Ok(out) => {
+                self.image_failures.remove(&key);
+                if out.pulled {
+                    // Upstream's wording (an event and a log line there; no status field).
+                    let waited = asked.elapsed().max(out.duration);
+                    info!(pod = %self.pod_ref.display(), container = %c.name, image = %image,
+                          size_bytes = out.size, fetched_bytes = out.bytes,
+                          seconds = out.duration.as_secs_f64(),
+                          "Successfully pulled image \"{image}\" in {} ({} including waiting). Image size: {} bytes.",
+                          format_duration(out.duration), format_duration(waited), out.size);
+                } else {
+                    debug!(pod = %self.pod_ref.display(), container = %c.name, image = %image,
+                           "image up to date with the registry");
+                }
+                Ok(out.image)
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                self.backoff.next(&key, now, now);
+                self.image_failures.insert(key, (now, msg.clone()));
+                Err(Waiting::new("ErrImagePull", msg))
+            }
+        }
+    }
+
+    async fn try_start(
+        &mut self,
+        pod: &Pod,
+        c: &Container,
+        kind: Kind,
+        attempt: u32,
+        sandbox: &Sandbox,
+    ) -> Result<String, Waiting> {
+        let rt = self.shared.rt.clone();
+        let image = self.resolve_image(c).await?;
+        let mut ctx = self.pod_context(pod, &sandbox.id, None, sandbox.pid, &sandbox.ips, "");
+        let qos = qos_class(pod);
+        let mem_request = c
+            .resources
+            .as_ref()
+            .and_then(|r| {
+                r.requests
+                    .as_ref()
+                    .and_then(|m| m.get("memory"))
+                    .or(r.limits.as_ref().and_then(|m| m.get("memory")))
+            })
+            .and_then(|q| crate::quantity::bytes(&q.0));
+        ctx.oom_score_adj = oom_score_adj(qos, mem_request, self.shared.memory_capacity);
+        let config_error = |e: String| Waiting::new("CreateContainerConfigError", e);
+        let env = spec::container_env(pod, c, &image.config, &ctx)
+            .map_err(|e| config_error(e.to_string()))?;
+        let mounts = match &sandbox.volumes {
+            Some(v) => volume::container_mounts(c, v, &env)
+                .map_err(|e| Waiting::new(e.waiting_reason(), e.to_string()))?,
+            None => Vec::new(),
+        };
+        let accounts = rt
+            .image_accounts(&image)
+            .await
+            .map_err(|e| Waiting::new("CreateContainerError", e.to_string()))?;
+        let mut oci = spec::container_spec(pod, c, &image.config, &ctx, &env, &mounts, &accounts)
+            .map_err(|e| match &e {
+            // containerd resolves the user in upstream's split, so a user the image
+            // lacks fails its CreateContainer; the kubelet's own checks come before.
+            RuntimeError::Spec { field, .. } if field == "image.user" => {
+                Waiting::new("CreateContainerError", e.to_string())
+            }
+            _ => config_error(e.to_string()),
+        })?;
+        let id = new_container_id();
+        spec::set_cgroup_leaf(&mut oci, &ctx.cgroup_parent, &id);
+
+        let cfg = self.shared.cfg.clone();
+        let log_dir = logs::pod_log_dir(
+            &cfg.pod_logs_dir,
+            &self.pod_ref.namespace,
+            &self.pod_ref.name,
+            &self.pod_ref.uid,
+        );
+        let log_path = logs::container_log_path(&log_dir, &c.name, attempt);
+        if let Some(parent) = log_path.parent().map(|p| p.to_path_buf()) {
+            let made = {
+                let p = parent.clone();
+                blocking(move || std::fs::create_dir_all(p)).await
+            };
+            made.map_err(|e| {
+                Waiting::new(
+                    "CreateContainerError",
+                    format!("cannot create log directory {}: {e}", parent.display()),
+                )
+            })?;
+        }
+        let extra = HashMap::from([
+            (labels::LOG_PATH.to_string(), log_path.display().to_string()),
+            (labels::CGROUP_PARENT.to_string(), ctx.cgroup_parent.clone()),
+        ]);
+        let new = NewContainer {
+            id: &id,
+            pod: &self.pod_ref,
+            kind,
+            name: &c.name,
+            attempt,
+            image: &image,
+            image_spec: c.image.as_deref().unwrap_or_default(),
+            spec: &oci,
+            extra_labels: extra,
+        };
+        rt.create_container(new.clone())
+            .await
+            .map_err(|e| Waiting::new("CreateContainerError", e.to_string()))?;
+        let mut record = new.as_record(None);
+
+        let uri = logs::logger_uri(
+            &self.shared.exe,
+            &log_path,
+            cfg.container_log_max_size,
+            cfg.container_log_max_files,
+        );
+        let started = Utc::now();
+        let pid = match rt.start_task(&id, &uri).await {
+            Ok(pid) => pid,
+            Err(e) => {
+                // As upstream with containerd: the container is dead with StartError / 128,
+                // and the pod shows RunContainerError until the next try.
+                let msg = e.to_string();
+                let _ = rt.delete_task(&id).await;
+                let set = HashMap::from([
+                    (labels::EXIT_CODE.to_string(), "128".to_string()),
+                    (labels::REASON.to_string(), "StartError".to_string()),
+                    (labels::MESSAGE.to_string(), msg.clone()),
+                    (labels::STARTED_AT.to_string(), format_time(started)),
+                    (labels::FINISHED_AT.to_string(), format_time(Utc::now())),
+                ]);
+                match rt.set_labels(&id, set.clone()).await {
+                    Ok(()) => {
+                        let mut labels = record.labels.clone();
+                        labels.extend(set);
+                        record = new_with_labels(&record, labels);
+                    }
+                    Err(e2) => debug!(error = %e2, "cannot record start failure"),
+                }
+                self.remember(record);
+                return Err(Waiting::new("RunContainerError", msg));
+            }
+        };
+        let started_label = HashMap::from([(labels::STARTED_AT.to_string(), format_time(started))]);
+        if rt.set_labels(&id, started_label.clone()).await.is_ok() {
+            record.labels.extend(started_label);
+        }
+        record.state = crate::runtime::containers::State::Running {
+            pid,
+            started_at: Some(started),
+        };
+        self.remember(record);
+        if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
+            let target = self.probe_target(c, &id, &sandbox.ips);
+            let exec: std::sync::Arc<dyn prober::ExecRunner> = rt.clone();
+            if let Err(msg) =
+                prober::run_handler(hook, &target, exec.as_ref(), POST_START_TIMEOUT).await
+            {
+                // As upstream: the container is killed and the pod shows PostStartHookError.
+                warn!(pod = %self.pod_ref.display(), container = %c.name, reason = "FailedPostStartHook", message = %msg, "postStart hook failed; killing container");
+                let text = format!("FailedPostStartHook: {msg}");
+                let message = HashMap::from([(labels::MESSAGE.to_string(), text.clone())]);
+                if rt.set_labels(&id, message.clone()).await.is_ok() {
+                    self.label_record(&id, message);
+                }
+                let _ = rt.kill(&id, libc::SIGKILL as u32).await;
+                if let Ok(Some(code)) = rt.wait_exit(&id, Duration::from_secs(10)).await {
+                    self.saw_exit(&id, code);
+                }
+                return Err(Waiting::new("PostStartHookError", text));
+            }
+        }
+        let link = logs::container_log_symlink(
+            &cfg.container_logs_dir,
+            &self.pod_ref.name,
+            &self.pod_ref.namespace,
+            &c.name,
+            &id,
+        );
+        blocking(move || {
+            if let Some(parent) = link.parent() {
+                let _ = std::fs::create_dir_all(parent);
+            }
+            let _ = std::fs::remove_file(&link);
+            let _ = std::os::unix::fs::symlink(&log_path, &link);
+        })
+        .await;
+        Ok(id)
+    }
+
+    /// Adds a record this pass made to its view.
+    fn remember(&mut self, record: crate::runtime::containers::ContainerRecord) {
+        if let Some(v) = self.view.as_mut() {
+            v.retain(|r| r.id != record.id);
+            v.push(record);
+        }
+    }
+
+    /// Labels this pass wrote on a record, mirrored in its view.
+    pub(super) fn label_record(&mut self, id: &str, set: HashMap<String, String>) {
+        if let Some(r) = self
+            .view
+            .as_mut()
+            .and_then(|v| v.iter_mut().find(|r| r.id == id))
+        {
+            r.labels.extend(set);
+        }
+    }
+}
+
+/// The record with these labels and no task, as a listing shows a container whose end is
+/// written into its labels.
+fn new_with_labels(
+    r: &crate::runtime::containers::ContainerRecord,
+    labels: HashMap<String, String>,
+) -> crate::runtime::containers::ContainerRecord {
+    crate::runtime::containers::record_from(
+        r.id.clone(),
+        labels,
+        &r.image,
+        r.created_at,
+        r.created_at,
+        None,
+    )
+    .unwrap_or_else(|| r.clone())
+}

@@ -1,0 +1,142 @@
+//! Stopping containers as upstream (preStop hook within the grace period, the stop signal,
+//! SIGKILL when the grace period ends) and terminating a pod: its containers, sandbox,
+//! network, logs, cgroups, volumes and directory, each step idempotent.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use tracing::{info, warn};
+
+use super::sandbox::{latest_sandbox, split_ips, SandboxError};
+use super::{blocking, Worker};
+use crate::logs;
+use crate::pod::files::{remove_log_links, remove_pod_cgroups};
+use crate::pod::qos::{pod_cgroup_parent, QosClass};
+use crate::prober;
+use crate::runtime::containers::ContainerRecord;
+use crate::runtime::labels::{self, Kind};
+use crate::runtime::RuntimeError;
+use crate::volume;
+
+impl Worker {
+    /// Stops every running non-sandbox container in parallel, each as `stop_one` does.
+    pub(super) async fn stop_containers(
+        &mut self,
+        records: &[ContainerRecord],
+        grace: Duration,
+    ) -> Result<(), RuntimeError> {
+        let dir = self.pod_dir();
+        let pod = blocking(move || dir.load_pod()).await;
+        let ips = split_ips(latest_sandbox(records).and_then(|s| s.labels.get(labels::POD_IPS)));
+        let running = records
+            .iter()
+            .filter(|r| r.kind != Kind::Sandbox && r.is_running());
+        let stops = running.map(|r| self.stop_one(pod.as_ref(), r, grace, &ips));
+        let ended = futures::future::join_all(stops).await;
+        for (id, status) in ended.into_iter().collect::<Result<Vec<_>, _>>()? {
+            self.saw_exit(&id, status);
+        }
+        Ok(())
+    }
+
+    /// Stops one container as upstream: its preStop hook within the grace period, then the
+    /// stop signal, then SIGKILL when what is left of the grace period (at least 2 s) ends.
+    /// Returns the container's id and exit status.
+    pub(super) async fn stop_one(
+        &self,
+        pod: Option<&Pod>,
+        r: &ContainerRecord,
+        grace: Duration,
+        pod_ips: &[String],
+    ) -> Result<(String, u32), RuntimeError> {
+        let rt = &self.shared.rt;
+        let spec = pod.and_then(|p| p.spec.as_ref()).and_then(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+                .find(|c| c.name == r.name)
+        });
+        let started = std::time::Instant::now();
+        if let Some((c, hook)) = spec.and_then(|c| {
+            c.lifecycle
+                .as_ref()
+                .and_then(|l| l.pre_stop.as_ref())
+                .map(|h| (c, h))
+        }) {
+            let target = self.probe_target(c, &r.id, pod_ips);
+            info!(pod = %self.pod_ref.display(), container = %r.name, "running preStop hook");
+            if let Err(msg) = prober::run_handler(hook, &target, rt.as_ref(), grace).await {
+                warn!(pod = %self.pod_ref.display(), container = %r.name, reason = "FailedPreStopHook", message = %msg, "preStop hook failed")
+            }
+        }
+        let remaining = grace
+            .saturating_sub(started.elapsed())
+            .max(Duration::from_secs(2));
+        info!(pod = %self.pod_ref.display(), container = %r.name, grace_seconds = remaining.as_secs(), "stopping container");
+        rt.kill(&r.id, libc::SIGTERM as u32).await?;
+        let status = match rt.wait_exit(&r.id, remaining).await {
+            Ok(Some(status)) => status,
+            _ => {
+                info!(pod = %self.pod_ref.display(), container = %r.name, "grace period over; killing");
+                rt.kill(&r.id, libc::SIGKILL as u32).await?;
+                rt.wait_exit(&r.id, Duration::from_secs(10))
+                    .await?
+                    .unwrap_or(128 + libc::SIGKILL as u32)
+            }
+        };
+        Ok((r.id.clone(), status))
+    }
+
+    /// Stops and removes everything of the pod, in order, each step idempotent.
+    pub async fn terminate(&mut self, grace: Duration) -> Result<(), SandboxError> {
+        let rt = self.shared.rt.clone();
+        let records = rt.pod_containers(&self.pod_ref.uid).await?;
+        self.stop_containers(&records, grace).await?;
+        for r in records.iter().filter(|r| r.kind != Kind::Sandbox) {
+            rt.remove_container(&r.id).await?;
+        }
+        let sandboxes: Vec<&ContainerRecord> =
+            records.iter().filter(|r| r.kind == Kind::Sandbox).collect();
+        for sb in &sandboxes {
+            rt.kill(&sb.id, libc::SIGKILL as u32).await?;
+            self.teardown_network(Some(sb)).await?;
+            rt.remove_container(&sb.id).await?;
+        }
+        if sandboxes.is_empty() {
+            self.teardown_network(None).await?;
+        }
+        let cfg = self.shared.cfg.clone();
+        let log_dir = logs::pod_log_dir(
+            &cfg.pod_logs_dir,
+            &self.pod_ref.namespace,
+            &self.pod_ref.name,
+            &self.pod_ref.uid,
+        );
+        let (name, namespace, uid) = (
+            self.pod_ref.name.clone(),
+            self.pod_ref.namespace.clone(),
+            self.pod_ref.uid.clone(),
+        );
+        blocking(move || {
+            let _ = std::fs::remove_dir_all(&log_dir);
+            remove_log_links(&cfg.container_logs_dir, &name, &namespace);
+            for qos in [
+                QosClass::Guaranteed,
+                QosClass::Burstable,
+                QosClass::BestEffort,
+            ] {
+                remove_pod_cgroups(&pod_cgroup_parent(&uid, qos));
+            }
+        })
+        .await;
+        let pod_dir = self.pod_dir();
+        // Volumes first: removing the pod dir must never walk into a mounted tmpfs.
+        volume::teardown_pod_volumes(&pod_dir.dir).await?;
+        let dir = pod_dir.dir.clone();
+        blocking(move || pod_dir.remove())
+            .await
+            .map_err(|source| SandboxError::Files { dir, source })?;
+        self.backoff.forget_prefix(&self.pod_ref.uid);
+        Ok(())
+    }
+}

@@ -1,0 +1,474 @@
+//! The pod worker and manager against the fake runtime: start order, restart policy and
+//! back-off, sandbox failures, termination with grace, orphans, pods that go away while
+//! they start, OOM kills, vanished containers and calls that time out. Pods use the host
+//! network, so no network namespace or CNI plugin is involved; everything else (pod
+//! directory, log paths) lives in a temporary directory. Time is tokio's paused clock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+
+use super::{Shared, Worker};
+use crate::config::Config;
+use crate::network::cni::Cni;
+use crate::pod::status_manager::StatusManager;
+use crate::pod::sync_health::SyncLoopHealth;
+use crate::pod::PodManager;
+use crate::runtime::events::OomSeen;
+use crate::runtime::fake::{FakeRuntime, Script};
+use crate::runtime::labels::PodRef;
+use crate::source::{SourceKind, SourceUpdate, SourcedPod};
+
+const UID: &str = "0f0f0f0f-uid";
+
+struct Harness {
+    fake: FakeRuntime,
+    shared: Arc<Shared>,
+    _dir: tempfile::TempDir,
+}
+
+fn harness() -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = Config::defaults(false);
+    cfg.node_name = "node-a".into();
+    cfg.root_dir = dir.path().join("root");
+    cfg.pod_logs_dir = dir.path().join("pods");
+    cfg.container_logs_dir = dir.path().join("containers");
+    cfg.pod_infra_container_image = "pause".into();
+    let oom_seen = OomSeen::default();
+    let fake = FakeRuntime::new(&["pause", "busybox"], oom_seen.clone());
+    let shared = Arc::new(Shared {
+        rt: Arc::new(fake.clone()),
+        cni: Cni::new(dir.path().join("cni"), vec![], Duration::from_secs(5)),
+        cfg: Arc::new(cfg),
+        statuses: StatusManager::new(),
+        exe: "/bin/true".into(),
+        host_ip: "192.0.2.10".into(),
+        memory_capacity: 8 << 30,
+        cpu_capacity_millis: 2000,
+        stats_pods: Default::default(),
+        started: std::time::Instant::now(),
+        oom_score_adj_min: -1000,
+        oom_seen,
+        sync_loop: Arc::new(SyncLoopHealth::new(Duration::from_secs(60))),
+    });
+    Harness {
+        fake,
+        shared,
+        _dir: dir,
+    }
+}
+
+/// A host-network pod with these init and app containers (busybox, no command needed by
+/// the fake) and this restart policy.
+fn pod(init: &[&str], app: &[&str], restart_policy: &str) -> Pod {
+    let c = |n: &&str| serde_json::json!({"name": n, "image": "busybox"});
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web", "namespace": "default", "uid": UID},
+        "spec": {
+            "hostNetwork": true,
+            "restartPolicy": restart_policy,
+            "terminationGracePeriodSeconds": 5,
+            "initContainers": init.iter().map(c).collect::<Vec<_>>(),
+            "containers": app.iter().map(c).collect::<Vec<_>>(),
+        }
+    }))
+    .unwrap()
+}
+
+fn worker(h: &Harness, pod: &Pod) -> Worker {
+    Worker::new(h.shared.clone(), super::pod_ref(pod))
+}
+
+fn status_of(h: &Harness, name: &str) -> ContainerStatus {
+    let v = h.shared.statuses.get(UID).expect("a published status");
+    let st = v.pod.status.clone().unwrap();
+    st.container_statuses
+        .into_iter()
+        .flatten()
+        .chain(st.init_container_statuses.into_iter().flatten())
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no status for container {name}"))
+}
+
+fn waiting_reason(c: &ContainerStatus) -> Option<String> {
+    c.state.as_ref()?.waiting.as_ref()?.reason.clone()
+}
+
+fn terminated_reason(c: &ContainerStatus) -> Option<String> {
+    c.state.as_ref()?.terminated.as_ref()?.reason.clone()
+}
+
+fn phase(h: &Harness) -> String {
+    let v = h.shared.statuses.get(UID).expect("a published status");
+    v.pod.status.clone().unwrap().phase.unwrap_or_default()
+}
+
+#[tokio::test(start_paused = true)]
+async fn init_containers_run_one_at_a_time_before_the_app_containers() {
+    let h = harness();
+    h.fake.script("setup", [Script::Exit(0)]);
+    h.fake.script("migrate", [Script::Exit(0)]);
+    let p = pod(&["setup", "migrate"], &["app", "sidecar"], "Always");
+    let mut w = worker(&h, &p);
+    for _ in 0..4 {
+        w.pass(&p).await;
+    }
+    assert_eq!(
+        h.fake.calls_of("start_task"),
+        [
+            "start_task POD#0",
+            "start_task setup#0",
+            "start_task migrate#0",
+            "start_task app#0",
+            "start_task sidecar#0"
+        ]
+    );
+    assert_eq!(phase(&h), "Running");
+    assert!(status_of(&h, "app").ready, "no probes: ready once running");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pass_lists_the_pods_containers_once() {
+    let h = harness();
+    let p = pod(&[], &["app", "sidecar"], "Always");
+    let mut w = worker(&h, &p);
+    // The pass that creates the sandbox and starts both containers, then a settled one.
+    w.pass(&p).await;
+    assert_eq!(
+        h.fake.calls_of("pod_containers").len(),
+        1,
+        "{:?}",
+        h.fake.calls()
+    );
+    // What the pass started shows as running without a second listing.
+    assert!(status_of(&h, "app").state.unwrap().running.is_some());
+    h.fake.clear_calls();
+    w.pass(&p).await;
+    assert_eq!(h.fake.calls(), [format!("pod_containers {UID}")]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_init_container_restarts_under_back_off_and_holds_the_app_back() {
+    let h = harness();
+    h.fake.script("setup", [Script::Exit(1), Script::Exit(1)]);
+    let p = pod(&["setup"], &["app"], "Always");
+    let mut w = worker(&h, &p);
+    w.pass(&p).await; // sandbox, setup#0 (fails)
+    w.pass(&p).await; // the first restart is immediate: setup#1 (fails)
+    let next = w.pass(&p).await; // now in back-off
+    assert_eq!(
+        h.fake.calls_of("start_task"),
+        [
+            "start_task POD#0",
+            "start_task setup#0",
+            "start_task setup#1"
+        ]
+    );
+    assert_eq!(
+        waiting_reason(&status_of(&h, "setup")).as_deref(),
+        Some("CrashLoopBackOff")
+    );
+    assert_eq!(status_of(&h, "setup").restart_count, 1);
+    assert!(
+        next > Duration::from_secs(9),
+        "the back-off is 10 s: {next:?}"
+    );
+    assert!(h.fake.calls_of("create_container app").is_empty());
+    assert_eq!(phase(&h), "Pending");
+}
+
+#[tokio::test(start_paused = true)]
+async fn restart_policy_decides_which_exits_restart() {
+    for (policy, code, restarted, final_phase) in [
+        ("Always", 0, true, "Running"),
+        ("OnFailure", 0, false, "Succeeded"),
+        ("OnFailure", 3, true, "Running"),
+        ("Never", 3, false, "Failed"),
+    ] {
+        let h = harness();
+        h.fake.script("app", [Script::Exit(code)]);
+        let p = pod(&[], &["app"], policy);
+        let mut w = worker(&h, &p);
+        w.pass(&p).await;
+        w.pass(&p).await;
+        let starts = h.fake.calls_of("start_task app").len();
+        assert_eq!(
+            starts,
+            if restarted { 2 } else { 1 },
+            "{policy} exit {code}"
+        );
+        assert_eq!(phase(&h), final_phase, "{policy} exit {code}");
+        if !restarted {
+            let c = status_of(&h, "app");
+            let t = c.state.unwrap().terminated.unwrap();
+            assert_eq!(t.exit_code, code);
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_terminal_pod_has_its_sandbox_stopped() {
+    let h = harness();
+    h.fake.script("app", [Script::Exit(0)]);
+    let p = pod(&[], &["app"], "Never");
+    let mut w = worker(&h, &p);
+    w.pass(&p).await;
+    w.pass(&p).await;
+    assert_eq!(phase(&h), "Succeeded");
+    assert_eq!(h.fake.calls_of("kill POD#0"), ["kill POD#0 9"]);
+    let sandbox = h
+        .fake
+        .records(UID)
+        .into_iter()
+        .find(|r| r.name == "POD")
+        .unwrap();
+    assert!(!sandbox.is_running());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sandbox_that_fails_to_start_is_removed_and_retried() {
+    let h = harness();
+    h.fake.script(
+        "POD",
+        [Script::FailStart("pause: exec format error".into())],
+    );
+    let p = pod(&[], &["app"], "Always");
+    let mut w = worker(&h, &p);
+    let next = w.pass(&p).await;
+    assert_eq!(next, super::RETRY);
+    assert!(
+        h.fake.records(UID).is_empty(),
+        "a failed sandbox leaves no record"
+    );
+    assert!(h.fake.calls_of("create_container app").is_empty());
+    assert_eq!(
+        waiting_reason(&status_of(&h, "app")).as_deref(),
+        Some("ContainerCreating")
+    );
+    w.pass(&p).await;
+    assert_eq!(
+        h.fake.calls_of("start_task"),
+        ["start_task POD#0", "start_task POD#0", "start_task app#0"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sandbox_that_died_is_replaced_with_its_containers() {
+    let h = harness();
+    let p = pod(&[], &["app"], "Always");
+    let mut w = worker(&h, &p);
+    w.pass(&p).await;
+    h.fake.exit("POD", 137);
+    w.pass(&p).await; // stops app, replaces the sandbox
+    w.pass(&p).await; // starts app again in the new sandbox
+    assert_eq!(h.fake.calls_of("kill app#0"), ["kill app#0 15"]);
+    assert_eq!(
+        h.fake.calls_of("start_task"),
+        [
+            "start_task POD#0",
+            "start_task app#0",
+            "start_task POD#1",
+            "start_task app#1"
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_missing_image_is_pulled_and_a_failed_pull_backs_off() {
+    let h = harness();
+    h.fake.add_to_registry("registry.test/tool:1");
+    let mut p = pod(&[], &["tool", "ghost"], "Always");
+    let spec = p.spec.as_mut().unwrap();
+    spec.containers[0].image = Some("registry.test/tool:1".into());
+    spec.containers[1].image = Some("registry.test/ghost:1".into());
+    let mut w = worker(&h, &p);
+    w.pass(&p).await;
+    assert!(status_of(&h, "tool").state.unwrap().running.is_some());
+    assert_eq!(
+        waiting_reason(&status_of(&h, "ghost")).as_deref(),
+        Some("ErrImagePull")
+    );
+    w.pass(&p).await;
+    assert_eq!(
+        waiting_reason(&status_of(&h, "ghost")).as_deref(),
+        Some("ImagePullBackOff")
+    );
+    assert_eq!(
+        h.fake.calls_of("pull_image"),
+        [
+            "pull_image registry.test/tool:1",
+            "pull_image registry.test/ghost:1"
+        ],
+        "no second pull inside the back-off"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn termination_waits_the_grace_period_then_kills() {
+    let h = harness();
+    h.fake.script("stubborn", [Script::IgnoreTerm]);
+    let p = pod(&[], &["stubborn", "polite"], "Always");
+    let mut w = worker(&h, &p);
+    w.pass(&p).await;
+    let begun = tokio::time::Instant::now();
+    w.terminate(Duration::from_secs(5)).await.unwrap();
+    assert!(
+        begun.elapsed() >= Duration::from_secs(5),
+        "SIGKILL came before the grace period ended"
+    );
+    assert_eq!(
+        h.fake.calls_of("kill stubborn"),
+        ["kill stubborn#0 15", "kill stubborn#0 9"]
+    );
+    assert_eq!(h.fake.calls_of("kill polite"), ["kill polite#0 15"]);
+    assert!(h.fake.records(UID).is_empty());
+    assert!(!h.shared.cfg.root_dir.join("pods").join(UID).exists());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_oom_kill_shows_as_oomkilled_and_restarts() {
+    let h = harness();
+    h.fake.script("app", [Script::OomKill]);
+    let p = pod(&[], &["app"], "Always");
+    let mut w = worker(&h, &p);
+    w.pass(&p).await;
+    w.pass(&p).await;
+    let c = status_of(&h, "app");
+    let last = c.last_state.unwrap().terminated.unwrap();
+    assert_eq!(last.reason.as_deref(), Some("OOMKilled"));
+    assert_eq!(last.exit_code, 137);
+    assert_eq!(c.restart_count, 1);
+    assert!(
+        !h.shared.oom_seen.contains("anything"),
+        "reports are forgotten once recorded"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_container_that_fails_to_start_is_a_start_error() {
+    let h = harness();
+    h.fake.script(
+        "app",
+        [Script::FailStart("exec: \"nope\": not found".into())],
+    );
+    let p = pod(&[], &["app"], "Always");
+    let mut w = worker(&h, &p);
+    w.pass(&p).await;
+    let c = status_of(&h, "app");
+    assert_eq!(waiting_reason(&c).as_deref(), Some("RunContainerError"));
+    assert_eq!(terminated_reason(&c), None);
+    let last = c.last_state.unwrap().terminated.unwrap();
+    assert_eq!(last.reason.as_deref(), Some("StartError"));
+    assert_eq!(last.exit_code, 128);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_vanished_container_is_started_again() {
+    let h = harness();
+    let p = pod(&[], &["app"], "Always");
+    let mut w = worker(&h, &p);
+    w.pass(&p).await;
+    h.fake.vanish("app");
+    w.pass(&p).await;
+    assert_eq!(h.fake.calls_of("start_task app").len(), 2);
+    assert!(status_of(&h, "app").state.unwrap().running.is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_listing_that_times_out_is_retried_and_keeps_the_last_status() {
+    let h = harness();
+    let p = pod(&[], &["app"], "Always");
+    let mut w = worker(&h, &p);
+    w.pass(&p).await;
+    let before = h.shared.statuses.get(UID).unwrap().version;
+    h.fake.hang("pod_containers");
+    assert_eq!(w.pass(&p).await, super::RETRY);
+    assert_eq!(h.shared.statuses.get(UID).unwrap().version, before);
+    h.fake.unhang("pod_containers");
+    w.pass(&p).await;
+    assert_eq!(
+        h.fake.calls_of("start_task app").len(),
+        1,
+        "nothing restarted"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_settled_pod_keeps_its_status_version() {
+    let h = harness();
+    let p = pod(&[], &["app"], "Always");
+    let mut w = worker(&h, &p);
+    w.pass(&p).await;
+    w.pass(&p).await;
+    let v = h.shared.statuses.get(UID).unwrap().version;
+    w.pass(&p).await;
+    w.pass(&p).await;
+    assert_eq!(h.shared.statuses.get(UID).unwrap().version, v);
+}
+
+fn update(pods: &[&Pod]) -> SourceUpdate {
+    SourceUpdate {
+        source: SourceKind::File,
+        pods: pods
+            .iter()
+            .map(|p| SourcedPod {
+                pod: (*p).clone(),
+                origin: "web.yaml".into(),
+            })
+            .collect(),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn orphans_found_at_start_are_removed_once_the_sources_have_reported() {
+    let h = harness();
+    let orphan = PodRef {
+        uid: "orphan-uid".into(),
+        name: "old".into(),
+        namespace: "default".into(),
+    };
+    h.fake
+        .leave_running_sandbox(&orphan, "sandbox-of-the-orphan");
+    let mut m = PodManager::new(h.shared.clone(), &[SourceKind::File]);
+    m.recover().await;
+    assert!(m.orphans.contains_key("orphan-uid"));
+    let kept = pod(&[], &["app"], "Always");
+    m.apply(update(&[&kept])).await;
+    let done = tokio::time::timeout(Duration::from_secs(300), m.done_rx.recv())
+        .await
+        .expect("the orphan's worker finishes");
+    assert_eq!(done.as_deref(), Some("orphan-uid"));
+    assert!(h.fake.records("orphan-uid").is_empty());
+    assert_eq!(
+        h.fake.calls_of("kill POD#0 9").len(),
+        1,
+        "{:?}",
+        h.fake.calls()
+    );
+    assert!(h.shared.statuses.get("orphan-uid").is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_whose_source_drops_it_while_it_starts_is_cleaned_up() {
+    let h = harness();
+    h.fake.hang("start_task");
+    let mut m = PodManager::new(h.shared.clone(), &[SourceKind::File]);
+    let p = pod(&[], &["app"], "Always");
+    m.apply(update(&[&p])).await;
+    // Wait until the worker is inside the sandbox start, then drop the pod.
+    while h.fake.calls_of("start_task").is_empty() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    m.apply(update(&[])).await;
+    h.fake.unhang("start_task");
+    let done = tokio::time::timeout(Duration::from_secs(300), m.done_rx.recv())
+        .await
+        .expect("the worker finishes");
+    assert_eq!(done.as_deref(), Some(UID));
+    assert!(h.fake.records(UID).is_empty(), "{:?}", h.fake.records(UID));
+    assert!(h.fake.calls_of("create_container app").is_empty());
+    assert!(h.shared.statuses.get(UID).is_none());
+    assert!(!h.shared.cfg.root_dir.join("pods").join(UID).exists());
+}

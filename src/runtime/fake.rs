@@ -1,0 +1,515 @@
+//! An in-memory `Runtime` for unit tests. Tests script what each container does when its
+//! task starts (runs, exits with a code, fails to start, is OOM-killed, ignores SIGTERM),
+//! make containers vanish, make calls time out, and read back the calls the agent made.
+//! Records are built by `containers::record_from`, the function the containerd
+//! implementation uses, so a state means the same here as there.
+//!
+//! Timing uses tokio's clock, so tests run it with paused time and waits that cost nothing.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use futures::future::BoxFuture;
+use futures::FutureExt;
+
+use super::accounts::Accounts;
+use super::containers::{record_from, ContainerRecord, NewContainer, TaskSnapshot, TaskStatus};
+use super::events::OomSeen;
+use super::exec::{ExecError, ExecResult, ExecRunner};
+use super::images::{ImageConfig, ImageInfo};
+use super::labels::{self, Kind};
+use super::pull::{PullError, PullOutcome, RegistryCredential};
+use super::service::Runtime;
+use super::{Result, RuntimeError};
+
+/// What a container's task does once started.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Script {
+    /// Runs until signalled; SIGTERM or SIGKILL ends it (143 / 137).
+    Run,
+    /// Runs and ignores SIGTERM: only SIGKILL ends it.
+    IgnoreTerm,
+    /// Exits with this code as soon as it starts.
+    Exit(i32),
+    /// The task cannot be started (containerd's start fails with this message).
+    FailStart(String),
+    /// Killed by the OOM killer right after it starts (exit 137, OOM reported).
+    OomKill,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TaskState {
+    Running,
+    Exited(i32),
+}
+
+#[derive(Debug, Clone)]
+struct FakeTask {
+    pid: u32,
+    state: TaskState,
+    exited_at: Option<DateTime<Utc>>,
+    ignores_term: bool,
+}
+
+#[derive(Debug, Clone)]
+struct FakeContainer {
+    labels: HashMap<String, String>,
+    image: String,
+    created_at: DateTime<Utc>,
+    task: Option<FakeTask>,
+}
+
+#[derive(Default)]
+struct FakeState {
+    containers: BTreeMap<String, FakeContainer>,
+    images: HashMap<String, ImageInfo>,
+    /// Images a pull would find in the registry.
+    registry: HashMap<String, ImageInfo>,
+    /// Per container name, what its next starts do (front first); `Run` once empty.
+    scripts: HashMap<String, VecDeque<Script>>,
+    /// Operations that answer with a timeout until cleared.
+    hung: HashSet<&'static str>,
+    calls: Vec<String>,
+    next_pid: u32,
+}
+
+/// The fake runtime; cheap to clone (clones share their state).
+#[derive(Clone, Default)]
+pub(crate) struct FakeRuntime {
+    state: Arc<Mutex<FakeState>>,
+    oom_seen: OomSeen,
+}
+
+/// The image the fake knows under `name`: its command is `/<name>`, as a pause or
+/// busybox image has one.
+pub(crate) fn image(name: &str) -> ImageInfo {
+    ImageInfo {
+        name: name.to_string(),
+        image_ref: format!("{name}@sha256:{:064x}", name.len()),
+        chain_id: format!("sha256:{name}"),
+        config: ImageConfig {
+            cmd: Some(vec![format!("/{name}")]),
+            ..ImageConfig::default()
+        },
+    }
+}
+
+impl FakeRuntime {
+    /// A runtime holding `images`, reporting OOM kills into `oom_seen` as containerd's
+    /// event stream does.
+    pub(crate) fn new(images: &[&str], oom_seen: OomSeen) -> FakeRuntime {
+        let rt = FakeRuntime {
+            state: Arc::default(),
+            oom_seen,
+        };
+        {
+            let mut st = rt.lock();
+            st.next_pid = 1000;
+            for i in images {
+                st.images.insert(i.to_string(), image(i));
+            }
+        }
+        rt
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, FakeState> {
+        self.state.lock().expect("fake runtime state")
+    }
+
+    /// The next starts of the container named `name` (the sandbox is "POD") do these, in order.
+    pub(crate) fn script(&self, name: &str, scripts: impl IntoIterator<Item = Script>) {
+        self.lock()
+            .scripts
+            .entry(name.to_string())
+            .or_default()
+            .extend(scripts);
+    }
+
+    /// An image a pull can fetch.
+    pub(crate) fn add_to_registry(&self, name: &str) {
+        self.lock().registry.insert(name.to_string(), image(name));
+    }
+
+    /// Calls of this operation (a `Runtime` method name) time out until `unhang`.
+    pub(crate) fn hang(&self, op: &'static str) {
+        self.lock().hung.insert(op);
+    }
+
+    pub(crate) fn unhang(&self, op: &'static str) {
+        self.lock().hung.remove(op);
+    }
+
+    /// Every call so far, as "op target" lines (target: `name#attempt`, or the pod uid).
+    pub(crate) fn calls(&self) -> Vec<String> {
+        self.lock().calls.clone()
+    }
+
+    /// The calls whose line starts with `prefix`.
+    pub(crate) fn calls_of(&self, prefix: &str) -> Vec<String> {
+        self.calls()
+            .into_iter()
+            .filter(|c| c.starts_with(prefix))
+            .collect()
+    }
+
+    pub(crate) fn clear_calls(&self) {
+        self.lock().calls.clear();
+    }
+
+    /// The running container named `name` exits with `code` (as if its process ended).
+    pub(crate) fn exit(&self, name: &str, code: i32) {
+        let mut st = self.lock();
+        for c in st.containers.values_mut() {
+            if c.labels.get(labels::CONTAINER_NAME).map(String::as_str) == Some(name) {
+                if let Some(t) = c.task.as_mut().filter(|t| t.state == TaskState::Running) {
+                    t.state = TaskState::Exited(code);
+                    t.exited_at = Some(Utc::now());
+                }
+            }
+        }
+    }
+
+    /// Every record of the container named `name` disappears (removed behind the agent's back).
+    pub(crate) fn vanish(&self, name: &str) {
+        self.lock()
+            .containers
+            .retain(|_, c| c.labels.get(labels::CONTAINER_NAME).map(String::as_str) != Some(name));
+    }
+
+    /// Adds a record as an earlier run of the agent left it: a running sandbox of a pod.
+    pub(crate) fn leave_running_sandbox(&self, pod: &labels::PodRef, id: &str) {
+        let new = NewContainer {
+            id,
+            pod,
+            kind: Kind::Sandbox,
+            name: labels::SANDBOX_NAME,
+            attempt: 0,
+            image: &image("pause"),
+            image_spec: "pause",
+            spec: &oci_spec::runtime::Spec::default(),
+            extra_labels: HashMap::from([(labels::HOST_NETWORK.to_string(), "true".into())]),
+        };
+        let mut st = self.lock();
+        st.next_pid += 1;
+        let pid = st.next_pid;
+        st.containers.insert(
+            id.to_string(),
+            FakeContainer {
+                labels: new.record_labels(),
+                image: "pause".into(),
+                created_at: Utc::now(),
+                task: Some(FakeTask {
+                    pid,
+                    state: TaskState::Running,
+                    exited_at: None,
+                    ignores_term: false,
+                }),
+            },
+        );
+    }
+
+    /// The records of a pod as the agent would list them (no call is logged).
+    pub(crate) fn records(&self, pod_uid: &str) -> Vec<ContainerRecord> {
+        self.list(Some(pod_uid))
+    }
+
+    fn list(&self, pod_uid: Option<&str>) -> Vec<ContainerRecord> {
+        let st = self.lock();
+        let mut out: Vec<(DateTime<Utc>, ContainerRecord)> = st
+            .containers
+            .iter()
+            .filter(|(_, c)| {
+                pod_uid.is_none_or(|u| c.labels.get(labels::POD_UID).map(String::as_str) == Some(u))
+            })
+            .filter_map(|(id, c)| {
+                let task = c.task.as_ref().map(|t| TaskSnapshot {
+                    status: match t.state {
+                        TaskState::Running => TaskStatus::Running,
+                        TaskState::Exited(_) => TaskStatus::Stopped,
+                    },
+                    pid: t.pid,
+                    exit_status: match t.state {
+                        TaskState::Exited(code) => code as u32,
+                        TaskState::Running => 0,
+                    },
+                    exited_at: t.exited_at,
+                });
+                let r = record_from(
+                    id.clone(),
+                    c.labels.clone(),
+                    &c.image,
+                    Some(c.created_at),
+                    Some(c.created_at),
+                    task,
+                )?;
+                Some((c.created_at, r))
+            })
+            .collect();
+        out.sort_by_key(|(t, r)| (*t, r.id.clone()));
+        out.into_iter().map(|(_, r)| r).collect()
+    }
+
+    /// Logs the call and fails it with a timeout if the operation hangs (after waiting the
+    /// deadline a real call would wait, on tokio's clock).
+    async fn enter(&self, op: &'static str, target: String) -> Result<()> {
+        let hung = {
+            let mut st = self.lock();
+            st.calls.push(format!("{op} {target}"));
+            st.hung.contains(op)
+        };
+        if hung {
+            tokio::time::sleep(super::client::CALL_TIMEOUT).await;
+            return Err(RuntimeError::Timeout {
+                op,
+                object: target,
+                secs: super::client::CALL_TIMEOUT.as_secs(),
+            });
+        }
+        Ok(())
+    }
+
+    fn target(&self, id: &str) -> String {
+        let st = self.lock();
+        match st.containers.get(id) {
+            Some(c) => format!(
+                "{}#{}",
+                c.labels
+                    .get(labels::CONTAINER_NAME)
+                    .cloned()
+                    .unwrap_or_default(),
+                c.labels.get(labels::ATTEMPT).cloned().unwrap_or_default()
+            ),
+            None => format!("<gone {}>", &id[..id.len().min(8)]),
+        }
+    }
+
+    fn not_found(op: &'static str, id: &str) -> RuntimeError {
+        RuntimeError::Call {
+            op,
+            object: id.to_string(),
+            status: Box::new(tonic::Status::not_found(format!(
+                "container {id} not found"
+            ))),
+        }
+    }
+}
+
+impl ExecRunner for FakeRuntime {
+    fn exec(
+        &self,
+        container_id: String,
+        cmd: Vec<String>,
+        _timeout: Duration,
+    ) -> BoxFuture<'static, std::result::Result<ExecResult, ExecError>> {
+        let rt = self.clone();
+        async move {
+            let target = rt.target(&container_id);
+            rt.lock()
+                .calls
+                .push(format!("exec {target} {}", cmd.join(" ")));
+            let running = rt
+                .lock()
+                .containers
+                .get(&container_id)
+                .and_then(|c| c.task.as_ref())
+                .is_some_and(|t| t.state == TaskState::Running);
+            if !running {
+                return Err(ExecError::Failed(format!(
+                    "container {container_id} is not running"
+                )));
+            }
+            Ok(ExecResult {
+                exit_code: 0,
+                stdout: Vec::new(),
+                stderr: Vec::new(),
+            })
+        }
+        .boxed()
+    }
+}
+
+#[async_trait]
+impl Runtime for FakeRuntime {
+    async fn pod_containers(&self, pod_uid: &str) -> Result<Vec<ContainerRecord>> {
+        self.enter("pod_containers", pod_uid.to_string()).await?;
+        Ok(self.list(Some(pod_uid)))
+    }
+
+    async fn all_containers(&self) -> Result<Vec<ContainerRecord>> {
+        self.enter("all_containers", String::new()).await?;
+        Ok(self.list(None))
+    }
+
+    async fn create_container(&self, new: NewContainer<'_>) -> Result<()> {
+        self.enter("create_container", format!("{}#{}", new.name, new.attempt))
+            .await?;
+        let mut st = self.lock();
+        st.containers
+            .entry(new.id.to_string())
+            .or_insert_with(|| FakeContainer {
+                labels: new.record_labels(),
+                image: new.image.name.clone(),
+                created_at: Utc::now(),
+                task: None,
+            });
+        Ok(())
+    }
+
+    async fn start_task(&self, id: &str, _io_uri: &str) -> Result<u32> {
+        let target = self.target(id);
+        self.enter("start_task", target).await?;
+        let mut st = self.lock();
+        let name = match st.containers.get(id) {
+            Some(c) => c
+                .labels
+                .get(labels::CONTAINER_NAME)
+                .cloned()
+                .unwrap_or_default(),
+            None => return Err(Self::not_found("start task", id)),
+        };
+        let script = st
+            .scripts
+            .get_mut(&name)
+            .and_then(VecDeque::pop_front)
+            .unwrap_or(Script::Run);
+        st.next_pid += 1;
+        let pid = st.next_pid;
+        let now = Utc::now();
+        let (state, exited_at) = match &script {
+            Script::FailStart(msg) => {
+                return Err(RuntimeError::Call {
+                    op: "start task",
+                    object: id.to_string(),
+                    status: Box::new(tonic::Status::unknown(msg.clone())),
+                })
+            }
+            Script::Exit(code) => (TaskState::Exited(*code), Some(now)),
+            Script::OomKill => {
+                self.oom_seen.record(id);
+                (TaskState::Exited(137), Some(now))
+            }
+            Script::Run | Script::IgnoreTerm => (TaskState::Running, None),
+        };
+        let c = st.containers.get_mut(id).expect("checked above");
+        c.task = Some(FakeTask {
+            pid,
+            state,
+            exited_at,
+            ignores_term: script == Script::IgnoreTerm,
+        });
+        Ok(pid)
+    }
+
+    async fn set_labels(&self, id: &str, set: HashMap<String, String>) -> Result<()> {
+        let target = self.target(id);
+        self.enter("set_labels", target).await?;
+        match self.lock().containers.get_mut(id) {
+            Some(c) => {
+                c.labels.extend(set);
+                Ok(())
+            }
+            None => Err(Self::not_found("update container", id)),
+        }
+    }
+
+    async fn kill(&self, id: &str, signal: u32) -> Result<()> {
+        let target = self.target(id);
+        self.enter("kill", format!("{target} {signal}")).await?;
+        let mut st = self.lock();
+        if let Some(t) = st.containers.get_mut(id).and_then(|c| c.task.as_mut()) {
+            let ends = signal == libc::SIGKILL as u32 || !t.ignores_term;
+            if t.state == TaskState::Running && ends {
+                t.state = TaskState::Exited(128 + signal as i32);
+                t.exited_at = Some(Utc::now());
+            }
+        }
+        Ok(())
+    }
+
+    async fn wait_exit(&self, id: &str, timeout: Duration) -> Result<Option<u32>> {
+        let target = self.target(id);
+        self.enter("wait_exit", target).await?;
+        let exited = |rt: &FakeRuntime| {
+            let st = rt.lock();
+            match st.containers.get(id).and_then(|c| c.task.as_ref()) {
+                Some(FakeTask {
+                    state: TaskState::Exited(code),
+                    ..
+                }) => Some(*code as u32),
+                Some(_) => None,
+                None => Some(0),
+            }
+        };
+        if let Some(code) = exited(self) {
+            return Ok(Some(code));
+        }
+        tokio::time::sleep(timeout).await;
+        Ok(exited(self))
+    }
+
+    async fn delete_task(&self, id: &str) -> Result<()> {
+        let target = self.target(id);
+        self.enter("delete_task", target).await?;
+        if let Some(c) = self.lock().containers.get_mut(id) {
+            c.task = None;
+        }
+        Ok(())
+    }
+
+    async fn remove_container(&self, id: &str) -> Result<()> {
+        let target = self.target(id);
+        self.enter("remove_container", target).await?;
+        self.lock().containers.remove(id);
+        Ok(())
+    }
+
+    async fn upper_dir(&self, _id: &str) -> Option<PathBuf> {
+        None
+    }
+
+    async fn resolve_image(&self, image: &str) -> Result<ImageInfo> {
+        self.enter("resolve_image", image.to_string()).await?;
+        self.lock()
+            .images
+            .get(image)
+            .cloned()
+            .ok_or_else(|| RuntimeError::ImageNotFound(image.to_string()))
+    }
+
+    async fn pull_image(
+        &self,
+        image: &str,
+        _creds: &[RegistryCredential],
+    ) -> std::result::Result<PullOutcome, PullError> {
+        let _ = self.enter("pull_image", image.to_string()).await;
+        let mut st = self.lock();
+        match st.registry.get(image).cloned() {
+            Some(info) => {
+                st.images.insert(image.to_string(), info.clone());
+                Ok(PullOutcome {
+                    image: info,
+                    pulled: true,
+                    bytes: 0,
+                    size: 0,
+                    duration: Duration::ZERO,
+                })
+            }
+            None => Err(PullError::NotFound {
+                image: image.to_string(),
+                registry: "fake.registry".into(),
+                detail: "manifest unknown".into(),
+            }),
+        }
+    }
+
+    async fn image_accounts(&self, _image: &ImageInfo) -> Result<Arc<Accounts>> {
+        Ok(Arc::new(Accounts::parse(
+            "root:x:0:0::/root:/bin/sh\n",
+            "root:x:0:\n",
+        )))
+    }
+}
