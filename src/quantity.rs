@@ -33,7 +33,9 @@ const MAX_BINARY_NANOS: i128 = i64::MAX as i128 * NANOS_PER_UNIT;
 /// upstream's `ErrFormatWrong`, `ErrNumeric` and `ErrSuffix`, with its wording.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum QuantityError {
-    #[error("invalid quantity {text:?}: quantities must match the regular expression '{SPLIT_RE}'")]
+    #[error(
+        "invalid quantity {text:?}: quantities must match the regular expression '{SPLIT_RE}'"
+    )]
     Format { text: String },
     #[error("invalid quantity {text:?}: unable to parse numeric part of quantity")]
     Numeric { text: String },
@@ -174,7 +176,9 @@ fn scale_digits(digits: &str, shift: u32, exp10: i64) -> Option<i128> {
             return None;
         }
         let v: i128 = digits.parse().ok()?;
-        return v.checked_mul(pow2)?.checked_mul(10i128.checked_pow(exp10 as u32)?);
+        return v
+            .checked_mul(pow2)?
+            .checked_mul(10i128.checked_pow(exp10 as u32)?);
     }
     // Split at the decimal point: the integer digits scale exactly; the fraction is
     // multiplied by 2^shift digit by digit (long multiplication from the right), which
@@ -189,13 +193,13 @@ fn scale_digits(digits: &str, shift: u32, exp10: i64) -> Option<i128> {
     let mut rest = false;
     for d in frac.bytes().rev() {
         let v = u128::from(d - b'0') * (1u128 << shift) + carry;
-        rest |= v % 10 != 0;
+        rest |= !v.is_multiple_of(10);
         carry = v / 10;
     }
     // The zeros between the point and the written digits: only the carry moves on.
     let mut zeros = frac_len - frac.len() as u64;
     while zeros > 0 && carry > 0 {
-        rest |= carry % 10 != 0;
+        rest |= !carry.is_multiple_of(10);
         carry /= 10;
         zeros -= 1;
     }
@@ -253,7 +257,9 @@ impl Quantity {
 
     /// Parses a quantity as it arrives in an API object: upstream's JSON decoding trims
     /// surrounding white space before parsing.
-    pub fn from_api(q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity) -> Result<Quantity, QuantityError> {
+    pub fn from_api(
+        q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+    ) -> Result<Quantity, QuantityError> {
         Quantity::parse(q.0.trim())
     }
 
@@ -490,7 +496,9 @@ mod tests {
     fn errors_are_upstreams_and_name_the_text() {
         let format = |s: &str| QuantityError::Format { text: s.into() };
         let suffix = |s: &str| QuantityError::Suffix { text: s.into() };
-        for bad in ["", "10MB", "10 Mi", "ten", "1.2.3", " 1", "1 ", "1Mi5x", "--1"] {
+        for bad in [
+            "", "10MB", "10 Mi", "ten", "1.2.3", " 1", "1 ", "1Mi5x", "--1",
+        ] {
             let e = Quantity::parse(bad).unwrap_err();
             if bad == "--1" {
                 assert_eq!(e, suffix(bad));
@@ -498,7 +506,16 @@ mod tests {
                 assert_eq!(e, format(bad), "{bad:?}");
             }
         }
-        for bad in ["1e", "1K", "1ki", "1e+", "1ee5", "1Mi5", "1m5", "1e99999999999999999999"] {
+        for bad in [
+            "1e",
+            "1K",
+            "1ki",
+            "1e+",
+            "1ee5",
+            "1Mi5",
+            "1m5",
+            "1e99999999999999999999",
+        ] {
             assert_eq!(Quantity::parse(bad).unwrap_err(), suffix(bad), "{bad:?}");
         }
         assert_eq!(

@@ -32,7 +32,10 @@ type ResourceMap = BTreeMap<String, ApiQuantity>;
 /// Adds a requests or limits map into running totals, counting only positive values of the
 /// QoS resources; returns which of them it found. A value that does not parse counts as
 /// unset here: the spec refuses it, naming the field.
-fn accumulate(into: &mut BTreeMap<&'static str, Quantity>, from: Option<&ResourceMap>) -> Vec<&'static str> {
+fn accumulate(
+    into: &mut BTreeMap<&'static str, Quantity>,
+    from: Option<&ResourceMap>,
+) -> Vec<&'static str> {
     let mut found = Vec::new();
     for name in QOS_RESOURCES {
         let Some(q) = from
@@ -55,7 +58,9 @@ fn accumulate(into: &mut BTreeMap<&'static str, Quantity>, from: Option<&Resourc
 fn defaulted_requests(r: &ResourceRequirements) -> Option<ResourceMap> {
     let mut requests = r.requests.clone().unwrap_or_default();
     for (name, limit) in r.limits.iter().flatten() {
-        requests.entry(name.clone()).or_insert_with(|| limit.clone());
+        requests
+            .entry(name.clone())
+            .or_insert_with(|| limit.clone());
     }
     (!requests.is_empty()).then_some(requests)
 }
@@ -76,7 +81,11 @@ pub fn qos_class(pod: &Pod) -> QosClass {
         Some(pod_level) => vec![pod_level],
         None => spec
             .into_iter()
-            .flat_map(|s| s.containers.iter().chain(s.init_containers.iter().flatten()))
+            .flat_map(|s| {
+                s.containers
+                    .iter()
+                    .chain(s.init_containers.iter().flatten())
+            })
             .map(|c: &Container| c.resources.as_ref().unwrap_or(&none))
             .collect(),
     };
@@ -90,8 +99,8 @@ pub fn qos_class(pod: &Pod) -> QosClass {
     if requests.is_empty() && limits.is_empty() {
         return QosClass::BestEffort;
     }
-    let equal = requests.len() == limits.len()
-        && requests.iter().all(|(n, r)| limits.get(n) == Some(r));
+    let equal =
+        requests.len() == limits.len() && requests.iter().all(|(n, r)| limits.get(n) == Some(r));
     if guaranteed && equal {
         QosClass::Guaranteed
     } else {
@@ -189,11 +198,7 @@ mod tests {
         for m in 1..=4000 {
             let dec = format!("{}.{:03}", m / 1000, m % 1000);
             assert_eq!(class(&dec, &format!("{m}m"), "1Mi", "1Mi"), g, "{dec}");
-            assert_eq!(
-                class(&format!("{m}e-3"), &dec, "1Mi", "1Mi"),
-                g,
-                "{m}e-3"
-            );
+            assert_eq!(class(&format!("{m}e-3"), &dec, "1Mi", "1Mi"), g, "{m}e-3");
             let more = format!("{}m", m + 1);
             assert_eq!(
                 class(&dec, &more, "1Mi", "1Mi"),
