@@ -15,7 +15,6 @@ use serde_json::{Map, Value};
 
 use super::duration::parse_duration;
 use super::error::ConfigError;
-use super::quantity::parse_quantity;
 use super::AuthorizationMode;
 
 pub(crate) const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
@@ -522,9 +521,9 @@ impl<'a> FieldReader<'a> {
         let Some(text) = self.string(field)? else {
             return Ok(None);
         };
-        parse_quantity(&text)
+        crate::quantity::size_bytes(&text)
             .map(Some)
-            .map_err(|reason| self.bad(field, &Value::String(text.clone()), reason))
+            .map_err(|e| self.bad(field, &Value::String(text.clone()), e.to_string()))
     }
 
     fn ip(&self, field: &str) -> Result<Option<IpAddr>, ConfigError> {

@@ -8,7 +8,6 @@ mod duration;
 mod error;
 mod file;
 mod flags;
-mod quantity;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -18,7 +17,6 @@ use std::time::Duration;
 pub use configz::configz_json;
 pub use duration::{format_duration, parse_duration};
 pub use error::ConfigError;
-pub use quantity::parse_quantity;
 
 use file::FileSettings;
 use flags::FlagValue;
@@ -480,7 +478,8 @@ fn apply_flags(config: &mut Config, given: &[FlagValue]) -> Result<(), ConfigErr
                 config.http_check_frequency = parse_duration(v).map_err(|r| bad(&r))?
             }
             "container-log-max-size" => {
-                config.container_log_max_size = parse_quantity(v).map_err(|r| bad(&r))?
+                config.container_log_max_size =
+                    crate::quantity::size_bytes(v).map_err(|e| bad(&e.to_string()))?
             }
             "container-log-max-files" => {
                 config.container_log_max_files = v

@@ -263,7 +263,7 @@ fn flag_errors_are_one_line_and_exit_2() {
         ),
         (
             &["--container-log-max-size=10MB"],
-            "invalid value \"10MB\" for flag --container-log-max-size: unknown suffix \"MB\" (one of Ki, Mi, Gi, Ti, Pi, Ei, n, u, m, k, M, G, T, P, E)",
+            "invalid value \"10MB\" for flag --container-log-max-size: invalid quantity \"10MB\": quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
         ),
         (
             &["-v=loud"],

@@ -2,17 +2,31 @@
 //! PodSpec as upstream and containerd's CRI plugin do: image entrypoint/cmd versus
 //! command/args, env with `$(VAR)` expansion, resources to cgroup settings, the security
 //! context, and the pod's shared namespaces and files.
+//!
+//! The spec is put together with oci-spec's typed builders, so a misspelled field does not
+//! compile. Their `build()` fills every field left unset from the type's `Default`, which
+//! for some types is not empty (a process gets an RLIMIT_NOFILE of 1024 and inheritable
+//! and ambient capabilities, `Linux` gets masked paths, a spec gets the hostname "youki"):
+//! such fields are cleared after building wherever the spec should not carry them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::str::FromStr;
 
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
-use oci_spec::runtime::Spec;
-use serde_json::{json, Value};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
+use oci_spec::runtime::{
+    Capability, LinuxBuilder, LinuxCapabilities, LinuxCapabilitiesBuilder, LinuxCpuBuilder,
+    LinuxDeviceCgroupBuilder, LinuxMemoryBuilder, LinuxNamespace, LinuxNamespaceBuilder,
+    LinuxNamespaceType, LinuxResources, LinuxResourcesBuilder, Mount, MountBuilder, ProcessBuilder,
+    RootBuilder, Spec, SpecBuilder, UserBuilder,
+};
+use oci_spec::OciSpecError;
 
 use super::accounts::{self, Accounts, ResolvedUser, UserRef};
 use super::images::{split_env, ImageConfig};
 use super::RuntimeError;
-use crate::quantity;
+use crate::quantity::Quantity;
 use crate::volume::{resource_value, Allocatable};
 
 /// Everything about the pod that a container spec needs, computed once per sync.
@@ -66,67 +80,73 @@ fn spec_err(container: &str, field: &str, reason: impl Into<String>) -> RuntimeE
     }
 }
 
+/// A builder's failure, which names the container; the builders here set no required
+/// field late, so this is not expected in practice.
+fn built(container: &str) -> impl Fn(OciSpecError) -> RuntimeError + '_ {
+    move |e| spec_err(container, "spec", e.to_string())
+}
+
 /// containerd's default capability set.
-const DEFAULT_CAPS: [&str; 14] = [
-    "CAP_CHOWN",
-    "CAP_DAC_OVERRIDE",
-    "CAP_FSETID",
-    "CAP_FOWNER",
-    "CAP_MKNOD",
-    "CAP_NET_RAW",
-    "CAP_SETGID",
-    "CAP_SETUID",
-    "CAP_SETFCAP",
-    "CAP_SETPCAP",
-    "CAP_NET_BIND_SERVICE",
-    "CAP_SYS_CHROOT",
-    "CAP_KILL",
-    "CAP_AUDIT_WRITE",
+const DEFAULT_CAPS: [Capability; 14] = [
+    Capability::Chown,
+    Capability::DacOverride,
+    Capability::Fsetid,
+    Capability::Fowner,
+    Capability::Mknod,
+    Capability::NetRaw,
+    Capability::Setgid,
+    Capability::Setuid,
+    Capability::Setfcap,
+    Capability::Setpcap,
+    Capability::NetBindService,
+    Capability::SysChroot,
+    Capability::Kill,
+    Capability::AuditWrite,
 ];
 
 /// Every capability the kernel knows (privileged containers get them all).
-const ALL_CAPS: [&str; 41] = [
-    "CAP_CHOWN",
-    "CAP_DAC_OVERRIDE",
-    "CAP_DAC_READ_SEARCH",
-    "CAP_FOWNER",
-    "CAP_FSETID",
-    "CAP_KILL",
-    "CAP_SETGID",
-    "CAP_SETUID",
-    "CAP_SETPCAP",
-    "CAP_LINUX_IMMUTABLE",
-    "CAP_NET_BIND_SERVICE",
-    "CAP_NET_BROADCAST",
-    "CAP_NET_ADMIN",
-    "CAP_NET_RAW",
-    "CAP_IPC_LOCK",
-    "CAP_IPC_OWNER",
-    "CAP_SYS_MODULE",
-    "CAP_SYS_RAWIO",
-    "CAP_SYS_CHROOT",
-    "CAP_SYS_PTRACE",
-    "CAP_SYS_PACCT",
-    "CAP_SYS_ADMIN",
-    "CAP_SYS_BOOT",
-    "CAP_SYS_NICE",
-    "CAP_SYS_RESOURCE",
-    "CAP_SYS_TIME",
-    "CAP_SYS_TTY_CONFIG",
-    "CAP_MKNOD",
-    "CAP_LEASE",
-    "CAP_AUDIT_WRITE",
-    "CAP_AUDIT_CONTROL",
-    "CAP_SETFCAP",
-    "CAP_MAC_OVERRIDE",
-    "CAP_MAC_ADMIN",
-    "CAP_SYSLOG",
-    "CAP_WAKE_ALARM",
-    "CAP_BLOCK_SUSPEND",
-    "CAP_AUDIT_READ",
-    "CAP_PERFMON",
-    "CAP_BPF",
-    "CAP_CHECKPOINT_RESTORE",
+const ALL_CAPS: [Capability; 41] = [
+    Capability::Chown,
+    Capability::DacOverride,
+    Capability::DacReadSearch,
+    Capability::Fowner,
+    Capability::Fsetid,
+    Capability::Kill,
+    Capability::Setgid,
+    Capability::Setuid,
+    Capability::Setpcap,
+    Capability::LinuxImmutable,
+    Capability::NetBindService,
+    Capability::NetBroadcast,
+    Capability::NetAdmin,
+    Capability::NetRaw,
+    Capability::IpcLock,
+    Capability::IpcOwner,
+    Capability::SysModule,
+    Capability::SysRawio,
+    Capability::SysChroot,
+    Capability::SysPtrace,
+    Capability::SysPacct,
+    Capability::SysAdmin,
+    Capability::SysBoot,
+    Capability::SysNice,
+    Capability::SysResource,
+    Capability::SysTime,
+    Capability::SysTtyConfig,
+    Capability::Mknod,
+    Capability::Lease,
+    Capability::AuditWrite,
+    Capability::AuditControl,
+    Capability::Setfcap,
+    Capability::MacOverride,
+    Capability::MacAdmin,
+    Capability::Syslog,
+    Capability::WakeAlarm,
+    Capability::BlockSuspend,
+    Capability::AuditRead,
+    Capability::Perfmon,
+    Capability::Bpf,
+    Capability::CheckpointRestore,
 ];
 
 const MASKED_PATHS: [&str; 11] = [
@@ -151,34 +171,160 @@ const READONLY_PATHS: [&str; 5] = [
     "/proc/sysrq-trigger",
 ];
 
-fn default_mounts(privileged: bool) -> Vec<Value> {
-    vec![
-        json!({"destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "noexec", "nodev"]}),
-        json!({"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]}),
-        json!({"destination": "/dev/pts", "type": "devpts", "source": "devpts", "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"]}),
-        json!({"destination": "/dev/shm", "type": "tmpfs", "source": "shm", "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]}),
-        json!({"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue", "options": ["nosuid", "noexec", "nodev"]}),
-        json!({"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", if privileged { "rw" } else { "ro" }]}),
-        json!({"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup", "options": ["nosuid", "noexec", "nodev", "relatime", if privileged { "rw" } else { "ro" }]}),
-    ]
+/// Upstream's CPU constants (kubelet cm and kuberuntime helpers).
+const MIN_SHARES: i64 = 2;
+const MAX_SHARES: i64 = 262_144;
+const SHARES_PER_CPU: i64 = 1024;
+const MILLI_CPU_TO_CPU: i64 = 1000;
+/// The CFS period in microseconds (100ms), and the smallest quota (1ms).
+pub(crate) const QUOTA_PERIOD: i64 = 100_000;
+const MIN_QUOTA_PERIOD: i64 = 1000;
+
+/// cpu.shares for a CPU request in millicores, as upstream's MilliCPUToShares: zero means
+/// the minimum, and the result is clamped to what the kernel accepts.
+pub(crate) fn milli_cpu_to_shares(milli_cpu: i64) -> u64 {
+    if milli_cpu == 0 {
+        return MIN_SHARES as u64;
+    }
+    let shares = milli_cpu.saturating_mul(SHARES_PER_CPU) / MILLI_CPU_TO_CPU;
+    shares.clamp(MIN_SHARES, MAX_SHARES) as u64
 }
 
-fn bind(dest: &str, src: &str, ro: bool) -> Value {
-    json!({"destination": dest, "type": "bind", "source": src,
-           "options": ["rbind", "rprivate", if ro { "ro" } else { "rw" }]})
+/// The CFS quota for a CPU limit in millicores over `period` microseconds, as upstream's
+/// milliCPUToQuota: none (0) for no limit, else at least 1ms.
+pub(crate) fn milli_cpu_to_quota(milli_cpu: i64, period: i64) -> i64 {
+    if milli_cpu == 0 {
+        return 0;
+    }
+    (milli_cpu.saturating_mul(period) / MILLI_CPU_TO_CPU).max(MIN_QUOTA_PERIOD)
 }
 
-fn cri_annotations(ctx: &PodContext, kind: &str, container: &str) -> Value {
-    json!({
-        "io.kubernetes.cri.container-type": kind,
-        "io.kubernetes.cri.sandbox-id": ctx.sandbox_id,
-        "io.kubernetes.cri.sandbox-name": ctx.pod_name,
-        "io.kubernetes.cri.sandbox-namespace": ctx.pod_namespace,
-        "io.kubernetes.cri.sandbox-uid": ctx.pod_uid,
-        "io.kubernetes.cri.container-name": container,
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+fn mount(
+    dest: &str,
+    typ: &str,
+    source: impl Into<PathBuf>,
+    options: Vec<String>,
+) -> Result<Mount, OciSpecError> {
+    MountBuilder::default()
+        .destination(dest)
+        .typ(typ)
+        .source(source)
+        .options(options)
+        .build()
+}
+
+/// A bind mount with `options` after "rbind" (propagation, then "ro"/"rw", ...).
+pub(crate) fn bind_mount(
+    dest: &str,
+    source: impl Into<PathBuf>,
+    options: &[&str],
+) -> Result<Mount, OciSpecError> {
+    let mut all = vec!["rbind".to_string()];
+    all.extend(strings(options));
+    mount(dest, "bind", source, all)
+}
+
+fn default_mounts(privileged: bool) -> Result<Vec<Mount>, OciSpecError> {
+    let sys = if privileged { "rw" } else { "ro" };
+    Ok(vec![
+        mount(
+            "/proc",
+            "proc",
+            "proc",
+            strings(&["nosuid", "noexec", "nodev"]),
+        )?,
+        mount(
+            "/dev",
+            "tmpfs",
+            "tmpfs",
+            strings(&["nosuid", "strictatime", "mode=755", "size=65536k"]),
+        )?,
+        mount(
+            "/dev/pts",
+            "devpts",
+            "devpts",
+            strings(&[
+                "nosuid",
+                "noexec",
+                "newinstance",
+                "ptmxmode=0666",
+                "mode=0620",
+                "gid=5",
+            ]),
+        )?,
+        mount(
+            "/dev/shm",
+            "tmpfs",
+            "shm",
+            strings(&["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]),
+        )?,
+        mount(
+            "/dev/mqueue",
+            "mqueue",
+            "mqueue",
+            strings(&["nosuid", "noexec", "nodev"]),
+        )?,
+        mount(
+            "/sys",
+            "sysfs",
+            "sysfs",
+            strings(&["nosuid", "noexec", "nodev", sys]),
+        )?,
+        mount(
+            "/sys/fs/cgroup",
+            "cgroup",
+            "cgroup",
+            strings(&["nosuid", "noexec", "nodev", "relatime", sys]),
+        )?,
+    ])
+}
+
+fn bind(dest: &str, src: &str, ro: bool) -> Result<Mount, OciSpecError> {
+    bind_mount(dest, src, &["rprivate", if ro { "ro" } else { "rw" }])
+}
+
+fn cri_annotations(ctx: &PodContext, kind: &str, container: &str) -> HashMap<String, String> {
+    [
+        ("io.kubernetes.cri.container-type", kind),
+        ("io.kubernetes.cri.sandbox-id", &ctx.sandbox_id),
+        ("io.kubernetes.cri.sandbox-name", &ctx.pod_name),
+        ("io.kubernetes.cri.sandbox-namespace", &ctx.pod_namespace),
+        ("io.kubernetes.cri.sandbox-uid", &ctx.pod_uid),
+        ("io.kubernetes.cri.container-name", container),
         // One runc shim per pod: the shim groups containers carrying the same value.
-        "io.containerd.runc.v2.group": ctx.sandbox_id,
-    })
+        ("io.containerd.runc.v2.group", &ctx.sandbox_id),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+/// A namespace to create (`path` None) or to join.
+fn namespace(
+    typ: LinuxNamespaceType,
+    path: Option<String>,
+) -> Result<LinuxNamespace, OciSpecError> {
+    match path {
+        Some(p) => LinuxNamespaceBuilder::default().typ(typ).path(p).build(),
+        None => LinuxNamespaceBuilder::default().typ(typ).build(),
+    }
+}
+
+/// The bounding, effective and permitted sets (inheritable and ambient stay empty, as
+/// containerd leaves them).
+fn capabilities(caps: HashSet<Capability>) -> Result<LinuxCapabilities, OciSpecError> {
+    let mut c = LinuxCapabilitiesBuilder::default()
+        .bounding(caps.clone())
+        .effective(caps.clone())
+        .permitted(caps)
+        .build()?;
+    c.set_inheritable(None);
+    c.set_ambient(None);
+    Ok(c)
 }
 
 /// Parses the sandbox image's `User` when numeric ("65535", "65535:65535"). The pause
@@ -205,8 +351,15 @@ fn numeric_user(user: &str) -> Result<(Option<u32>, Option<u32>), String> {
     Ok((Some(uid), gid))
 }
 
+/// The oom_score_adj as the kernel takes it (-1000..=1000), never below what the agent
+/// may give.
+fn oom_score_adj(want: i64, min: i64) -> i32 {
+    want.max(min).clamp(-1000, 1000) as i32
+}
+
 /// The pause container: holds the pod's namespaces.
 pub fn sandbox_spec(ctx: &PodContext, image: &ImageConfig) -> Result<Spec, RuntimeError> {
+    let oci = built("POD");
     let mut args: Vec<String> = image.entrypoint.clone().unwrap_or_default();
     args.extend(image.cmd.clone().unwrap_or_default());
     if args.is_empty() {
@@ -214,59 +367,90 @@ pub fn sandbox_spec(ctx: &PodContext, image: &ImageConfig) -> Result<Spec, Runti
     }
     let (uid, gid) = numeric_user(image.user.as_deref().unwrap_or(""))
         .map_err(|e| spec_err("POD", "image.user", e))?;
-    let mut namespaces = vec![json!({"type": "mount"})];
+    let mut namespaces = vec![namespace(LinuxNamespaceType::Mount, None)];
     if !ctx.host_pid {
-        namespaces.push(json!({"type": "pid"}));
+        namespaces.push(namespace(LinuxNamespaceType::Pid, None));
     }
     if !ctx.host_ipc {
-        namespaces.push(json!({"type": "ipc"}));
+        namespaces.push(namespace(LinuxNamespaceType::Ipc, None));
     }
     if !ctx.host_network {
-        namespaces.push(json!({"type": "uts"}));
+        namespaces.push(namespace(LinuxNamespaceType::Uts, None));
         let path = ctx
             .netns_path
             .clone()
             .ok_or_else(|| spec_err("POD", "netns", "no network namespace for a pod network"))?;
-        namespaces.push(json!({"type": "network", "path": path}));
+        namespaces.push(namespace(LinuxNamespaceType::Network, Some(path)));
     }
-    let mut mounts = default_mounts(false);
-    mounts.push(bind("/etc/resolv.conf", &ctx.resolv_file, true));
-    let mut v = json!({
-        "ociVersion": "1.0.2",
-        "process": {
-            "terminal": false,
-            "user": {"uid": uid.unwrap_or(0), "gid": gid.unwrap_or(0)},
-            "args": args,
-            "env": image.env.clone().unwrap_or_else(|| vec!["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()]),
-            "cwd": "/",
-            "capabilities": caps_json(DEFAULT_CAPS.iter().map(|s| s.to_string()).collect()),
-            "noNewPrivileges": true,
-            "oomScoreAdj": (-998i64).max(ctx.oom_score_adj_min),
-        },
-        "root": {"path": "rootfs", "readonly": true},
-        "mounts": mounts,
-        "annotations": cri_annotations(ctx, "sandbox", "POD"),
-        "linux": {
-            "cgroupsPath": format!("{}/{}", ctx.cgroup_parent, ctx.sandbox_id),
-            "namespaces": namespaces,
-            "resources": {"devices": [{"allow": false, "access": "rwm"}], "cpu": {"shares": 2}},
-            "maskedPaths": MASKED_PATHS,
-            "readonlyPaths": READONLY_PATHS,
-        },
+    let namespaces = namespaces
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(&oci)?;
+    let mut mounts = default_mounts(false).map_err(&oci)?;
+    mounts.push(bind("/etc/resolv.conf", &ctx.resolv_file, true).map_err(&oci)?);
+    let user = UserBuilder::default()
+        .uid(uid.unwrap_or(0))
+        .gid(gid.unwrap_or(0))
+        .build()
+        .map_err(&oci)?;
+    let env = image.env.clone().unwrap_or_else(|| {
+        vec!["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()]
     });
+    let mut process = ProcessBuilder::default()
+        .terminal(false)
+        .user(user)
+        .args(args)
+        .env(env)
+        .cwd("/")
+        .capabilities(capabilities(DEFAULT_CAPS.into_iter().collect()).map_err(&oci)?)
+        .no_new_privileges(true)
+        .oom_score_adj(oom_score_adj(-998, ctx.oom_score_adj_min))
+        .build()
+        .map_err(&oci)?;
+    process.set_rlimits(None);
+    let resources = LinuxResourcesBuilder::default()
+        .devices(vec![LinuxDeviceCgroupBuilder::default()
+            .allow(false)
+            .access("rwm")
+            .build()
+            .map_err(&oci)?])
+        .cpu(
+            LinuxCpuBuilder::default()
+                .shares(MIN_SHARES as u64)
+                .build()
+                .map_err(&oci)?,
+        )
+        .build()
+        .map_err(&oci)?;
+    let mut linux = LinuxBuilder::default()
+        .cgroups_path(format!("{}/{}", ctx.cgroup_parent, ctx.sandbox_id))
+        .namespaces(namespaces)
+        .resources(resources)
+        .masked_paths(strings(&MASKED_PATHS))
+        .readonly_paths(strings(&READONLY_PATHS));
     if !ctx.host_network {
-        v["hostname"] = json!(ctx.hostname);
-        v["linux"]["sysctl"] = json!({"net.ipv4.ip_unprivileged_port_start": "0"});
+        linux = linux.sysctl(HashMap::from([(
+            "net.ipv4.ip_unprivileged_port_start".to_string(),
+            "0".to_string(),
+        )]));
     }
-    to_spec(v, "POD")
-}
-
-fn caps_json(caps: Vec<String>) -> Value {
-    json!({"bounding": caps, "effective": caps, "permitted": caps})
-}
-
-fn to_spec(v: Value, container: &str) -> Result<Spec, RuntimeError> {
-    serde_json::from_value(v).map_err(|e| spec_err(container, "spec", e.to_string()))
+    let mut spec = SpecBuilder::default()
+        .version("1.0.2")
+        .process(process)
+        .root(
+            RootBuilder::default()
+                .path("rootfs")
+                .readonly(true)
+                .build()
+                .map_err(&oci)?,
+        )
+        .mounts(mounts)
+        .annotations(cri_annotations(ctx, "sandbox", "POD"))
+        .linux(linux.build().map_err(&oci)?)
+        .build()
+        .map_err(&oci)?;
+    spec.set_hostname((!ctx.host_network).then(|| ctx.hostname.clone()));
+    Ok(spec)
 }
 
 /// `$(VAR)` expansion as upstream: `$$` is a literal `$`, an undefined `$(VAR)` stays as it
@@ -380,7 +564,7 @@ pub fn container_env(
                     pod,
                     target,
                     &r.resource,
-                    r.divisor.as_ref().map(|d| d.0.as_str()),
+                    r.divisor.as_ref(),
                     &ctx.allocatable(),
                 )
                 .map_err(|(sub, reason)| {
@@ -533,18 +717,133 @@ fn process_user(
         .map_err(|e| spec_err(name, "image.user", e))
 }
 
+/// A capability named as the API writes it ("NET_ADMIN", "CAP_NET_ADMIN", any case);
+/// None when the kernel has no such capability.
+fn capability(name: &str) -> Option<Capability> {
+    let full = capability_name(name);
+    Capability::from_str(full.strip_prefix("CAP_").unwrap_or(&full)).ok()
+}
+
+/// The container's capability set: containerd's defaults (all when privileged), then the
+/// securityContext's adds (ignored when privileged) and drops; "ALL" means every one.
+fn container_capabilities(
+    c: &Container,
+    privileged: bool,
+) -> Result<HashSet<Capability>, RuntimeError> {
+    let sc = c.security_context.as_ref();
+    let mut caps: HashSet<Capability> = if privileged {
+        ALL_CAPS.into_iter().collect()
+    } else {
+        DEFAULT_CAPS.into_iter().collect()
+    };
+    if let Some(cs) = sc.and_then(|s| s.capabilities.as_ref()) {
+        if !privileged {
+            for add in cs.add.iter().flatten() {
+                if capability_name(add) == "CAP_ALL" {
+                    caps.extend(ALL_CAPS);
+                } else {
+                    caps.insert(capability(add).ok_or_else(|| {
+                        spec_err(
+                            &c.name,
+                            "securityContext.capabilities",
+                            format!("unknown capability {:?}", capability_name(add)),
+                        )
+                    })?);
+                }
+            }
+        }
+        for drop in cs.drop.iter().flatten() {
+            if capability_name(drop) == "CAP_ALL" {
+                caps.clear();
+            } else if let Some(cap) = capability(drop) {
+                caps.remove(&cap);
+            }
+        }
+    }
+    Ok(caps)
+}
+
+/// A container's resource quantity, refused with its field named when malformed or
+/// negative.
+fn resource_quantity(
+    container: &str,
+    field: &str,
+    q: Option<&ApiQuantity>,
+) -> Result<Option<Quantity>, RuntimeError> {
+    let Some(q) = q else { return Ok(None) };
+    let v = Quantity::from_api(q).map_err(|e| spec_err(container, field, e.to_string()))?;
+    if v.is_negative() {
+        return Err(spec_err(
+            container,
+            field,
+            format!("{:?} must not be negative", q.0),
+        ));
+    }
+    Ok(Some(v))
+}
+
+/// The container's cgroup resources as upstream's kuberuntime computes them
+/// (calculateLinuxResources): shares from the CPU request (from the limit when the request
+/// is zero or unset), a CFS quota over a 100ms period from a non-zero CPU limit, and the
+/// memory limit in bytes when non-zero, every quantity rounded up as upstream rounds it.
+fn container_resources(c: &Container, privileged: bool) -> Result<LinuxResources, RuntimeError> {
+    let name = c.name.as_str();
+    let oci = built(name);
+    let res = c.resources.as_ref();
+    let limits = res.and_then(|r| r.limits.as_ref());
+    let requests = res.and_then(|r| r.requests.as_ref());
+    let get = |m: Option<&BTreeMap<String, ApiQuantity>>, kind: &str, what: &str| {
+        resource_quantity(
+            name,
+            &format!("resources.{kind}.{what}"),
+            m.and_then(|m| m.get(what)),
+        )
+    };
+    let cpu_limit = get(limits, "limits", "cpu")?.unwrap_or_default();
+    let cpu_request = get(requests, "requests", "cpu")?.unwrap_or_default();
+    let mem_limit = get(limits, "limits", "memory")?.unwrap_or_default();
+
+    let shares = if cpu_request.is_zero() && !cpu_limit.is_zero() {
+        milli_cpu_to_shares(cpu_limit.milli_value())
+    } else {
+        milli_cpu_to_shares(cpu_request.milli_value())
+    };
+    let mut cpu = LinuxCpuBuilder::default().shares(shares);
+    let quota = milli_cpu_to_quota(cpu_limit.milli_value(), QUOTA_PERIOD);
+    if quota != 0 {
+        cpu = cpu.quota(quota).period(QUOTA_PERIOD as u64);
+    }
+    let mut resources = LinuxResourcesBuilder::default()
+        .devices(vec![LinuxDeviceCgroupBuilder::default()
+            .allow(privileged)
+            .access("rwm")
+            .build()
+            .map_err(&oci)?])
+        .cpu(cpu.build().map_err(&oci)?);
+    if mem_limit.value() != 0 {
+        resources = resources.memory(
+            LinuxMemoryBuilder::default()
+                .limit(mem_limit.value())
+                .build()
+                .map_err(&oci)?,
+        );
+    }
+    resources.build().map_err(&oci)
+}
+
 /// An app or init container, joined to the sandbox's namespaces. `env` comes from
-/// `container_env`; `volume_mounts` are the container's volume binds (OCI mount JSON).
+/// `container_env`; `volume_mounts` are the container's volume binds.
 pub fn container_spec(
     pod: &Pod,
     c: &Container,
     image: &ImageConfig,
     ctx: &PodContext,
     env: &[(String, String)],
-    volume_mounts: &[Value],
+    volume_mounts: &[Mount],
     accounts: &Accounts,
 ) -> Result<Spec, RuntimeError> {
     let name = c.name.as_str();
+    let oci = built(name);
     let args = container_args(c, image, env);
     if args.is_empty() {
         return Err(spec_err(
@@ -556,64 +855,38 @@ pub fn container_spec(
     let pod_sc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
     let sc = c.security_context.as_ref();
     let user = process_user(pod, c, image, accounts)?;
-    let (uid, gid, additional) = (user.uid, user.gid, user.additional_gids);
     let privileged = sc.and_then(|s| s.privileged).unwrap_or(false);
-    let mut caps: Vec<String> = if privileged {
-        ALL_CAPS.iter().map(|s| s.to_string()).collect()
-    } else {
-        DEFAULT_CAPS.iter().map(|s| s.to_string()).collect()
-    };
-    if let Some(cs) = sc.and_then(|s| s.capabilities.as_ref()) {
-        if !privileged {
-            for add in cs.add.iter().flatten() {
-                let n = capability_name(add);
-                if n == "CAP_ALL" {
-                    caps = ALL_CAPS.iter().map(|s| s.to_string()).collect();
-                } else if !caps.contains(&n) {
-                    caps.push(n);
-                }
-            }
-        }
-        for drop in cs.drop.iter().flatten() {
-            let n = capability_name(drop);
-            if n == "CAP_ALL" {
-                caps.clear();
-            } else {
-                caps.retain(|c| *c != n);
-            }
-        }
-    }
-    for cap in &caps {
-        if !ALL_CAPS.contains(&cap.as_str()) {
-            return Err(spec_err(
-                name,
-                "securityContext.capabilities",
-                format!("unknown capability {cap:?}"),
-            ));
-        }
-    }
+    let caps = container_capabilities(c, privileged)?;
     let read_only = sc
         .and_then(|s| s.read_only_root_filesystem)
         .unwrap_or(false);
     let no_new_privs = sc.and_then(|s| s.allow_privilege_escalation) == Some(false);
 
-    let sandbox = |ns: &str| format!("/proc/{}/ns/{ns}", ctx.sandbox_pid);
-    let mut namespaces = vec![json!({"type": "mount"})];
+    let sandbox = |ns: &str| Some(format!("/proc/{}/ns/{ns}", ctx.sandbox_pid));
+    let mut namespaces = vec![namespace(LinuxNamespaceType::Mount, None)];
     if ctx.share_process_namespace {
-        namespaces.push(json!({"type": "pid", "path": sandbox("pid")}));
+        namespaces.push(namespace(LinuxNamespaceType::Pid, sandbox("pid")));
     } else if !ctx.host_pid {
-        namespaces.push(json!({"type": "pid"}));
+        namespaces.push(namespace(LinuxNamespaceType::Pid, None));
     }
     if !ctx.host_ipc {
-        namespaces.push(json!({"type": "ipc", "path": sandbox("ipc")}));
+        namespaces.push(namespace(LinuxNamespaceType::Ipc, sandbox("ipc")));
     }
     if !ctx.host_network {
-        namespaces.push(json!({"type": "uts", "path": sandbox("uts")}));
-        namespaces.push(json!({"type": "network", "path": sandbox("net")}));
+        namespaces.push(namespace(LinuxNamespaceType::Uts, sandbox("uts")));
+        namespaces.push(namespace(LinuxNamespaceType::Network, sandbox("net")));
     }
+    let namespaces = namespaces
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(&oci)?;
 
-    let mut mounts = default_mounts(privileged);
-    let taken = |dest: &str| volume_mounts.iter().any(|m| m["destination"] == dest);
+    let mut mounts = default_mounts(privileged).map_err(&oci)?;
+    let taken = |dest: &str| {
+        volume_mounts
+            .iter()
+            .any(|m| m.destination().as_os_str() == dest)
+    };
     // A volume mounted over one of these files wins, as upstream.
     for (dest, src) in [
         ("/etc/hosts", &ctx.hosts_file),
@@ -621,82 +894,31 @@ pub fn container_spec(
         ("/etc/resolv.conf", &ctx.resolv_file),
     ] {
         if !taken(dest) {
-            mounts.push(bind(dest, src, read_only));
+            mounts.push(bind(dest, src, read_only).map_err(&oci)?);
         }
     }
     mounts.extend(volume_mounts.iter().cloned());
 
-    let res = c.resources.as_ref();
-    let get =
-        |m: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
-         k: &str| m.and_then(|m| m.get(k)).map(|q| q.0.clone());
-    let limits = res.and_then(|r| r.limits.as_ref());
-    let requests = res.and_then(|r| r.requests.as_ref());
-    let cpu_limit = get(limits, "cpu")
-        .map(|q| {
-            quantity::cpu_millis(&q).ok_or_else(|| {
-                spec_err(
-                    name,
-                    "resources.limits.cpu",
-                    format!("invalid quantity {q:?}"),
-                )
-            })
-        })
-        .transpose()?;
-    let cpu_request = get(requests, "cpu")
-        .map(|q| {
-            quantity::cpu_millis(&q).ok_or_else(|| {
-                spec_err(
-                    name,
-                    "resources.requests.cpu",
-                    format!("invalid quantity {q:?}"),
-                )
-            })
-        })
-        .transpose()?
-        .or(cpu_limit);
-    let mem_limit = get(limits, "memory")
-        .map(|q| {
-            quantity::bytes(&q).ok_or_else(|| {
-                spec_err(
-                    name,
-                    "resources.limits.memory",
-                    format!("invalid quantity {q:?}"),
-                )
-            })
-        })
-        .transpose()?;
-    // Upstream: shares = milliCPU * 1024 / 1000, at least 2.
-    let shares = cpu_request.map(|m| (m * 1024 / 1000).max(2)).unwrap_or(2);
-    let mut cpu = json!({"shares": shares});
-    if let Some(l) = cpu_limit {
-        let period = 100_000i64;
-        cpu["quota"] = json!((l * period / 1000).max(1000));
-        cpu["period"] = json!(period);
-    }
-    let mut resources = json!({
-        "devices": [{"allow": privileged, "access": "rwm"}],
-        "cpu": cpu,
-    });
-    if let Some(m) = mem_limit {
-        resources["memory"] = json!({"limit": m});
-    }
-
-    let mut linux = json!({
-        "cgroupsPath": format!("{}/{}", ctx.cgroup_parent, "CONTAINER_ID"),
-        "namespaces": namespaces,
-        "resources": resources,
-    });
-    if !privileged {
-        linux["maskedPaths"] = json!(MASKED_PATHS);
-        linux["readonlyPaths"] = json!(READONLY_PATHS);
-    }
+    let mut linux = LinuxBuilder::default()
+        .cgroups_path(format!("{}/{}", ctx.cgroup_parent, "CONTAINER_ID"))
+        .namespaces(namespaces)
+        .resources(container_resources(c, privileged)?);
     if let Some(sysctls) = pod_sc.and_then(|s| s.sysctls.as_ref()) {
-        let m: BTreeMap<String, String> = sysctls
-            .iter()
-            .map(|s| (s.name.clone(), s.value.clone()))
-            .collect();
-        linux["sysctl"] = json!(m);
+        linux = linux.sysctl(
+            sysctls
+                .iter()
+                .map(|s| (s.name.clone(), s.value.clone()))
+                .collect::<HashMap<_, _>>(),
+        );
+    }
+    let mut linux = linux.build().map_err(&oci)?;
+    if privileged {
+        // The builder's default masks paths; a privileged container sees them all.
+        linux.set_masked_paths(None);
+        linux.set_readonly_paths(None);
+    } else {
+        linux.set_masked_paths(Some(strings(&MASKED_PATHS)));
+        linux.set_readonly_paths(Some(strings(&READONLY_PATHS)));
     }
     let cwd = c
         .working_dir
@@ -711,24 +933,46 @@ pub fn container_spec(
             format!("{cwd:?} is not an absolute path"),
         ));
     }
-    let v = json!({
-        "ociVersion": "1.0.2",
-        "process": {
-            "terminal": false,
-            "user": {"uid": uid, "gid": gid, "additionalGids": additional},
-            "args": args,
-            "env": env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
-            "cwd": cwd,
-            "capabilities": caps_json(caps),
-            "noNewPrivileges": no_new_privs,
-            "oomScoreAdj": ctx.oom_score_adj.max(ctx.oom_score_adj_min),
-        },
-        "root": {"path": "rootfs", "readonly": read_only},
-        "mounts": mounts,
-        "annotations": cri_annotations(ctx, "container", name),
-        "linux": linux,
-    });
-    to_spec(v, name)
+    let mut process = ProcessBuilder::default()
+        .terminal(false)
+        .user(
+            UserBuilder::default()
+                .uid(user.uid)
+                .gid(user.gid)
+                .additional_gids(user.additional_gids)
+                .build()
+                .map_err(&oci)?,
+        )
+        .args(args)
+        .env(
+            env.iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>(),
+        )
+        .cwd(cwd)
+        .capabilities(capabilities(caps).map_err(&oci)?)
+        .no_new_privileges(no_new_privs)
+        .oom_score_adj(oom_score_adj(ctx.oom_score_adj, ctx.oom_score_adj_min))
+        .build()
+        .map_err(&oci)?;
+    process.set_rlimits(None);
+    let mut spec = SpecBuilder::default()
+        .version("1.0.2")
+        .process(process)
+        .root(
+            RootBuilder::default()
+                .path("rootfs")
+                .readonly(read_only)
+                .build()
+                .map_err(&oci)?,
+        )
+        .mounts(mounts)
+        .annotations(cri_annotations(ctx, "container", name))
+        .linux(linux)
+        .build()
+        .map_err(&oci)?;
+    spec.set_hostname(None);
+    Ok(spec)
 }
 
 /// Sets the container's own cgroup leaf once its id is known (specs are built before).
@@ -741,6 +985,7 @@ pub fn set_cgroup_leaf(spec: &mut Spec, parent: &str, id: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{json, Value};
 
     fn ctx() -> PodContext {
         PodContext {
@@ -1034,5 +1279,185 @@ mod tests {
             .iter()
             .any(|n| n["type"] == "network" && n["path"] == "/var/run/netns/cni-x"));
         assert_eq!(v["linux"]["cgroupsPath"], "/kubepods/besteffort/podu1/sb");
+    }
+
+    fn golden(name: &str) -> Spec {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/runtime/testdata")
+            .join(format!("{name}.json"));
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+    }
+
+    /// The typed builders produce the very documents the earlier JSON-built specs were
+    /// (captured in testdata/ before the rewrite), field for field: nothing the builders'
+    /// defaults would add (rlimits, inheritable or ambient capabilities, masked paths on a
+    /// privileged container, a hostname under hostNetwork) slips in.
+    #[test]
+    fn specs_are_the_documents_they_were() {
+        let pause = ImageConfig {
+            entrypoint: Some(vec!["/pause".into()]),
+            user: Some("65535:65535".into()),
+            ..Default::default()
+        };
+        assert_eq!(sandbox_spec(&ctx(), &pause).unwrap(), golden("sandbox"));
+        let mut hn = ctx();
+        hn.host_network = true;
+        hn.host_pid = true;
+        hn.host_ipc = true;
+        hn.netns_path = None;
+        assert_eq!(
+            sandbox_spec(&hn, &ImageConfig::default()).unwrap(),
+            golden("sandbox-host")
+        );
+        let (p, c) = pod(json!({"name": "c", "image": "i",
+            "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}, "requests": {"cpu": "250m"}},
+            "securityContext": {"runAsUser": 1000, "runAsGroup": 2000, "readOnlyRootFilesystem": true,
+                "allowPrivilegeEscalation": false,
+                "capabilities": {"add": ["NET_ADMIN"], "drop": ["KILL"]}}}));
+        assert_eq!(spec_of(&p, &c).unwrap(), golden("container"));
+        let (p, c) =
+            pod(json!({"name": "c", "image": "i", "securityContext": {"privileged": true}}));
+        assert_eq!(spec_of(&p, &c).unwrap(), golden("container-privileged"));
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p-node", "namespace": "default", "uid": "u1"},
+            "spec": {"securityContext": {"sysctls": [{"name": "net.core.somaxconn", "value": "1024"}],
+                    "supplementalGroups": [5], "fsGroup": 7},
+                "containers": [{"name": "c", "image": "i", "workingDir": "/w", "command": ["sh"],
+                    "env": [{"name": "X", "value": "y"}], "resources": {"limits": {"memory": "1Gi"}}}]}
+        }))
+        .unwrap();
+        let c = p.spec.as_ref().unwrap().containers[0].clone();
+        let mut sp = ctx();
+        sp.share_process_namespace = true;
+        sp.host_network = true;
+        let env = container_env(&p, &c, &image(), &sp).unwrap();
+        let mounts = vec![
+            bind_mount("/etc/hosts", "/v/hosts", &["rprivate", "ro"]).unwrap(),
+            bind_mount("/data", "/v/data", &["rslave", "rw"]).unwrap(),
+        ];
+        let s = container_spec(&p, &c, &image(), &sp, &env, &mounts, &Accounts::default()).unwrap();
+        assert_eq!(s, golden("container-shared"));
+        // Also as serialized text: no field present in one and absent in the other.
+        assert_eq!(
+            serde_json::to_value(&s)
+                .unwrap()
+                .as_object()
+                .unwrap()
+                .keys()
+                .collect::<Vec<_>>(),
+            serde_json::to_value(golden("container-shared"))
+                .unwrap()
+                .as_object()
+                .unwrap()
+                .keys()
+                .collect::<Vec<_>>()
+        );
+    }
+
+    /// cpu.shares and the CFS quota of a container whose request and limit are `cpu`.
+    fn cpu_of(cpu: &str) -> (Value, Value, Value) {
+        let (p, c) = pod(json!({"name": "c", "image": "i",
+            "resources": {"limits": {"cpu": cpu}, "requests": {"cpu": cpu}}}));
+        let v = serde_json::to_value(spec_of(&p, &c).unwrap()).unwrap();
+        let cpu = &v["linux"]["resources"]["cpu"];
+        (
+            cpu["shares"].clone(),
+            cpu["quota"].clone(),
+            cpu["period"].clone(),
+        )
+    }
+
+    /// Every milli value from 1m to 4000m, written as millis, as a decimal and with an
+    /// exponent, gives the shares and quota upstream computes, worked out here in integer
+    /// arithmetic the way upstream's MilliCPUToShares and milliCPUToQuota do it.
+    #[test]
+    fn cpu_shares_and_quota_match_upstream_for_every_milli_value() {
+        for m in 1..=4000i64 {
+            let shares = (m * 1024 / 1000).clamp(2, 262_144);
+            let quota = (m * 100_000 / 1000).max(1000);
+            for form in [
+                format!("{m}m"),
+                format!("{}.{:03}", m / 1000, m % 1000),
+                format!("{m}e-3"),
+            ] {
+                assert_eq!(
+                    cpu_of(&form),
+                    (json!(shares), json!(quota), json!(100_000)),
+                    "{form}"
+                );
+            }
+        }
+        // Sub-milli values round up to the next milli, as MilliValue does.
+        assert_eq!(cpu_of("0.0001").0, json!(2));
+        assert_eq!(cpu_of("1001u").1, json!(1000));
+        assert_eq!(cpu_of("2.0001").0, json!(2049));
+        assert_eq!(cpu_of("2.0001").1, json!(200_100));
+    }
+
+    #[test]
+    fn cpu_edges_follow_upstream() {
+        assert_eq!(milli_cpu_to_shares(0), 2);
+        assert_eq!(milli_cpu_to_shares(1), 2);
+        assert_eq!(milli_cpu_to_shares(256_000), 262_144);
+        assert_eq!(milli_cpu_to_shares(300_000), 262_144, "capped at MaxShares");
+        assert_eq!(milli_cpu_to_quota(0, QUOTA_PERIOD), 0);
+        assert_eq!(milli_cpu_to_quota(1, QUOTA_PERIOD), 1000);
+        assert_eq!(milli_cpu_to_quota(10, QUOTA_PERIOD), 1000);
+        assert_eq!(milli_cpu_to_quota(11, QUOTA_PERIOD), 1100);
+        let spec = |res: Value| {
+            let (p, c) = pod(json!({"name": "c", "image": "i", "resources": res}));
+            serde_json::to_value(spec_of(&p, &c).unwrap()).unwrap()["linux"]["resources"].clone()
+        };
+        // A zero request takes its shares from the limit; a zero limit sets no quota; a
+        // zero memory limit sets no limit.
+        let r = spec(json!({"requests": {"cpu": "0"}, "limits": {"cpu": "1", "memory": "0"}}));
+        assert_eq!(r["cpu"]["shares"], 1024);
+        assert!(r.get("memory").is_none(), "{r}");
+        let r = spec(json!({"requests": {"cpu": "250m"}, "limits": {"cpu": "0"}}));
+        assert_eq!(r["cpu"], json!({"shares": 256}));
+        let r = spec(json!({"requests": {"cpu": "300"}}));
+        assert_eq!(r["cpu"]["shares"], 262_144);
+        // Memory rounds up to whole bytes and stays exact past 2^53.
+        let r = spec(json!({"limits": {"memory": "1.5"}}));
+        assert_eq!(r["memory"]["limit"], 2);
+        let r = spec(json!({"limits": {"memory": "9007199254740993"}}));
+        assert_eq!(r["memory"]["limit"], 9_007_199_254_740_993i64);
+        let r = spec(json!({"limits": {"memory": "1.5Gi"}}));
+        assert_eq!(r["memory"]["limit"], 1_610_612_736);
+    }
+
+    #[test]
+    fn bad_resource_quantities_name_their_field() {
+        for (res, field) in [
+            (json!({"limits": {"cpu": "1 core"}}), "resources.limits.cpu"),
+            (json!({"requests": {"cpu": "-1"}}), "resources.requests.cpu"),
+            (
+                json!({"limits": {"memory": "10MB"}}),
+                "resources.limits.memory",
+            ),
+        ] {
+            let (p, c) = pod(json!({"name": "c", "image": "i", "resources": res}));
+            let e = spec_of(&p, &c).unwrap_err();
+            assert!(
+                matches!(&e, RuntimeError::Spec { field: f, container, .. } if f == field && container == "c"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_capabilities_are_refused() {
+        let (p, c) = pod(json!({"name": "c", "image": "i",
+            "securityContext": {"capabilities": {"add": ["NOT_A_CAP"]}}}));
+        let e = spec_of(&p, &c).unwrap_err().to_string();
+        assert!(e.contains("unknown capability \"CAP_NOT_A_CAP\""), "{e}");
+        let (p, c) = pod(json!({"name": "c", "image": "i",
+            "securityContext": {"capabilities": {"add": ["all"], "drop": ["sys_admin"]}}}));
+        let v = serde_json::to_value(spec_of(&p, &c).unwrap()).unwrap();
+        let eff = v["process"]["capabilities"]["effective"]
+            .as_array()
+            .unwrap();
+        assert_eq!(eff.len(), ALL_CAPS.len() - 1);
+        assert!(!eff.contains(&json!("CAP_SYS_ADMIN")));
     }
 }

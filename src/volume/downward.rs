@@ -8,8 +8,10 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, DownwardAPIVolumeFile, Pod};
 
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
+
 use super::Allocatable;
-use crate::quantity;
+use crate::quantity::Quantity;
 
 /// Upstream's default file mode for downwardAPI and projected volumes.
 pub const DEFAULT_MODE: i32 = 0o644;
@@ -67,14 +69,8 @@ pub fn collect(
                         "is required in a volume".into(),
                     ));
                 }
-                resource_value(
-                    pod,
-                    container,
-                    &rr.resource,
-                    rr.divisor.as_ref().map(|d| d.0.as_str()),
-                    alloc,
-                )
-                .map_err(|(sub, r)| (format!("{f}.resourceFieldRef.{sub}"), r))?
+                resource_value(pod, container, &rr.resource, rr.divisor.as_ref(), alloc)
+                    .map_err(|(sub, r)| (format!("{f}.resourceFieldRef.{sub}"), r))?
             }
             _ => {
                 return Err((
@@ -263,7 +259,7 @@ pub fn resource_value(
     pod: &Pod,
     container: &str,
     resource: &str,
-    divisor: Option<&str>,
+    divisor: Option<&ApiQuantity>,
     alloc: &Allocatable,
 ) -> Result<String, FieldError> {
     let c = find_container(pod, container).ok_or_else(|| {
@@ -285,8 +281,7 @@ pub fn resource_value(
         "requests" => res.and_then(|r| r.requests.as_ref()),
         _ => return Err(bad_resource()),
     }
-    .and_then(|m| m.get(name))
-    .map(|q| q.0.clone());
+    .and_then(|m| m.get(name));
     // An unset limit means "as much as the pod may have": the pod-level limit when the pod
     // sets one, else what the node can give pods.
     let pod_limit = || {
@@ -295,44 +290,43 @@ pub fn resource_value(
             .and_then(|s| s.resources.as_ref())
             .and_then(|r| r.limits.as_ref())
             .and_then(|m| m.get(name))
-            .map(|q| q.0.clone())
     };
     let value = match own {
         Some(q) => Some(q),
         None if kind == "limits" => pod_limit(),
         None => None,
     };
-    let parse_err = |q: &str| {
-        (
-            "resource".to_string(),
-            format!("cannot parse quantity {q:?}"),
-        )
+    let parse = |q: Option<&ApiQuantity>| {
+        q.map(|q| Quantity::from_api(q).map_err(|e| ("resource".to_string(), e.to_string())))
+            .transpose()
     };
+    let value = parse(value)?;
+    // Upstream divides in float64 and rounds up; integers give the same result for every
+    // value below 2^53 and stay exact above.
     match name {
         "cpu" => {
             let millis = match value {
-                Some(q) => quantity::cpu_millis(&q).ok_or_else(|| parse_err(&q))?,
+                Some(q) => q.milli_value(),
                 None if kind == "limits" => alloc.cpu_millis.unwrap_or(0),
                 None => 0,
             };
-            let div = cpu_divisor(divisor)?;
+            let div = divisor_of(divisor, &CPU_DIVISORS, "1m or 1")?.milli_value();
             Ok(ceil_div(millis, div).to_string())
         }
         "memory" | "ephemeral-storage" => {
             let b = match value {
-                Some(q) => quantity::bytes(&q).ok_or_else(|| parse_err(&q))?,
+                Some(q) => q.value(),
                 None if kind == "limits" && name == "memory" => alloc.memory_bytes.unwrap_or(0),
                 None if kind == "limits" => alloc.ephemeral_storage_bytes.unwrap_or(0),
                 None => 0,
             };
-            Ok(ceil_div(b, byte_divisor(divisor)?).to_string())
+            let div = divisor_of(divisor, &BYTE_DIVISORS, BYTE_DIVISORS_TEXT)?.value();
+            Ok(ceil_div(b, div).to_string())
         }
         n if n.starts_with("hugepages-") => {
-            let b = match value {
-                Some(q) => quantity::bytes(&q).ok_or_else(|| parse_err(&q))?,
-                None => 0,
-            };
-            Ok(ceil_div(b, byte_divisor(divisor)?).to_string())
+            let b = value.map_or(0, |q| q.value());
+            let div = divisor_of(divisor, &BYTE_DIVISORS, BYTE_DIVISORS_TEXT)?.value();
+            Ok(ceil_div(b, div).to_string())
         }
         _ => Err(bad_resource()),
     }
@@ -342,36 +336,42 @@ fn ceil_div(v: i64, d: i64) -> i64 {
     if v <= 0 {
         return 0;
     }
-    (v + d - 1) / d
+    v / d + i64::from(v % d != 0)
 }
 
-/// CPU divisors upstream accepts: 1m and 1 (default 1).
-fn cpu_divisor(d: Option<&str>) -> Result<i64, FieldError> {
-    let Some(d) = d.filter(|d| !d.is_empty()) else {
-        return Ok(1000);
-    };
-    match quantity::cpu_millis(d) {
-        Some(m @ (1 | 1000)) => Ok(m),
-        _ => Err((
-            "divisor".into(),
-            format!("{d:?} is not a valid CPU divisor (1m or 1)"),
-        )),
-    }
-}
-
+/// CPU divisors upstream accepts.
+const CPU_DIVISORS: [&str; 2] = ["1m", "1"];
 /// Byte divisors upstream accepts: 1 and one unit of every decimal and binary suffix.
-fn byte_divisor(d: Option<&str>) -> Result<i64, FieldError> {
-    let Some(d) = d.filter(|d| !d.is_empty()) else {
-        return Ok(1);
+const BYTE_DIVISORS: [&str; 13] = [
+    "1", "1k", "1M", "1G", "1T", "1P", "1E", "1Ki", "1Mi", "1Gi", "1Ti", "1Pi", "1Ei",
+];
+const BYTE_DIVISORS_TEXT: &str = "1, 1k, 1M, ..., 1E, 1Ki, 1Mi, ..., 1Ei";
+
+/// The divisor as upstream reads it: unset or zero means 1; otherwise it must equal one of
+/// `allowed` by value ("1000m" is "1"), as upstream's validation compares them.
+fn divisor_of(
+    d: Option<&ApiQuantity>,
+    allowed: &[&str],
+    allowed_text: &str,
+) -> Result<Quantity, FieldError> {
+    let bad = |text: &str| {
+        (
+            "divisor".to_string(),
+            format!("{text:?} is not a valid divisor ({allowed_text})"),
+        )
     };
-    let ok = |b: i64| b == 1 || (1..=6).any(|e| b == 1000i64.pow(e) || b == 1i64 << (10 * e));
-    match quantity::bytes(d) {
-        Some(b) if ok(b) => Ok(b),
-        _ => Err((
-            "divisor".into(),
-            format!("{d:?} is not a valid divisor (1, 1k, 1M, ..., 1E, 1Ki, 1Mi, ..., 1Ei)"),
-        )),
+    let Some(d) = d else {
+        return Ok(Quantity::from_value(1));
+    };
+    let q = Quantity::from_api(d).map_err(|_| bad(&d.0))?;
+    if q.is_zero() {
+        return Ok(Quantity::from_value(1));
     }
+    allowed
+        .iter()
+        .filter_map(|a| Quantity::parse(a).ok())
+        .find(|a| *a == q)
+        .ok_or_else(|| bad(&d.0))
 }
 
 #[cfg(test)]
@@ -434,7 +434,10 @@ mod tests {
     #[test]
     fn resources_use_divisor_and_fall_back_to_allocatable() {
         let p = pod();
-        let v = |c: &str, r: &str, d: Option<&str>| resource_value(&p, c, r, d, &alloc());
+        let v = |c: &str, r: &str, d: Option<&str>| {
+            let d = d.map(|d| ApiQuantity(d.into()));
+            resource_value(&p, c, r, d.as_ref(), &alloc())
+        };
         assert_eq!(v("c", "limits.cpu", None).unwrap(), "1");
         assert_eq!(v("c", "limits.cpu", Some("1m")).unwrap(), "250");
         assert_eq!(v("c", "requests.cpu", Some("1m")).unwrap(), "100");
@@ -461,6 +464,40 @@ mod tests {
         );
     }
 
+    /// Values are exact and rounded up only once, after the division; divisors are
+    /// compared by value, and a zero divisor means the default, as upstream.
+    #[test]
+    fn resource_values_are_exact_and_divisors_compared_by_value() {
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "web"},
+            "spec": {"containers": [{"name": "c", "image": "i", "resources": {
+                "limits": {"cpu": "2.007", "memory": "1.5Gi"},
+                "requests": {"cpu": "7e-1", "memory": "1000001"}}}]}
+        }))
+        .unwrap();
+        let v = |r: &str, d: Option<&str>| {
+            let d = d.map(|d| ApiQuantity(d.into()));
+            resource_value(&p, "c", r, d.as_ref(), &alloc())
+        };
+        assert_eq!(v("limits.cpu", Some("1m")).unwrap(), "2007");
+        assert_eq!(v("limits.cpu", None).unwrap(), "3");
+        assert_eq!(v("requests.cpu", Some("1m")).unwrap(), "700");
+        assert_eq!(v("requests.cpu", Some("1000m")).unwrap(), "1");
+        assert_eq!(v("requests.cpu", Some("0")).unwrap(), "1");
+        assert_eq!(v("limits.memory", Some("1Mi")).unwrap(), "1536");
+        assert_eq!(v("limits.memory", Some("1024Ki")).unwrap(), "1536");
+        assert_eq!(v("requests.memory", Some("1M")).unwrap(), "2");
+        assert_eq!(v("requests.memory", Some("0.001M")).unwrap(), "1001");
+        for bad in ["0.5m", "1001m", "2"] {
+            assert_eq!(
+                v("limits.cpu", Some(bad)).unwrap_err().0,
+                "divisor",
+                "{bad}"
+            );
+        }
+        assert_eq!(v("limits.memory", Some("1.5Ki")).unwrap_err().0, "divisor");
+    }
+
     #[test]
     fn pod_level_limit_comes_before_allocatable() {
         let mut p = pod();
@@ -471,7 +508,14 @@ mod tests {
             "2"
         );
         assert_eq!(
-            resource_value(&p, "free", "limits.memory", Some("1Mi"), &alloc()).unwrap(),
+            resource_value(
+                &p,
+                "free",
+                "limits.memory",
+                Some(&ApiQuantity("1Mi".into())),
+                &alloc()
+            )
+            .unwrap(),
             "1024"
         );
     }

@@ -10,7 +10,9 @@ use std::path::Path;
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::mounter::Mounter;
-use crate::quantity;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
+
+use crate::quantity::{self, Quantity};
 
 /// The directory, world-writable as upstream makes it (containers run as any user).
 pub fn setup_dir(dir: &Path) -> io::Result<()> {
@@ -62,13 +64,19 @@ pub fn memory_size(pod: &Pod, size_limit: Option<&str>, allocatable: Option<i64>
     size
 }
 
+/// Bytes of an API quantity, rounded up as upstream's `Value()`; one that does not parse
+/// is left out here (the container's spec refuses it, naming the field).
+fn api_bytes(q: &ApiQuantity) -> Option<i64> {
+    Quantity::from_api(q).ok().map(|q| q.value())
+}
+
 fn memory_limit(c: &Container) -> Option<i64> {
     c.resources
         .as_ref()?
         .limits
         .as_ref()?
         .get("memory")
-        .and_then(|q| quantity::bytes(&q.0))
+        .and_then(api_bytes)
         .filter(|b| *b > 0)
 }
 
@@ -81,14 +89,14 @@ pub fn pod_memory_limit(pod: &Pod) -> Option<i64> {
         .overhead
         .as_ref()
         .and_then(|o| o.get("memory"))
-        .and_then(|q| quantity::bytes(&q.0))
+        .and_then(api_bytes)
         .unwrap_or(0);
     if let Some(l) = spec
         .resources
         .as_ref()
         .and_then(|r| r.limits.as_ref())
         .and_then(|l| l.get("memory"))
-        .and_then(|q| quantity::bytes(&q.0))
+        .and_then(api_bytes)
     {
         return Some(l + overhead);
     }
@@ -168,6 +176,15 @@ mod tests {
         assert_eq!(
             memory_size(&limited, Some("1Mi"), Some(8 << 30)),
             Some(1 << 20)
+        );
+        // Exact past 2^53, where floating point loses the last byte.
+        assert_eq!(
+            memory_size(&no_limits, Some("9007199254740993"), Some(1 << 62)),
+            Some(9_007_199_254_740_993)
+        );
+        assert_eq!(
+            memory_size(&no_limits, Some("0.5Gi"), Some(8 << 30)),
+            Some(512 << 20)
         );
     }
 

@@ -16,10 +16,10 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Container, VolumeMount};
-use serde_json::{json, Value};
+use oci_spec::runtime::Mount;
 
 use super::{PodVolumes, VolumeError, VolumeKind};
-use crate::runtime::spec::expand;
+use crate::runtime::spec::{bind_mount, expand};
 
 /// The bind mounts for one container's volumeMounts, in their order. `env` is the
 /// container's final environment (for subPathExpr).
@@ -27,7 +27,7 @@ pub fn container_mounts(
     c: &Container,
     vols: &PodVolumes,
     env: &[(String, String)],
-) -> Result<Vec<Value>, VolumeError> {
+) -> Result<Vec<Mount>, VolumeError> {
     let privileged = c
         .security_context
         .as_ref()
@@ -57,7 +57,7 @@ fn one_mount(
     vols: &PodVolumes,
     env: &[(String, String)],
     privileged: bool,
-) -> Result<Value, MountErr> {
+) -> Result<Mount, MountErr> {
     if !m.mount_path.starts_with('/') {
         return Err((
             "mountPath",
@@ -131,11 +131,7 @@ fn one_mount(
         }
         other => return Err(("mountPropagation", format!("unknown mode {other:?}"))),
     };
-    let mut options = vec![
-        "rbind".to_string(),
-        propagation.to_string(),
-        if read_only { "ro" } else { "rw" }.to_string(),
-    ];
+    let mut options = vec![propagation, if read_only { "ro" } else { "rw" }];
     match m.recursive_read_only.as_deref().unwrap_or("Disabled") {
         "Disabled" | "" => {}
         rro @ ("Enabled" | "IfPossible") => {
@@ -154,17 +150,12 @@ fn one_mount(
             // runc applies "rro" with mount_setattr (Linux 5.12+). IfPossible stays a
             // plain read-only mount: whether the runtime can do more is not probed yet.
             if rro == "Enabled" {
-                options.push("rro".into());
+                options.push("rro");
             }
         }
         other => return Err(("recursiveReadOnly", format!("unknown mode {other:?}"))),
     }
-    Ok(json!({
-        "destination": m.mount_path,
-        "type": "bind",
-        "source": source,
-        "options": options,
-    }))
+    bind_mount(&m.mount_path, source, &options).map_err(|e| ("mountPath", e.to_string()))
 }
 
 /// `$(VAR)` expansion of subPathExpr; like upstream, a variable that is unset or empty is an
@@ -254,7 +245,13 @@ pub fn resolve_sub_path(base: &Path, sub: &str) -> Result<PathBuf, String> {
 mod tests {
     use super::*;
     use crate::volume::HostVolume;
+    use serde_json::{json, Value};
     use std::os::unix::fs::symlink;
+
+    /// The mounts as the JSON runc reads.
+    fn as_json(m: &[Mount]) -> Vec<Value> {
+        m.iter().map(|m| serde_json::to_value(m).unwrap()).collect()
+    }
 
     fn vols(dir: &Path) -> PodVolumes {
         let mut v = PodVolumes::new("p_ns(u)");
@@ -301,7 +298,7 @@ mod tests {
             {"name": "info", "mountPath": "/info"},
             {"name": "host", "mountPath": "/host", "mountPropagation": "HostToContainer"},
         ]));
-        let m = container_mounts(&c, &v, &[]).unwrap();
+        let m = as_json(&container_mounts(&c, &v, &[]).unwrap());
         let real = fs::canonicalize(tmp.path()).unwrap();
         assert_eq!(
             m[0],
@@ -361,7 +358,7 @@ mod tests {
         let v = vols(tmp.path());
         fs::set_permissions(tmp.path().join("data"), fs::Permissions::from_mode(0o777)).unwrap();
         let c = container(json!([{"name": "data", "mountPath": "/x", "subPath": "a/b"}]));
-        let m = container_mounts(&c, &v, &[]).unwrap();
+        let m = as_json(&container_mounts(&c, &v, &[]).unwrap());
         let made = tmp.path().join("data/a/b");
         assert!(made.is_dir());
         assert_eq!(
@@ -395,7 +392,7 @@ mod tests {
         }
         assert!(!outside.join("x").exists(), "nothing created outside");
         let c = container(json!([{"name": "data", "mountPath": "/x", "subPath": "good"}]));
-        let m = container_mounts(&c, &v, &[]).unwrap();
+        let m = as_json(&container_mounts(&c, &v, &[]).unwrap());
         let inner = fs::canonicalize(tmp.path().join("data/inner")).unwrap();
         assert_eq!(
             m[0]["source"],
@@ -436,7 +433,7 @@ mod tests {
         let c = container(
             json!([{"name": "data", "mountPath": "/x", "readOnly": true, "recursiveReadOnly": "Enabled"}]),
         );
-        let m = container_mounts(&c, &v, &[]).unwrap();
+        let m = as_json(&container_mounts(&c, &v, &[]).unwrap());
         assert_eq!(m[0]["options"], json!(["rbind", "rprivate", "ro", "rro"]));
         let c =
             container(json!([{"name": "data", "mountPath": "/x", "recursiveReadOnly": "Enabled"}]));
