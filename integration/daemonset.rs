@@ -61,8 +61,7 @@ fn mount_is_shared(dir: &Path) -> Option<bool> {
     let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     table
         .lines()
-        .filter(|l| l.split(' ').nth(4).map(Path::new) == Some(dir))
-        .last()
+        .rfind(|l| l.split(' ').nth(4).map(Path::new) == Some(dir))
         .map(|l| {
             l.split(" - ")
                 .next()

@@ -11,7 +11,7 @@
 //! writer starts the new binary.
 
 use std::fs::{self, File};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -143,8 +143,7 @@ fn write_copy(source: &Path, temp: &Path) -> Result<(), LoggerBinaryError> {
     io::copy(&mut from, &mut to).map_err(install)?;
     to.set_permissions(fs::Permissions::from_mode(0o755))
         .map_err(install)?;
-    to.sync_all().map_err(install)?;
-    to.flush().map_err(install)
+    to.sync_all().map_err(install)
 }
 
 /// Temp files left by an agent that died while copying.
