@@ -130,7 +130,8 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         cni,
         cfg: cfg.clone(),
         statuses,
-        exe: std::env::current_exe().context("finding the agent's own executable")?,
+        exe: logs::logger_executable(&cfg.root_dir, &cfg.container_runtime_endpoint)
+            .context("choosing the containers' log writer")?,
         host_ip: host_ip()
             .map(|i| i.to_string())
             .unwrap_or_else(|| "127.0.0.1".into()),

@@ -1,10 +1,10 @@
 //! Container logs in the CRI format, written by a logging binary that containerd's shim runs.
 //!
 //! The agent never sits in the log path: a task's stdout/stderr are set to a `binary://` URI
-//! ([`logger_uri`]) naming the agent's own executable. containerd's runc v2 shim starts that
-//! executable itself (the process then runs [`run_logger`]), hands it the container's output
-//! pipes, and keeps it alive for the task's lifetime, so logs keep flowing while the agent
-//! restarts or upgrades.
+//! ([`logger_uri`]) naming the agent's own executable (in a container, a copy the host can
+//! see: [`logger_binary`]). containerd's runc v2 shim starts that executable itself (the
+//! process then runs [`run_logger`]), hands it the container's output pipes, and keeps it
+//! alive for the task's lifetime, so logs keep flowing while the agent restarts or upgrades.
 //!
 //! The pieces:
 //! - [`paths`]: where upstream kubelet puts log files and their `/var/log/containers` symlinks.
@@ -12,10 +12,13 @@
 //! - [`cri_writer`]: turns a byte stream into `<time> <stream> <P|F> <content>` records.
 //! - [`rotation`]: the log file sink, rotated by bytes written.
 //! - [`logger_process`]: the URI, the argv the shim builds from it, and the logger's `main`.
+//! - [`logger_binary`]: which file the shim executes: the agent's own, or a copy the host can
+//!   see when the agent runs in a container.
 //! - [`cri_reader`]: parses records back and joins partial chunks into lines.
 
 pub mod cri_reader;
 pub mod cri_writer;
+pub mod logger_binary;
 pub mod logger_process;
 pub mod paths;
 pub mod rotation;
@@ -26,6 +29,7 @@ pub use cri_reader::{
     CriLogRecord, LogFileLines,
 };
 pub use cri_writer::{copy_stream, CopyStats, LogSink, RecordWriter, DEFAULT_MAX_LINE_BYTES};
+pub use logger_binary::{logger_executable, LoggerBinaryError};
 pub use logger_process::{
     is_logger_invocation, logger_uri, parse_logger_args, parse_logger_uri, run_logger,
     LoggerArgsError, LoggerConfig, LOGGER_MARKER_KEY,
