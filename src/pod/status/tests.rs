@@ -1,0 +1,289 @@
+use super::*;
+use crate::runtime::labels::PodRef;
+use chrono::TimeZone;
+
+fn pod(policy: &str, init: bool) -> Pod {
+    let mut v = serde_json::json!({
+        "metadata": {"name": "p", "namespace": "default", "uid": "u"},
+        "spec": {"restartPolicy": policy, "containers": [{"name": "app", "image": "busybox"}]}
+    });
+    if init {
+        v["spec"]["initContainers"] = serde_json::json!([{"name": "init", "image": "busybox"}]);
+    }
+    serde_json::from_value(v).unwrap()
+}
+
+fn t(s: i64) -> DateTime<Utc> {
+    Utc.timestamp_opt(1_700_000_000 + s, 0).unwrap()
+}
+
+fn rec(name: &str, kind: Kind, attempt: u32, state: State) -> ContainerRecord {
+    ContainerRecord {
+        id: format!("{name}-{attempt}"),
+        pod: PodRef {
+            uid: "u".into(),
+            name: "p".into(),
+            namespace: "default".into(),
+        },
+        kind,
+        name: name.into(),
+        attempt,
+        image: "busybox".into(),
+        image_ref: "docker.io/library/busybox@sha256:x".into(),
+        created_at: None,
+        labels: Default::default(),
+        state,
+    }
+}
+
+fn running() -> State {
+    State::Running {
+        pid: 1,
+        started_at: Some(t(1)),
+    }
+}
+
+fn exited(code: i32) -> State {
+    State::Exited {
+        info: ExitInfo {
+            exit_code: code,
+            started_at: Some(t(1)),
+            finished_at: Some(t(2)),
+            reason: if code == 0 { "Completed" } else { "Error" }.into(),
+            message: String::new(),
+        },
+        finalized: true,
+    }
+}
+
+fn status(p: &Pod, records: &[ContainerRecord], waiting: &HashMap<String, Waiting>) -> PodStatus {
+    compute(&StatusInput {
+        pod: p,
+        records,
+        waiting,
+        probes: &HashMap::new(),
+        sandbox_ready: true,
+        pod_ips: &["10.88.0.2".to_string()],
+        host_ip: "192.0.2.1",
+        start_time: t(0),
+        now: t(3),
+        previous: None,
+    })
+}
+
+fn cond<'a>(s: &'a PodStatus, kind: &str) -> &'a PodCondition {
+    s.conditions
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|c| c.type_ == kind)
+        .unwrap()
+}
+
+#[test]
+fn running_pod_is_ready() {
+    let p = pod("Always", false);
+    let s = status(&p, &[rec("app", Kind::App, 0, running())], &HashMap::new());
+    assert_eq!(s.phase.as_deref(), Some("Running"));
+    assert_eq!(cond(&s, "Ready").status, "True");
+    assert_eq!(cond(&s, "PodScheduled").status, "True");
+    let c = &s.container_statuses.as_ref().unwrap()[0];
+    assert!(c.ready);
+    assert_eq!(c.container_id.as_deref(), Some("containerd://app-0"));
+    assert_eq!(s.qos_class.as_deref(), Some("BestEffort"));
+    assert_eq!(s.pod_ip.as_deref(), Some("10.88.0.2"));
+}
+
+#[test]
+fn readiness_probe_gates_ready() {
+    let p = pod("Always", false);
+    let recs = [rec("app", Kind::App, 0, running())];
+    let probes = HashMap::from([(
+        "app".to_string(),
+        Probed {
+            started: true,
+            ready: false,
+        },
+    )]);
+    let s = compute(&StatusInput {
+        pod: &p,
+        records: &recs,
+        waiting: &HashMap::new(),
+        probes: &probes,
+        sandbox_ready: true,
+        pod_ips: &[],
+        host_ip: "192.0.2.1",
+        start_time: t(0),
+        now: t(3),
+        previous: None,
+    });
+    let c = &s.container_statuses.as_ref().unwrap()[0];
+    assert!(!c.ready);
+    assert_eq!(c.started, Some(true));
+    assert_eq!(cond(&s, "Ready").status, "False");
+    assert_eq!(cond(&s, "ContainersReady").status, "False");
+    assert_eq!(s.phase.as_deref(), Some("Running"));
+}
+
+#[test]
+fn nothing_yet_is_pending_container_creating() {
+    let p = pod("Always", false);
+    let s = status(&p, &[], &HashMap::new());
+    assert_eq!(s.phase.as_deref(), Some("Pending"));
+    let c = &s.container_statuses.as_ref().unwrap()[0];
+    assert_eq!(
+        c.state
+            .as_ref()
+            .unwrap()
+            .waiting
+            .as_ref()
+            .unwrap()
+            .reason
+            .as_deref(),
+        Some("ContainerCreating")
+    );
+    let r = cond(&s, "Ready");
+    assert_eq!(r.reason.as_deref(), Some("ContainersNotReady"));
+    assert_eq!(
+        r.message.as_deref(),
+        Some("containers with unready status: [app]")
+    );
+}
+
+#[test]
+fn crash_loop_shows_waiting_with_last_state_and_count() {
+    let p = pod("Always", false);
+    let w = HashMap::from([(
+        "app".to_string(),
+        Waiting::new(
+            "CrashLoopBackOff",
+            "back-off 10s restarting failed container=app",
+        ),
+    )]);
+    let s = status(
+        &p,
+        &[
+            rec("app", Kind::App, 0, exited(1)),
+            rec("app", Kind::App, 1, exited(1)),
+        ],
+        &w,
+    );
+    let c = &s.container_statuses.as_ref().unwrap()[0];
+    assert_eq!(c.restart_count, 1);
+    assert_eq!(
+        c.state
+            .as_ref()
+            .unwrap()
+            .waiting
+            .as_ref()
+            .unwrap()
+            .reason
+            .as_deref(),
+        Some("CrashLoopBackOff")
+    );
+    assert_eq!(
+        c.last_state
+            .as_ref()
+            .unwrap()
+            .terminated
+            .as_ref()
+            .unwrap()
+            .exit_code,
+        1
+    );
+    assert_eq!(s.phase.as_deref(), Some("Running"));
+}
+
+#[test]
+fn phases_for_policies() {
+    let done = [rec("app", Kind::App, 0, exited(0))];
+    let failed = [rec("app", Kind::App, 0, exited(3))];
+    let none = HashMap::new();
+    assert_eq!(
+        status(&pod("Never", false), &done, &none).phase.as_deref(),
+        Some("Succeeded")
+    );
+    assert_eq!(
+        status(&pod("Never", false), &failed, &none)
+            .phase
+            .as_deref(),
+        Some("Failed")
+    );
+    assert_eq!(
+        status(&pod("OnFailure", false), &done, &none)
+            .phase
+            .as_deref(),
+        Some("Succeeded")
+    );
+    let s = status(&pod("Never", false), &done, &none);
+    assert_eq!(cond(&s, "Ready").reason.as_deref(), Some("PodCompleted"));
+}
+
+#[test]
+fn init_containers_gate_the_pod() {
+    let p = pod("Always", true);
+    let s = status(
+        &p,
+        &[rec("init", Kind::Init, 0, running())],
+        &HashMap::new(),
+    );
+    assert_eq!(s.phase.as_deref(), Some("Pending"));
+    assert_eq!(cond(&s, "Initialized").status, "False");
+    assert_eq!(
+        cond(&s, "Initialized").message.as_deref(),
+        Some("containers with incomplete status: [init]")
+    );
+    let app = &s.container_statuses.as_ref().unwrap()[0];
+    assert_eq!(
+        app.state
+            .as_ref()
+            .unwrap()
+            .waiting
+            .as_ref()
+            .unwrap()
+            .reason
+            .as_deref(),
+        Some("PodInitializing")
+    );
+    let s = status(
+        &p,
+        &[
+            rec("init", Kind::Init, 0, exited(0)),
+            rec("app", Kind::App, 0, running()),
+        ],
+        &HashMap::new(),
+    );
+    assert_eq!(cond(&s, "Initialized").status, "True");
+    assert_eq!(s.phase.as_deref(), Some("Running"));
+    let never = pod("Never", true);
+    let s = status(
+        &never,
+        &[rec("init", Kind::Init, 0, exited(1))],
+        &HashMap::new(),
+    );
+    assert_eq!(s.phase.as_deref(), Some("Failed"));
+}
+
+#[test]
+fn transition_times_carry_over() {
+    let p = pod("Always", false);
+    let recs = [rec("app", Kind::App, 0, running())];
+    let none = HashMap::new();
+    let first = status(&p, &recs, &none);
+    let second = compute(&StatusInput {
+        pod: &p,
+        records: &recs,
+        waiting: &none,
+        probes: &HashMap::new(),
+        sandbox_ready: true,
+        pod_ips: &[],
+        host_ip: "192.0.2.1",
+        start_time: t(0),
+        now: t(100),
+        previous: Some(&first),
+    });
+    assert_eq!(
+        cond(&second, "Ready").last_transition_time,
+        cond(&first, "Ready").last_transition_time
+    );
+}
