@@ -444,9 +444,7 @@ fn apply_flags(config: &mut Config, given: &[FlagValue]) -> Result<(), ConfigErr
                 config.container_runtime_endpoint = socket_path(v).map_err(|r| bad(&r))?
             }
             "containerd-namespace" => {
-                if v.is_empty() {
-                    return Err(bad("must not be empty"));
-                }
+                containerd_identifier(v).map_err(|r| bad(&r))?;
                 config.containerd_namespace = v.to_string();
             }
             "pod-infra-container-image" => {
@@ -630,6 +628,33 @@ fn non_empty_path(text: &str) -> Result<PathBuf, String> {
     } else {
         Ok(PathBuf::from(text))
     }
+}
+
+/// containerd's own rule for a namespace (identifiers.Validate): at most 76 characters, runs
+/// of ASCII letters and digits joined by single `.`, `_` or `-`. Checked here because the name
+/// also goes into gRPC metadata, where a control character or non-ASCII byte is refused by
+/// the client library before containerd could say why.
+fn containerd_identifier(name: &str) -> Result<(), String> {
+    const MAX_LENGTH: usize = 76;
+    if name.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if name.len() > MAX_LENGTH {
+        return Err(format!(
+            "must be at most {MAX_LENGTH} characters (containerd's limit), got {}",
+            name.len()
+        ));
+    }
+    let separator = |c: char| matches!(c, '.' | '_' | '-');
+    let runs_ok = name
+        .split(separator)
+        .all(|run| !run.is_empty() && run.chars().all(|c| c.is_ascii_alphanumeric()));
+    if !runs_ok {
+        return Err("must be ASCII letters and digits, joined by single '.', '_' or '-' \
+             (containerd's identifier rule [A-Za-z0-9]+([._-][A-Za-z0-9]+)*)"
+            .into());
+    }
+    Ok(())
 }
 
 fn parse_port(text: &str) -> Result<u16, String> {
