@@ -450,7 +450,11 @@ async fn container_logs_response(
         Ok(t) => t,
         Err(e) => return fail(e),
     };
-    if !target.path.is_file() {
+    // A stat can block on a slow or hung disk: off the async workers.
+    let is_file = tokio::fs::metadata(&target.path)
+        .await
+        .is_ok_and(|m| m.is_file());
+    if !is_file {
         return text(
             StatusCode::BAD_REQUEST,
             format!(
