@@ -14,8 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{
-    busybox_pod, container_status, ctr, integration_enabled, purge_namespace, Node, BUSYBOX,
-    SOCKET,
+    busybox_pod, container_status, ctr, integration_enabled, purge_namespace, Node, BUSYBOX, SOCKET,
 };
 use kubelet_rs::gc::policy::Candidate;
 use kubelet_rs::gc::{ContainerdImages, ImageRuntime};
@@ -366,10 +365,9 @@ async fn removed_images_leave_the_accounts_cache() {
     }
     let ns = format!("krs-gc-accounts-{}", std::process::id());
     purge_namespace(&ns);
-    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(
-        accounts_cache_cases(&ns),
-    ))
-    .await;
+    let outcome =
+        futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(accounts_cache_cases(&ns)))
+            .await;
     purge_namespace(&ns);
     if let Err(panic) = outcome {
         std::panic::resume_unwind(panic);
@@ -383,7 +381,10 @@ async fn accounts_cache_cases(ns: &str) {
         import_unused_image(ns);
         let info = c.resolve_image(UNUSED).await.unwrap();
         c.image_accounts(&info).await.unwrap();
-        assert_eq!(c.accounts_cache().chain_ids(), [info.chain_id.clone()]);
+        assert_eq!(
+            c.accounts_cache().chain_ids(),
+            std::slice::from_ref(&info.chain_id)
+        );
         let digest = info.image_ref.rsplit_once('@').unwrap().1.to_string();
         (info, digest)
     };

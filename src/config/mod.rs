@@ -650,9 +650,11 @@ fn containerd_identifier(name: &str) -> Result<(), String> {
         .split(separator)
         .all(|run| !run.is_empty() && run.chars().all(|c| c.is_ascii_alphanumeric()));
     if !runs_ok {
-        return Err("must be ASCII letters and digits, joined by single '.', '_' or '-' \
+        return Err(
+            "must be ASCII letters and digits, joined by single '.', '_' or '-' \
              (containerd's identifier rule [A-Za-z0-9]+([._-][A-Za-z0-9]+)*)"
-            .into());
+                .into(),
+        );
     }
     Ok(())
 }

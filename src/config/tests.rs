@@ -648,7 +648,9 @@ fn containerd_namespace_follows_containerds_identifier_rule() {
     let rule = "must be ASCII letters and digits, joined by single '.', '_' or '-' \
                 (containerd's identifier rule [A-Za-z0-9]+([._-][A-Za-z0-9]+)*)";
     // A control character or a non-ASCII byte used to reach the gRPC header and panic there.
-    for bad in ["ns\u{1}x", "ns\nx", "názov", "a b", "a--b", "a..b", "-a", "a.", "a:b", "a/b"] {
+    for bad in [
+        "ns\u{1}x", "ns\nx", "názov", "a b", "a--b", "a..b", "-a", "a.", "a:b", "a/b",
+    ] {
         let err = load(&[&format!("--containerd-namespace={bad}")]).unwrap_err();
         assert_eq!(
             err.to_string(),

@@ -86,7 +86,9 @@ pub enum LogFileError {
         #[source]
         source: io::Error,
     },
-    #[error("finding a free name to rotate log file {path} to: the first {tried} candidates all exist")]
+    #[error(
+        "finding a free name to rotate log file {path} to: the first {tried} candidates all exist"
+    )]
     NoFreeRotatedName { path: PathBuf, tried: u64 },
 }
 
@@ -610,14 +612,18 @@ mod tests {
         log.write_record(&record(0)).unwrap();
         let err = log.write_record(&record(1)).unwrap_err();
         assert!(
-            err.to_string().contains("0.log.20060102-150405: Input/output error"),
+            err.to_string()
+                .contains("0.log.20060102-150405: Input/output error"),
             "{err}"
         );
         // Nothing lost, nothing renamed; the failed rotation is retried only after another
         // max_size bytes, so the records in between cost no attempt.
         log.write_record(&record(2)).unwrap();
         assert_eq!(names_in(tmp.path()), ["0.log"]);
-        assert_eq!(fs::read(&path).unwrap(), [record(0), record(1), record(2)].concat());
+        assert_eq!(
+            fs::read(&path).unwrap(),
+            [record(0), record(1), record(2)].concat()
+        );
     }
 
     #[test]
@@ -652,7 +658,8 @@ mod tests {
             .with_probe(|p| fs::symlink_metadata(p.parent().unwrap()));
         let err = log.write_record(&record(0)).unwrap_err();
         assert!(
-            err.to_string().contains("the first 1001 candidates all exist"),
+            err.to_string()
+                .contains("the first 1001 candidates all exist"),
             "{err}"
         );
     }

@@ -285,18 +285,31 @@ mod tests {
     #[test]
     fn forgetting_probe_series_takes_one_container_of_one_pod() {
         let count = |container: &str, uid: &str, result: &str| {
-            kubelet().probe_total.get(&[
-                "Liveness",
-                result,
+            kubelet()
+                .probe_total
+                .get(&["Liveness", result, container, "forget", "default", uid])
+        };
+        for (container, uid) in [
+            ("a", "uid-forget-1"),
+            ("b", "uid-forget-1"),
+            ("a", "uid-forget-2"),
+        ] {
+            probe_result(
+                ProbeType::Liveness,
+                ProbeResult::Successful,
                 container,
                 "forget",
                 "default",
                 uid,
-            ])
-        };
-        for (container, uid) in [("a", "uid-forget-1"), ("b", "uid-forget-1"), ("a", "uid-forget-2")] {
-            probe_result(ProbeType::Liveness, ProbeResult::Successful, container, "forget", "default", uid);
-            probe_result(ProbeType::Liveness, ProbeResult::Failed, container, "forget", "default", uid);
+            );
+            probe_result(
+                ProbeType::Liveness,
+                ProbeResult::Failed,
+                container,
+                "forget",
+                "default",
+                uid,
+            );
         }
         forget_probe_series("uid-forget-1", "a");
         assert_eq!(count("a", "uid-forget-1", "successful"), None);
@@ -304,7 +317,12 @@ mod tests {
         assert_eq!(count("b", "uid-forget-1", "successful"), Some(1.0));
         assert_eq!(count("a", "uid-forget-2", "failed"), Some(1.0));
         let text = probes_registry().gather();
-        assert!(!text.contains("container=\"a\",pod=\"forget\",namespace=\"default\",pod_uid=\"uid-forget-1\""), "{text}");
+        assert!(
+            !text.contains(
+                "container=\"a\",pod=\"forget\",namespace=\"default\",pod_uid=\"uid-forget-1\""
+            ),
+            "{text}"
+        );
     }
 
     #[test]

@@ -458,14 +458,24 @@ async fn dropping_the_probes_forgets_their_metric_series() {
     };
     let before = series("pod_uid=\"uid-dropped-probes\"");
     assert!(
-        before.iter().any(|l| l.contains("probe_type=\"Liveness\",result=\"successful\""))
-            && before.iter().any(|l| l.contains("probe_type=\"Readiness\",result=\"failed\"")),
+        before
+            .iter()
+            .any(|l| l.contains("probe_type=\"Liveness\",result=\"successful\""))
+            && before
+                .iter()
+                .any(|l| l.contains("probe_type=\"Readiness\",result=\"failed\"")),
         "{before:?}"
     );
     drop(p);
-    assert_eq!(series("pod_uid=\"uid-dropped-probes\""), Vec::<String>::new());
+    assert_eq!(
+        series("pod_uid=\"uid-dropped-probes\""),
+        Vec::<String>::new()
+    );
     tokio::time::sleep(UNIT * 3).await;
-    assert_eq!(series("pod_uid=\"uid-dropped-probes\""), Vec::<String>::new());
+    assert_eq!(
+        series("pod_uid=\"uid-dropped-probes\""),
+        Vec::<String>::new()
+    );
     assert!(!series("pod_uid=\"uid-kept-probes\"").is_empty());
     drop(kept);
 }

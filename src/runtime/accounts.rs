@@ -381,7 +381,10 @@ mod tests {
         let a = cache.cell("sha256:chain-a", "sha256:img-a");
         // Two images on one top snapshot share the read.
         let shared = cache.cell("sha256:chain-b", "sha256:img-b1");
-        assert!(Arc::ptr_eq(&shared, &cache.cell("sha256:chain-b", "sha256:img-b2")));
+        assert!(Arc::ptr_eq(
+            &shared,
+            &cache.cell("sha256:chain-b", "sha256:img-b2")
+        ));
         cache.cell("sha256:chain-c", "sha256:img-c");
         assert!(a.set(Arc::new(Accounts::default())).is_ok());
         assert_eq!(

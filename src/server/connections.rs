@@ -91,11 +91,8 @@ where
 }
 
 /// Serves HTTP/1.1 on one connection with the header deadline.
-pub(crate) async fn serve_connection<S, F, Fut, B>(
-    stream: S,
-    limits: ConnectionLimits,
-    handler: F,
-) where
+pub(crate) async fn serve_connection<S, F, Fut, B>(stream: S, limits: ConnectionLimits, handler: F)
+where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Response<B>, Infallible>> + Send + 'static,

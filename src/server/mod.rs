@@ -197,19 +197,18 @@ pub async fn serve_main(state: Arc<ServerState>) -> Result<(), ServeError> {
     spawn_accept_loop(listener, limits, move |stream| {
         let (acceptor, state, auth) = (acceptor.clone(), state.clone(), auth.clone());
         async move {
-            let tls = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream))
-                .await
-            {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(e)) => {
-                    debug!(error = %e, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    debug!("TLS handshake timed out");
-                    return;
-                }
-            };
+            let tls =
+                match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                    Ok(Ok(tls)) => tls,
+                    Ok(Err(e)) => {
+                        debug!(error = %e, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        debug!("TLS handshake timed out");
+                        return;
+                    }
+                };
             let peer: Arc<Vec<CertificateDer<'static>>> = Arc::new(
                 tls.get_ref()
                     .1
