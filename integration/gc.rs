@@ -13,7 +13,12 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{busybox_pod, container_status, ctr, integration_enabled, Node, BUSYBOX};
+use common::{
+    busybox_pod, container_status, ctr, integration_enabled, purge_namespace, Node, BUSYBOX, SOCKET,
+};
+use kubelet_rs::gc::policy::Candidate;
+use kubelet_rs::gc::{ContainerdImages, ImageRuntime};
+use kubelet_rs::runtime::Containerd;
 use sha2::{Digest, Sha256};
 
 const PAUSE: &str = "registry.k8s.io/pause:3.10";
@@ -349,4 +354,62 @@ fn keeps_images_younger_than_the_minimum_age() {
     assert!(blob_path(&unused_layer).exists());
     assert_pod_untouched(&node, &task);
     assert!(node.is_running());
+}
+
+/// The image accounts cache (the users and groups read once per image) forgets an image the
+/// GC removes, and, at the next listing, one removed by someone else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removed_images_leave_the_accounts_cache() {
+    if !integration_enabled("gc accounts cache") {
+        return;
+    }
+    let ns = format!("krs-gc-accounts-{}", std::process::id());
+    purge_namespace(&ns);
+    let outcome =
+        futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(accounts_cache_cases(&ns)))
+            .await;
+    purge_namespace(&ns);
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+async fn accounts_cache_cases(ns: &str) {
+    let c = Containerd::connect(Path::new(SOCKET), ns).await.unwrap();
+    let gc = ContainerdImages(c.clone());
+    let cache_image = || async {
+        import_unused_image(ns);
+        let info = c.resolve_image(UNUSED).await.unwrap();
+        c.image_accounts(&info).await.unwrap();
+        assert_eq!(
+            c.accounts_cache().chain_ids(),
+            std::slice::from_ref(&info.chain_id)
+        );
+        let digest = info.image_ref.rsplit_once('@').unwrap().1.to_string();
+        (info, digest)
+    };
+
+    // Removed by the GC: forgotten at once.
+    let (_, digest) = cache_image().await;
+    let candidate = Candidate {
+        digest,
+        names: vec![UNUSED.to_string()],
+        size: 0,
+    };
+    gc.remove_image(&candidate).await.unwrap();
+    assert!(!images(ns).contains(&UNUSED.to_string()));
+    assert_eq!(c.accounts_cache().chain_ids(), Vec::<String>::new());
+
+    // Removed behind the agent's back: forgotten at the GC's next listing.
+    cache_image().await;
+    let (ok, out) = ctr(&["images", "rm", "--sync", UNUSED], ns);
+    assert!(ok, "{out}");
+    let listed = gc.list_images().await.unwrap();
+    assert!(listed.iter().all(|i| i.name != UNUSED), "{listed:?}");
+    assert_eq!(c.accounts_cache().chain_ids(), Vec::<String>::new());
+
+    // An image still there keeps its entry through a listing.
+    let (info, _) = cache_image().await;
+    gc.list_images().await.unwrap();
+    assert_eq!(c.accounts_cache().chain_ids(), [info.chain_id]);
 }

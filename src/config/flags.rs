@@ -48,7 +48,7 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
     value("kubeconfig", "FILE", "kubeconfig for the API server (cluster mode)"),
     value("bootstrap-kubeconfig", "FILE", "bootstrap kubeconfig used to obtain a client certificate"),
     value("container-runtime-endpoint", "ENDPOINT", "containerd socket, unix:///path or /path (default unix:///run/containerd/containerd.sock)"),
-    value("containerd-namespace", "NAME", "containerd namespace the agent works in (default kubelet-rs)"),
+    value("containerd-namespace", "NAME", "containerd namespace the agent works in: letters and digits joined by single . _ or - (default kubelet-rs)"),
     value("pod-infra-container-image", "IMAGE", "sandbox (pause) image (default registry.k8s.io/pause:3.10)"),
     value("address", "IP", "IP address the main server listens on (default 0.0.0.0)"),
     value("port", "PORT", "port of the main server (default 10250)"),

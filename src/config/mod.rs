@@ -442,9 +442,7 @@ fn apply_flags(config: &mut Config, given: &[FlagValue]) -> Result<(), ConfigErr
                 config.container_runtime_endpoint = socket_path(v).map_err(|r| bad(&r))?
             }
             "containerd-namespace" => {
-                if v.is_empty() {
-                    return Err(bad("must not be empty"));
-                }
+                check_containerd_namespace(v).map_err(|e| bad(&e.to_string()))?;
                 config.containerd_namespace = v.to_string();
             }
             "pod-infra-container-image" => {
@@ -629,6 +627,45 @@ fn non_empty_path(text: &str) -> Result<PathBuf, String> {
     } else {
         Ok(PathBuf::from(text))
     }
+}
+
+/// Why a name is not a containerd identifier.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdentifierError {
+    #[error("must not be empty")]
+    Empty,
+    #[error("must be at most {max} characters (containerd's limit), got {len}")]
+    TooLong { len: usize, max: usize },
+    #[error(
+        "must be ASCII letters and digits, joined by single '.', '_' or '-' \
+         (containerd's identifier rule [A-Za-z0-9]+([._-][A-Za-z0-9]+)*)"
+    )]
+    Characters,
+}
+
+/// containerd's own rule for a namespace (identifiers.Validate): at most 76 characters, runs
+/// of ASCII letters and digits joined by single `.`, `_` or `-`. Checked up front because the
+/// name also goes into gRPC metadata, where a control character or non-ASCII byte used to
+/// stop the agent with a panic instead of a usage error.
+pub fn check_containerd_namespace(name: &str) -> Result<(), IdentifierError> {
+    const MAX_LENGTH: usize = 76;
+    if name.is_empty() {
+        return Err(IdentifierError::Empty);
+    }
+    if name.len() > MAX_LENGTH {
+        return Err(IdentifierError::TooLong {
+            len: name.len(),
+            max: MAX_LENGTH,
+        });
+    }
+    let separator = |c: char| matches!(c, '.' | '_' | '-');
+    let runs_ok = name
+        .split(separator)
+        .all(|run| !run.is_empty() && run.chars().all(|c| c.is_ascii_alphanumeric()));
+    if !runs_ok {
+        return Err(IdentifierError::Characters);
+    }
+    Ok(())
 }
 
 fn parse_port(text: &str) -> Result<u16, String> {

@@ -638,3 +638,32 @@ fn image_pull_mistakes_are_one_line_usage_errors() {
         assert_eq!(err.exit_code(), 2);
     }
 }
+
+#[test]
+fn containerd_namespace_follows_containerds_identifier_rule() {
+    for good in ["k8s.io", "kubelet-rs", "A_b.c-9", &"a".repeat(76)] {
+        let c = load(&[&format!("--containerd-namespace={good}")]).unwrap();
+        assert_eq!(c.containerd_namespace, good);
+    }
+    let rule = "must be ASCII letters and digits, joined by single '.', '_' or '-' \
+                (containerd's identifier rule [A-Za-z0-9]+([._-][A-Za-z0-9]+)*)";
+    // A control character or a non-ASCII byte used to reach the gRPC header and panic there.
+    for bad in [
+        "ns\u{1}x", "ns\nx", "názov", "a b", "a--b", "a..b", "-a", "a.", "a:b", "a/b",
+    ] {
+        let err = load(&[&format!("--containerd-namespace={bad}")]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("invalid value {bad:?} for flag --containerd-namespace: {rule}")
+        );
+        assert_eq!(err.exit_code(), 2);
+    }
+    let long = "a".repeat(77);
+    let err = load(&[&format!("--containerd-namespace={long}")]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("invalid value {long:?} for flag --containerd-namespace: must be at most 76 characters (containerd's limit), got 77")
+    );
+    let err = load(&["--containerd-namespace="]).unwrap_err();
+    assert!(err.to_string().ends_with(": must not be empty"), "{err}");
+}

@@ -273,6 +273,17 @@ impl ImageRuntime for ContainerdImages {
                 .list(c.req(ListImagesRequest { filters: vec![] })),
         )
         .await?;
+        // Each pass also prunes the image accounts cache of images that are gone, however
+        // they went (this GC, `ctr images rm`, another client).
+        let present: HashSet<&str> = list
+            .images
+            .iter()
+            .filter_map(|i| Some(i.target.as_ref()?.digest.as_str()))
+            .collect();
+        let pruned = c.accounts_cache().retain_images(&present);
+        if pruned > 0 {
+            debug!(pruned, "image accounts of removed images forgotten");
+        }
         Ok(list
             .images
             .into_iter()
@@ -336,6 +347,7 @@ impl ImageRuntime for ContainerdImages {
                 _ => {}
             }
         }
+        c.accounts_cache().forget_image(&image.digest);
         Ok(())
     }
 }

@@ -29,6 +29,14 @@ const LOG_FILE_MODE: u32 = 0o640;
 /// the cost of one monotonic clock read per record.
 const IDENTITY_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
+/// Numbered rotation names tried after the first one is taken. Only reached when the
+/// directory could not be listed or changed under us; a bound turns a directory that keeps
+/// answering "exists" into an error instead of an endless search.
+const MAX_ROTATED_NAME_CANDIDATES: u64 = 1000;
+
+/// What `lstat` says about a candidate rotation name; replaced in tests to inject errors.
+type ProbeFn = fn(&Path) -> io::Result<fs::Metadata>;
+
 /// Size-based rotation settings (`containerLogMaxSize`, `containerLogMaxFiles`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RotationPolicy {
@@ -71,6 +79,17 @@ pub enum LogFileError {
     ListRotated { dir: PathBuf, source: io::Error },
     #[error("removing old rotated log file {path}: {source}")]
     RemoveRotated { path: PathBuf, source: io::Error },
+    #[error("finding a free name to rotate log file {path} to: {candidate}: {source}")]
+    RotatedName {
+        path: PathBuf,
+        candidate: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "finding a free name to rotate log file {path} to: the first {tried} candidates all exist"
+    )]
+    NoFreeRotatedName { path: PathBuf, tried: u64 },
 }
 
 /// An append-only log file that rotates itself by size and reopens its path when the file it
@@ -88,6 +107,7 @@ pub struct RotatingLogFile {
     clock: fn() -> SystemTime,
     identity_check_interval: Duration,
     last_identity_check: Instant,
+    probe: ProbeFn,
 }
 
 fn open_append(path: &Path) -> Result<File, LogFileError> {
@@ -131,6 +151,7 @@ impl RotatingLogFile {
             clock: SystemTime::now,
             identity_check_interval: IDENTITY_CHECK_INTERVAL,
             last_identity_check: Instant::now(),
+            probe: |p| fs::symlink_metadata(p),
         })
     }
 
@@ -143,6 +164,12 @@ impl RotatingLogFile {
     /// Replaces how often writes check for an externally moved file (tests use zero).
     pub fn with_identity_check_interval(mut self, interval: Duration) -> Self {
         self.identity_check_interval = interval;
+        self
+    }
+
+    #[cfg(test)]
+    fn with_probe(mut self, probe: ProbeFn) -> Self {
+        self.probe = probe;
         self
     }
 
@@ -184,8 +211,11 @@ impl RotatingLogFile {
 
     /// `N.log.<YYYYMMDD-hhmmss>`, or with `.1`, `.2`, ... appended when rotations come faster
     /// than once a second. The counter continues after the highest one present rather than
-    /// reusing a pruned name, so the newest file always sorts last.
-    fn free_rotated_path(&self) -> PathBuf {
+    /// reusing a pruned name, so the newest file always sorts last. A name counts as free only
+    /// when `lstat` says it does not exist; any other error ends the search with that error
+    /// (it would repeat for every candidate), as does finding no free name among the first
+    /// [`MAX_ROTATED_NAME_CANDIDATES`].
+    fn free_rotated_path(&self) -> Result<PathBuf, LogFileError> {
         let name = self
             .path
             .file_name()
@@ -209,19 +239,30 @@ impl RotatingLogFile {
                 next = next.max(Some(n + 1));
             }
         }
-        let is_free = |candidate: &Path| matches!(fs::symlink_metadata(candidate), Err(e) if e.kind() == io::ErrorKind::NotFound);
         let first = match next {
             None => self.path.with_file_name(&base),
             Some(n) => self.path.with_file_name(format!("{base}.{n}")),
         };
-        if is_free(&first) {
-            return first;
+        let start = next.unwrap_or(1);
+        let numbered = (start..start.saturating_add(MAX_ROTATED_NAME_CANDIDATES))
+            .map(|n| self.path.with_file_name(format!("{base}.{n}")));
+        for candidate in std::iter::once(first).chain(numbered) {
+            match (self.probe)(&candidate) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(candidate),
+                Ok(_) => continue,
+                Err(source) => {
+                    return Err(LogFileError::RotatedName {
+                        path: self.path.clone(),
+                        candidate,
+                        source,
+                    })
+                }
+            }
         }
-        // Only reached if the directory could not be listed or changed under us.
-        (next.unwrap_or(1)..)
-            .map(|n| self.path.with_file_name(format!("{base}.{n}")))
-            .find(|candidate| is_free(candidate))
-            .expect("some numbered rotation name is free")
+        Err(LogFileError::NoFreeRotatedName {
+            path: self.path.clone(),
+            tried: MAX_ROTATED_NAME_CANDIDATES + 1,
+        })
     }
 
     fn rotate(&mut self) -> Result<(), LogFileError> {
@@ -230,7 +271,7 @@ impl RotatingLogFile {
         if self.reopen_if_replaced()? {
             return Ok(());
         }
-        let rotated = self.free_rotated_path();
+        let rotated = self.free_rotated_path()?;
         fs::rename(&self.path, &rotated).map_err(|source| LogFileError::Rename {
             path: self.path.clone(),
             rotated: rotated.clone(),
@@ -552,6 +593,75 @@ mod tests {
         // brings the pod's directory back.
         log.write_record(b"late\n").unwrap();
         assert!(!dir.exists());
+    }
+
+    /// Before the bound, any lstat error other than "not found" made every candidate look
+    /// taken, and the search for a free name never ended.
+    #[test]
+    fn an_io_error_while_naming_the_rotated_file_ends_the_rotation_with_an_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("0.log");
+        let policy = RotationPolicy {
+            max_size: 60,
+            max_files: 3,
+        };
+        let mut log = RotatingLogFile::open(&path, policy)
+            .unwrap()
+            .with_clock(fixed_clock)
+            .with_probe(|_| Err(io::Error::from_raw_os_error(libc::EIO)));
+        log.write_record(&record(0)).unwrap();
+        let err = log.write_record(&record(1)).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("0.log.20060102-150405: Input/output error"),
+            "{err}"
+        );
+        // Nothing lost, nothing renamed; the failed rotation is retried only after another
+        // max_size bytes, so the records in between cost no attempt.
+        log.write_record(&record(2)).unwrap();
+        assert_eq!(names_in(tmp.path()), ["0.log"]);
+        assert_eq!(
+            fs::read(&path).unwrap(),
+            [record(0), record(1), record(2)].concat()
+        );
+    }
+
+    #[test]
+    fn a_real_lstat_error_ends_the_rotation_too() {
+        // A log file name so long that every rotated name is too long for the file system:
+        // lstat answers ENAMETOOLONG, never "not found".
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join(format!("{}.log", "c".repeat(246)));
+        let policy = RotationPolicy {
+            max_size: 30,
+            max_files: 2,
+        };
+        let mut log = RotatingLogFile::open(&path, policy)
+            .unwrap()
+            .with_clock(fixed_clock);
+        let err = log.write_record(&record(0)).unwrap_err();
+        assert!(err.to_string().contains("File name too long"), "{err}");
+        assert_eq!(fs::read(&path).unwrap(), record(0));
+    }
+
+    #[test]
+    fn a_directory_where_every_name_is_taken_ends_the_search() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("0.log");
+        let policy = RotationPolicy {
+            max_size: 30,
+            max_files: 2,
+        };
+        let mut log = RotatingLogFile::open(&path, policy)
+            .unwrap()
+            .with_clock(fixed_clock)
+            .with_probe(|p| fs::symlink_metadata(p.parent().unwrap()));
+        let err = log.write_record(&record(0)).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("the first 1001 candidates all exist"),
+            "{err}"
+        );
     }
 
     #[test]

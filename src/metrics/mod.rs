@@ -220,6 +220,14 @@ pub fn probe_result(
         .inc(&[probe, result, container, pod, namespace, pod_uid]);
 }
 
+/// Forgets the probe series of one container of one pod (every probe type and result), so
+/// `/metrics/probes` does not keep a series per container that ever ran on the node.
+pub fn forget_probe_series(pod_uid: &str, container: &str) {
+    kubelet()
+        .probe_total
+        .remove_matching(&[("pod_uid", pod_uid), ("container", container)]);
+}
+
 /// One HTTP request to the kubelet's servers; `path` is upstream's bucket (first path
 /// segment or `other`), `server_type` is `readonly` or `readwrite`.
 pub fn http_request(method: &str, path: &str, server_type: &str, long_running: bool) {
@@ -272,5 +280,59 @@ mod tests {
         let probes = probes_registry().gather();
         assert!(probes.contains("prober_probe_total{probe_type=\"Readiness\",result=\"failed\",container=\"web\",pod=\"p\",namespace=\"default\",pod_uid=\"uid-1\"} 1\n"), "{probes}");
         assert!(probes.contains("# TYPE process_start_time_seconds gauge\n"));
+    }
+
+    #[test]
+    fn forgetting_probe_series_takes_one_container_of_one_pod() {
+        let count = |container: &str, uid: &str, result: &str| {
+            kubelet()
+                .probe_total
+                .get(&["Liveness", result, container, "forget", "default", uid])
+        };
+        for (container, uid) in [
+            ("a", "uid-forget-1"),
+            ("b", "uid-forget-1"),
+            ("a", "uid-forget-2"),
+        ] {
+            probe_result(
+                ProbeType::Liveness,
+                ProbeResult::Successful,
+                container,
+                "forget",
+                "default",
+                uid,
+            );
+            probe_result(
+                ProbeType::Liveness,
+                ProbeResult::Failed,
+                container,
+                "forget",
+                "default",
+                uid,
+            );
+        }
+        forget_probe_series("uid-forget-1", "a");
+        assert_eq!(count("a", "uid-forget-1", "successful"), None);
+        assert_eq!(count("a", "uid-forget-1", "failed"), None);
+        assert_eq!(count("b", "uid-forget-1", "successful"), Some(1.0));
+        assert_eq!(count("a", "uid-forget-2", "failed"), Some(1.0));
+        let text = probes_registry().gather();
+        assert!(
+            !text.contains(
+                "container=\"a\",pod=\"forget\",namespace=\"default\",pod_uid=\"uid-forget-1\""
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn remove_matching_ignores_unknown_labels() {
+        let c = Scalar::counter("t_total", "t", Stability::Alpha, &["a", "b"]);
+        c.inc(&["1", "x"]);
+        c.inc(&["1", "y"]);
+        c.inc(&["2", "x"]);
+        assert_eq!(c.remove_matching(&[("nope", "1")]), 0);
+        assert_eq!(c.remove_matching(&[("a", "1")]), 2);
+        assert_eq!(c.get(&["2", "x"]), Some(1.0));
     }
 }

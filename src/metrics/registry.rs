@@ -238,6 +238,26 @@ impl Scalar {
         let key = self.desc.key(labels);
         self.values.lock().expect("metric lock").get(&key).copied()
     }
+
+    /// Forgets every series whose labels include all of `matching` (label name, value), as
+    /// Go's `DeletePartialMatch`; returns how many went. Naming a label the metric does not
+    /// have matches nothing.
+    pub fn remove_matching(&self, matching: &[(&str, &str)]) -> usize {
+        let positions: Option<Vec<(usize, &str)>> = matching
+            .iter()
+            .map(|(name, value)| {
+                let i = self.desc.labels.iter().position(|l| l == name)?;
+                Some((i, *value))
+            })
+            .collect();
+        let Some(positions) = positions else {
+            return 0;
+        };
+        let mut values = self.values.lock().expect("metric lock");
+        let before = values.len();
+        values.retain(|key, _| !positions.iter().all(|(i, v)| key[*i] == *v));
+        before - values.len()
+    }
 }
 
 impl Collector for Scalar {

@@ -429,6 +429,57 @@ async fn dropping_the_probes_stops_them() {
     assert_eq!(fake.calls("live").len(), before);
 }
 
+#[tokio::test(start_paused = true)]
+async fn dropping_the_probes_forgets_their_metric_series() {
+    let fake = Arc::new(FakeExec::default());
+    fake.set("ready", 1);
+    let c = container(
+        Some(exec_probe("live", 1, 1, 3, 0)),
+        Some(exec_probe("ready", 1, 1, 3, 0)),
+        None,
+    );
+    let mut t = target();
+    t.pod_uid = "uid-dropped-probes".into();
+    let other = ProbeTarget {
+        pod_uid: "uid-kept-probes".into(),
+        ..target()
+    };
+    let notify = Arc::new(Notify::new());
+    let p = ContainerProbes::start_scaled(t, &c, fake.clone(), notify.clone(), steady(), UNIT);
+    let kept = ContainerProbes::start_scaled(other, &c, fake.clone(), notify, steady(), UNIT);
+    tokio::time::sleep(UNIT * 5 / 2).await;
+    let series = |uid: &str| -> Vec<String> {
+        crate::metrics::probes_registry()
+            .gather()
+            .lines()
+            .filter(|l| l.starts_with("prober_probe_total{") && l.contains(uid))
+            .map(str::to_string)
+            .collect()
+    };
+    let before = series("pod_uid=\"uid-dropped-probes\"");
+    assert!(
+        before
+            .iter()
+            .any(|l| l.contains("probe_type=\"Liveness\",result=\"successful\""))
+            && before
+                .iter()
+                .any(|l| l.contains("probe_type=\"Readiness\",result=\"failed\"")),
+        "{before:?}"
+    );
+    drop(p);
+    assert_eq!(
+        series("pod_uid=\"uid-dropped-probes\""),
+        Vec::<String>::new()
+    );
+    tokio::time::sleep(UNIT * 3).await;
+    assert_eq!(
+        series("pod_uid=\"uid-dropped-probes\""),
+        Vec::<String>::new()
+    );
+    assert!(!series("pod_uid=\"uid-kept-probes\"").is_empty());
+    drop(kept);
+}
+
 #[test]
 fn probe_defaults_are_upstreams() {
     let s = super::worker::ProbeSpec::new(&Probe::default(), Duration::from_secs(1));

@@ -107,6 +107,9 @@ struct State {
     startup_succeeded: bool,
     readiness_succeeded: bool,
     liveness_failure: Option<LivenessFailure>,
+    /// Set when the probes are dropped: no metric is recorded afterwards, so a probe that
+    /// was mid-run cannot bring back a series just forgotten.
+    stopped: bool,
 }
 
 impl State {
@@ -183,11 +186,21 @@ pub struct ContainerProbes {
     tasks: Vec<JoinHandle<()>>,
 }
 
+/// Dropping the probes ends them for good (a restarted container gets new ones, a removed
+/// pod none), so their `prober_probe_total` series go too, as upstream deletes a worker's
+/// series when it stops. Unlike upstream, whose worker outlives container restarts, the
+/// counters of a restarted container therefore start again from zero (Prometheus' rate()
+/// treats that as a counter reset).
 impl Drop for ContainerProbes {
     fn drop(&mut self) {
         for t in &self.tasks {
             t.abort();
         }
+        let mut state = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.stopped = true;
+        drop(state);
+        let target = &self.shared.target;
+        crate::metrics::forget_probe_series(&target.pod_uid, &target.container);
     }
 }
 
@@ -235,6 +248,7 @@ impl ContainerProbes {
             startup_succeeded: false,
             readiness_succeeded: false,
             liveness_failure: None,
+            stopped: false,
         };
         let started = state.status().started;
         let shared = Arc::new(Shared {
@@ -309,7 +323,7 @@ async fn run(kind: Kind, spec: ProbeSpec, shared: Arc<Shared>, first_delay: Dura
             Outcome::Success(_) => {}
         }
         let success = outcome.is_success();
-        record_metric(kind, success, &shared.target);
+        shared.record_metric(kind, success);
         if last == Some(success) {
             run_length = run_length.saturating_add(1);
         } else {
@@ -323,6 +337,16 @@ async fn run(kind: Kind, spec: ProbeSpec, shared: Arc<Shared>, first_delay: Dura
         };
         if run_length >= threshold && shared.settle(kind, &spec, success, outcome.output()) {
             return;
+        }
+    }
+}
+
+impl Shared {
+    fn record_metric(&self, kind: Kind, success: bool) {
+        // Under the state lock, so it cannot interleave with the drop that forgets the series.
+        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if !state.stopped {
+            record_metric(kind, success, &self.target);
         }
     }
 }

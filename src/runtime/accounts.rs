@@ -6,8 +6,9 @@
 //! An image's files never change, so they are read once per image (see
 //! `Containerd::image_accounts`) from a read-only view of its top snapshot.
 
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use containerd_client::services::v1::snapshots::ViewSnapshotRequest;
 use containerd_client::types::Mount;
@@ -181,6 +182,72 @@ impl Accounts {
     }
 }
 
+type AccountsCell = tokio::sync::OnceCell<Arc<Accounts>>;
+
+/// One read of an image's accounts and the images (target digests) that asked for it:
+/// images sharing a top snapshot share the entry.
+struct CacheEntry {
+    cell: Arc<AccountsCell>,
+    digests: HashSet<String>,
+}
+
+/// The accounts of each image top snapshot (chain id) read so far. An entry lives as long
+/// as one of its images does: image GC forgets the images it removes, and each GC pass drops
+/// entries whose images are all gone from containerd, so the cache does not grow with every
+/// image the node ever ran.
+#[derive(Default)]
+pub struct AccountsCache {
+    entries: Mutex<HashMap<String, CacheEntry>>,
+}
+
+impl AccountsCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, CacheEntry>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The cell for `chain_id`, recording `digest` as one of its images.
+    fn cell(&self, chain_id: &str, digest: &str) -> Arc<AccountsCell> {
+        let mut entries = self.lock();
+        let entry = entries
+            .entry(chain_id.to_string())
+            .or_insert_with(|| CacheEntry {
+                cell: Arc::default(),
+                digests: HashSet::new(),
+            });
+        entry.digests.insert(digest.to_string());
+        entry.cell.clone()
+    }
+
+    /// Drops the entries of the image with this target digest; returns how many went. An
+    /// entry shared with another image goes too: that image's next container reads again.
+    pub fn forget_image(&self, digest: &str) -> usize {
+        let mut entries = self.lock();
+        let before = entries.len();
+        entries.retain(|_, e| !e.digests.contains(digest));
+        before - entries.len()
+    }
+
+    /// Keeps only entries with at least one image among `present` (target digests).
+    pub fn retain_images(&self, present: &HashSet<&str>) -> usize {
+        let mut entries = self.lock();
+        let before = entries.len();
+        entries.retain(|_, e| e.digests.iter().any(|d| present.contains(d.as_str())));
+        before - entries.len()
+    }
+
+    /// Top snapshots with an entry, sorted.
+    pub fn chain_ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self.lock().keys().cloned().collect();
+        ids.sort();
+        ids
+    }
+}
+
+/// The target digest of `image_ref` (`<repo>@<digest>`), or "" without one.
+fn target_digest(image_ref: &str) -> &str {
+    image_ref.rsplit_once('@').map_or("", |(_, d)| d)
+}
+
 impl Containerd {
     /// The image's accounts, read once per image (its top snapshot) and then cached: the
     /// files of an unpacked image never change. Containers of one image starting together
@@ -188,11 +255,7 @@ impl Containerd {
     pub async fn image_accounts(&self, image: &ImageInfo) -> Result<Arc<Accounts>> {
         let cell = self
             .accounts_cache()
-            .lock()
-            .unwrap()
-            .entry(image.chain_id.clone())
-            .or_default()
-            .clone();
+            .cell(&image.chain_id, target_digest(&image.image_ref));
         cell.get_or_try_init(|| async { self.read_image_accounts(image).await.map(Arc::new) })
             .await
             .cloned()
@@ -311,6 +374,46 @@ pub fn image_user(user: &str) -> Option<UserRef> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cache_forgets_removed_and_vanished_images() {
+        let cache = AccountsCache::default();
+        let a = cache.cell("sha256:chain-a", "sha256:img-a");
+        // Two images on one top snapshot share the read.
+        let shared = cache.cell("sha256:chain-b", "sha256:img-b1");
+        assert!(Arc::ptr_eq(
+            &shared,
+            &cache.cell("sha256:chain-b", "sha256:img-b2")
+        ));
+        cache.cell("sha256:chain-c", "sha256:img-c");
+        assert!(a.set(Arc::new(Accounts::default())).is_ok());
+        assert_eq!(
+            cache.chain_ids(),
+            ["sha256:chain-a", "sha256:chain-b", "sha256:chain-c"]
+        );
+
+        assert_eq!(cache.forget_image("sha256:img-a"), 1);
+        assert_eq!(cache.forget_image("sha256:img-a"), 0);
+        assert_eq!(cache.chain_ids(), ["sha256:chain-b", "sha256:chain-c"]);
+        // A read after forgetting starts afresh.
+        assert!(cache.cell("sha256:chain-a", "sha256:img-a").get().is_none());
+
+        // One of the two images of chain-b is still there: the entry stays.
+        let present: HashSet<&str> = ["sha256:img-b2"].into();
+        assert_eq!(cache.retain_images(&present), 2);
+        assert_eq!(cache.chain_ids(), ["sha256:chain-b"]);
+        assert_eq!(cache.retain_images(&HashSet::new()), 1);
+        assert!(cache.chain_ids().is_empty());
+    }
+
+    #[test]
+    fn target_digest_is_the_part_after_the_at() {
+        assert_eq!(
+            target_digest("docker.io/library/busybox@sha256:abc"),
+            "sha256:abc"
+        );
+        assert_eq!(target_digest(""), "");
+    }
 
     const PASSWD: &str = "root:x:0:0:root:/root:/bin/sh\n\
         # a comment\n\

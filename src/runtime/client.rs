@@ -23,10 +23,7 @@ pub struct Containerd {
     accounts: AccountsCache,
 }
 
-type AccountsCache = std::sync::Arc<
-    std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<AccountsCell>>>,
->;
-type AccountsCell = tokio::sync::OnceCell<std::sync::Arc<super::accounts::Accounts>>;
+type AccountsCache = std::sync::Arc<super::accounts::AccountsCache>;
 
 impl Containerd {
     /// Connects once; fails fast when the socket is absent.
@@ -71,7 +68,8 @@ impl Containerd {
         &self.client
     }
 
-    pub(crate) fn accounts_cache(&self) -> &AccountsCache {
+    /// The image accounts read so far (see `image_accounts`); image GC prunes it.
+    pub fn accounts_cache(&self) -> &super::accounts::AccountsCache {
         &self.accounts
     }
 

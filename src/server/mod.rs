@@ -12,6 +12,7 @@
 
 pub mod apiclient;
 pub mod auth;
+pub mod connections;
 pub mod container_logs;
 pub mod router;
 pub mod tls;
@@ -21,15 +22,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-
 use hyper::body::Incoming;
-use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper::{Request, StatusCode};
 use rustls::pki_types::CertificateDer;
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
+
+use connections::{serve_connection, spawn_accept_loop, ConnectionLimits};
 
 pub use apiclient::{ApiClient, ApiError};
 pub use router::{Auth, Body, Port, ServerState, StatsViews};
@@ -37,6 +36,9 @@ pub use tls::TlsError;
 
 use crate::config::{AuthorizationMode, Config};
 use crate::pod::StatusStore;
+
+/// Time a client has to complete the TLS handshake on the main port.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why a server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -89,45 +91,40 @@ pub async fn serve_read_only_with(
     state: Arc<ServerState>,
 ) -> Result<(), ServeError> {
     let listener = bind(addr, "read-only").await?;
-    tokio::spawn(async move {
-        loop {
-            let Some(stream) = accept(&listener).await else {
-                continue;
-            };
-            let state = state.clone();
-            tokio::spawn(serve_connection(stream, move |req| {
-                router::handle(
-                    state.clone(),
-                    Port::ReadOnly,
-                    None,
-                    Arc::new(Vec::new()),
-                    req,
-                )
-            }));
-        }
-    });
+    serve_read_only_on(listener, state, ConnectionLimits::SERVING);
     Ok(())
+}
+
+fn serve_read_only_on(listener: TcpListener, state: Arc<ServerState>, limits: ConnectionLimits) {
+    spawn_accept_loop(listener, limits, move |stream| {
+        let state = state.clone();
+        serve_connection(stream, limits, move |req| {
+            router::handle(
+                state.clone(),
+                Port::ReadOnly,
+                None,
+                Arc::new(Vec::new()),
+                req,
+            )
+        })
+    });
 }
 
 pub async fn serve_healthz(addr: SocketAddr) -> Result<(), ServeError> {
     let listener = bind(addr, "healthz").await?;
-    tokio::spawn(async move {
-        loop {
-            let Some(stream) = accept(&listener).await else {
-                continue;
-            };
-            tokio::spawn(serve_connection(
-                stream,
-                |req: Request<Incoming>| async move {
-                    Ok::<_, Infallible>(match req.uri().path() {
-                        "/healthz" => router::text(StatusCode::OK, "ok"),
-                        _ => router::text(StatusCode::NOT_FOUND, "404 page not found\n"),
-                    })
-                },
-            ));
-        }
-    });
+    serve_healthz_on(listener, ConnectionLimits::HEALTHZ);
     Ok(())
+}
+
+pub(crate) fn serve_healthz_on(listener: TcpListener, limits: ConnectionLimits) {
+    spawn_accept_loop(listener, limits, move |stream| {
+        serve_connection(stream, limits, |req: Request<Incoming>| async move {
+            Ok::<_, Infallible>(match req.uri().path() {
+                "/healthz" => router::text(StatusCode::OK, "ok"),
+                _ => router::text(StatusCode::NOT_FOUND, "404 page not found\n"),
+            })
+        })
+    });
 }
 
 /// Builds the main server's authentication and authorization from the configuration. The
@@ -196,75 +193,40 @@ pub async fn serve_main(state: Arc<ServerState>) -> Result<(), ServeError> {
     let tls_config = tls::server_config(&config, provider, auth.authenticator.client_ca.as_ref())?;
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls_config));
     let listener = bind(SocketAddr::new(config.address, config.port), "main (TLS)").await?;
-    tokio::spawn(async move {
-        loop {
-            let Some(stream) = accept(&listener).await else {
-                continue;
-            };
-            let (acceptor, state, auth) = (acceptor.clone(), state.clone(), auth.clone());
-            tokio::spawn(async move {
-                let tls =
-                    match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream))
-                        .await
-                    {
-                        Ok(Ok(tls)) => tls,
-                        Ok(Err(e)) => {
-                            debug!(error = %e, "TLS handshake failed");
-                            return;
-                        }
-                        Err(_) => {
-                            debug!("TLS handshake timed out");
-                            return;
-                        }
-                    };
-                let peer: Arc<Vec<CertificateDer<'static>>> = Arc::new(
-                    tls.get_ref()
-                        .1
-                        .peer_certificates()
-                        .map(|c| c.to_vec())
-                        .unwrap_or_default(),
-                );
-                serve_connection(tls, move |req| {
-                    router::handle(
-                        state.clone(),
-                        Port::Main,
-                        Some(auth.clone()),
-                        peer.clone(),
-                        req,
-                    )
-                })
-                .await;
-            });
+    let limits = ConnectionLimits::SERVING;
+    spawn_accept_loop(listener, limits, move |stream| {
+        let (acceptor, state, auth) = (acceptor.clone(), state.clone(), auth.clone());
+        async move {
+            let tls =
+                match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                    Ok(Ok(tls)) => tls,
+                    Ok(Err(e)) => {
+                        debug!(error = %e, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        debug!("TLS handshake timed out");
+                        return;
+                    }
+                };
+            let peer: Arc<Vec<CertificateDer<'static>>> = Arc::new(
+                tls.get_ref()
+                    .1
+                    .peer_certificates()
+                    .map(|c| c.to_vec())
+                    .unwrap_or_default(),
+            );
+            serve_connection(tls, limits, move |req| {
+                router::handle(
+                    state.clone(),
+                    Port::Main,
+                    Some(auth.clone()),
+                    peer.clone(),
+                    req,
+                )
+            })
+            .await;
         }
     });
     Ok(())
-}
-
-async fn accept(listener: &TcpListener) -> Option<tokio::net::TcpStream> {
-    match listener.accept().await {
-        Ok((s, _)) => Some(s),
-        Err(e) => {
-            warn!(error = %e, "accept failed");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            None
-        }
-    }
-}
-
-async fn serve_connection<S, F, Fut, B>(stream: S, handler: F)
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<Response<B>, Infallible>> + Send + 'static,
-    B: hyper::body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let svc = hyper::service::service_fn(handler);
-    if let Err(e) = hyper::server::conn::http1::Builder::new()
-        .max_buf_size(1 << 20)
-        .serve_connection(TokioIo::new(stream), svc)
-        .await
-    {
-        debug!(error = %e, "connection ended with an error");
-    }
 }

@@ -450,7 +450,11 @@ async fn container_logs_response(
         Ok(t) => t,
         Err(e) => return fail(e),
     };
-    if !target.path.is_file() {
+    // A stat can block on a slow or hung disk: off the async workers.
+    let is_file = tokio::fs::metadata(&target.path)
+        .await
+        .is_ok_and(|m| m.is_file());
+    if !is_file {
         return text(
             StatusCode::BAD_REQUEST,
             format!(
@@ -669,5 +673,109 @@ mod tests {
             r(Port::Main, Method::GET, "/containerLogs/ns//c"),
             Action::BadRequest(r#"{"message": "Missing podID."}"#)
         );
+    }
+
+    /// A directory on a file system that never answers: a FUSE mount whose device nobody
+    /// reads, so every lookup below it waits, as on a hung disk. Dropping it closes the
+    /// device, which fails every waiting call, and detaches the mount.
+    struct HungFs {
+        dir: tempfile::TempDir,
+        device: Option<std::fs::File>,
+    }
+
+    impl HungFs {
+        fn mount() -> HungFs {
+            use std::os::fd::AsRawFd;
+            let device = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open("/dev/fuse")
+                .expect("open /dev/fuse (the test runs as root)");
+            let dir = tempfile::tempdir().unwrap();
+            let options = format!(
+                "fd={},rootmode=40000,user_id=0,group_id=0",
+                device.as_raw_fd()
+            );
+            nix::mount::mount(
+                Some("kubelet-rs-hung"),
+                dir.path(),
+                Some("fuse"),
+                nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
+                Some(options.as_str()),
+            )
+            .expect("mount a FUSE file system");
+            HungFs {
+                dir,
+                device: Some(device),
+            }
+        }
+
+        /// Fails every call waiting on the file system.
+        fn release(&mut self) {
+            self.device.take();
+        }
+    }
+
+    impl Drop for HungFs {
+        fn drop(&mut self) {
+            self.release();
+            let _ = nix::mount::umount2(self.dir.path(), nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+
+    /// /containerLogs for a log directory on a hung disk: the request waits, the runtime does
+    /// not. Before, the log file's stat ran on the async worker and stopped the whole runtime
+    /// (here one thread, as any worker the disk holds is lost to every other task).
+    #[test]
+    fn a_hung_log_disk_does_not_stall_the_runtime() {
+        if std::env::var("KUBELET_RS_INTEGRATION").as_deref() != Ok("1") {
+            return; // needs root and /dev/fuse, as the integration tests do
+        }
+        let mut hung = HungFs::mount();
+        let mut config = Config::defaults(false);
+        config.pod_logs_dir = hung.dir.path().join("pods");
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "default", "uid": "u1"},
+            "spec": {"containers": [{"name": "app", "image": "busybox"}]},
+            "status": {"containerStatuses": [{
+                "name": "app", "image": "busybox", "imageID": "", "ready": true,
+                "restartCount": 0, "state": {"running": {}}
+            }]}
+        }))
+        .unwrap();
+        let store = StatusStore::default();
+        store.blocking_write().insert("u1".into(), pod);
+        let state = ServerState::new(Arc::new(config), store);
+
+        let (ticked, ticks) = std::sync::mpsc::channel();
+        let (answered, answer) = std::sync::mpsc::channel();
+        let runtime = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let request = tokio::spawn(async move {
+                    let resp = container_logs_response(&state, "default", "web", "app", "").await;
+                    let _ = answered.send(resp.status());
+                });
+                // Other work on the same runtime goes on while the request waits.
+                for _ in 0..5 {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                let _ = ticked.send(());
+                let _ = request.await;
+            });
+        });
+        let stalled = ticks
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .is_err();
+        // Unblock whatever waits on the disk, so the thread can end either way.
+        hung.release();
+        let status = answer.recv_timeout(std::time::Duration::from_secs(30));
+        runtime.join().unwrap();
+        assert!(!stalled, "the runtime stalled on the hung disk");
+        // Once the disk fails, the request gets its answer: no such log file.
+        assert_eq!(status, Ok(StatusCode::BAD_REQUEST));
     }
 }

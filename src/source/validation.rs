@@ -16,6 +16,8 @@ const DNS1123_SUBDOMAIN_MESSAGE: &str = "a lowercase RFC 1123 subdomain must con
     character (e.g. 'example.com', regex used for validation is \
     '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
 const RESTART_POLICIES: &[&str] = &["Always", "OnFailure", "Never"];
+/// Upstream's message for a port number out of range (validation.IsValidPortNum).
+const PORT_RANGE_MESSAGE: &str = "must be between 1 and 65535, inclusive";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FieldErrorKind {
@@ -24,6 +26,11 @@ pub enum FieldErrorKind {
     },
     Invalid {
         value: String,
+        detail: String,
+    },
+    /// An invalid number, shown bare as upstream prints integer values (`Invalid value: 70000`).
+    InvalidNumber {
+        value: i64,
         detail: String,
     },
     Duplicate {
@@ -52,6 +59,9 @@ impl fmt::Display for FieldError {
             } => write!(f, "Required value: {detail}"),
             FieldErrorKind::Invalid { value, detail } => {
                 write!(f, "Invalid value: {value:?}: {detail}")
+            }
+            FieldErrorKind::InvalidNumber { value, detail } => {
+                write!(f, "Invalid value: {value}: {detail}")
             }
             FieldErrorKind::Duplicate { value } => write!(f, "Duplicate value: {value:?}"),
             FieldErrorKind::NotSupported { value, supported } => {
@@ -89,6 +99,16 @@ impl ValidationErrors {
             field: field.into(),
             kind: FieldErrorKind::Required {
                 detail: detail.map(str::to_string),
+            },
+        });
+    }
+
+    fn invalid_number(&mut self, field: String, value: i64, detail: &str) {
+        self.0.push(FieldError {
+            field,
+            kind: FieldErrorKind::InvalidNumber {
+                value,
+                detail: detail.to_string(),
             },
         });
     }
@@ -229,6 +249,30 @@ fn validate_containers(
             ),
             Some(_) => {}
         }
+        validate_ports(container, &format!("{path}[{i}].ports"), errors);
+    }
+}
+
+/// Port numbers as upstream checks them: containerPort is required and must be a port,
+/// hostPort 0 means unset and any other value must be a port. Later stages keep ports in
+/// 16 bits, so an unchecked 70000 would silently become another port.
+fn validate_ports(container: &Container, path: &str, errors: &mut ValidationErrors) {
+    let is_port = |n: i32| (1..=65535).contains(&n);
+    for (j, port) in container.ports.iter().flatten().enumerate() {
+        let container_port = format!("{path}[{j}].containerPort");
+        match port.container_port {
+            0 => errors.required(container_port, None),
+            n if !is_port(n) => errors.invalid_number(container_port, n.into(), PORT_RANGE_MESSAGE),
+            _ => {}
+        }
+        match port.host_port {
+            Some(n) if n != 0 && !is_port(n) => errors.invalid_number(
+                format!("{path}[{j}].hostPort"),
+                n.into(),
+                PORT_RANGE_MESSAGE,
+            ),
+            _ => {}
+        }
     }
 }
 
@@ -360,6 +404,38 @@ mod tests {
             vec![format!(
                 "metadata.name: Invalid value: \"{long}\": must be no more than 253 characters"
             )]
+        );
+    }
+
+    #[test]
+    fn ports_must_be_in_range() {
+        use k8s_openapi::api::core::v1::ContainerPort;
+        let port = |container_port: i32, host_port: Option<i32>| ContainerPort {
+            container_port,
+            host_port,
+            ..Default::default()
+        };
+        let mut app = container("app", Some("x"));
+        app.ports = Some(vec![
+            port(80, Some(0)),
+            port(70000, None),
+            port(8080, Some(65536)),
+            port(0, Some(-1)),
+            port(65535, Some(1)),
+        ]);
+        let mut init = container("init", Some("x"));
+        init.ports = Some(vec![port(-5, None)]);
+        let mut p = pod("a", vec![app]);
+        p.spec.as_mut().unwrap().init_containers = Some(vec![init]);
+        assert_eq!(
+            messages(&p),
+            vec![
+                "spec.containers[0].ports[1].containerPort: Invalid value: 70000: must be between 1 and 65535, inclusive",
+                "spec.containers[0].ports[2].hostPort: Invalid value: 65536: must be between 1 and 65535, inclusive",
+                "spec.containers[0].ports[3].containerPort: Required value",
+                "spec.containers[0].ports[3].hostPort: Invalid value: -1: must be between 1 and 65535, inclusive",
+                "spec.initContainers[0].ports[0].containerPort: Invalid value: -5: must be between 1 and 65535, inclusive",
+            ]
         );
     }
 
