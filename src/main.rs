@@ -387,6 +387,10 @@ fn image_command(args: &[String]) -> i32 {
         eprintln!("{usage}");
         return 2;
     };
+    if let Err(e) = kubelet_rs::config::check_containerd_namespace(&ns) {
+        eprintln!("kubelet-rs image {verb}: invalid --namespace {ns:?}: {e}\n{usage}");
+        return 2;
+    }
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

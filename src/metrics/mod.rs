@@ -220,12 +220,12 @@ pub fn probe_result(
         .inc(&[probe, result, container, pod, namespace, pod_uid]);
 }
 
-/// Forgets the probe series of one container of one pod (every probe type and result), so
-/// `/metrics/probes` does not keep a series per container that ever ran on the node.
-pub fn forget_probe_series(pod_uid: &str, container: &str) {
+/// Forgets the probe series of every container of a pod that left the node (every probe
+/// type and result), so `/metrics/probes` does not keep series of every pod that ever ran.
+pub fn forget_pod_probe_series(pod_uid: &str) {
     kubelet()
         .probe_total
-        .remove_matching(&[("pod_uid", pod_uid), ("container", container)]);
+        .remove_matching(&[("pod_uid", pod_uid)]);
 }
 
 /// One HTTP request to the kubelet's servers; `path` is upstream's bucket (first path
@@ -283,7 +283,7 @@ mod tests {
     }
 
     #[test]
-    fn forgetting_probe_series_takes_one_container_of_one_pod() {
+    fn forgetting_probe_series_takes_one_pod() {
         let count = |container: &str, uid: &str, result: &str| {
             kubelet()
                 .probe_total
@@ -311,10 +311,10 @@ mod tests {
                 uid,
             );
         }
-        forget_probe_series("uid-forget-1", "a");
+        forget_pod_probe_series("uid-forget-1");
         assert_eq!(count("a", "uid-forget-1", "successful"), None);
         assert_eq!(count("a", "uid-forget-1", "failed"), None);
-        assert_eq!(count("b", "uid-forget-1", "successful"), Some(1.0));
+        assert_eq!(count("b", "uid-forget-1", "successful"), None);
         assert_eq!(count("a", "uid-forget-2", "failed"), Some(1.0));
         let text = probes_registry().gather();
         assert!(

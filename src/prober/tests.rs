@@ -430,7 +430,7 @@ async fn dropping_the_probes_stops_them() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn dropping_the_probes_forgets_their_metric_series() {
+async fn a_removed_pods_probe_series_are_forgotten() {
     let fake = Arc::new(FakeExec::default());
     fake.set("ready", 1);
     let c = container(
@@ -467,6 +467,10 @@ async fn dropping_the_probes_forgets_their_metric_series() {
         "{before:?}"
     );
     drop(p);
+    // A container restart drops its probes but keeps counting, as upstream.
+    assert_eq!(series("pod_uid=\"uid-dropped-probes\""), before);
+    // What the pod worker does once the pod has left the node.
+    crate::metrics::forget_pod_probe_series("uid-dropped-probes");
     assert_eq!(
         series("pod_uid=\"uid-dropped-probes\""),
         Vec::<String>::new()

@@ -186,11 +186,11 @@ pub struct ContainerProbes {
     tasks: Vec<JoinHandle<()>>,
 }
 
-/// Dropping the probes ends them for good (a restarted container gets new ones, a removed
-/// pod none), so their `prober_probe_total` series go too, as upstream deletes a worker's
-/// series when it stops. Unlike upstream, whose worker outlives container restarts, the
-/// counters of a restarted container therefore start again from zero (Prometheus' rate()
-/// treats that as a counter reset).
+/// Dropping the probes ends them: nothing is recorded afterwards. Their
+/// `prober_probe_total` series stay while the pod is on the node, so a restarted
+/// container's counters go on counting as upstream's (its probe worker outlives container
+/// restarts); the pod worker forgets the pod's series when the pod goes
+/// (`metrics::forget_pod_probe_series`).
 impl Drop for ContainerProbes {
     fn drop(&mut self) {
         for t in &self.tasks {
@@ -198,9 +198,6 @@ impl Drop for ContainerProbes {
         }
         let mut state = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
         state.stopped = true;
-        drop(state);
-        let target = &self.shared.target;
-        crate::metrics::forget_probe_series(&target.pod_uid, &target.container);
     }
 }
 

@@ -744,7 +744,7 @@ mod tests {
         }))
         .unwrap();
         let store = StatusStore::default();
-        store.blocking_write().insert("u1".into(), pod);
+        store.set(pod);
         let state = ServerState::new(Arc::new(config), store);
 
         let (ticked, ticks) = std::sync::mpsc::channel();

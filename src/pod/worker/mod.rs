@@ -228,6 +228,7 @@ impl Worker {
             }
         }
         self.shared.statuses.remove(&uid);
+        crate::metrics::forget_pod_probe_series(&uid);
         if let Ok(mut m) = self.shared.stats_pods.write() {
             m.remove(&uid);
         }
