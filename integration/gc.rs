@@ -17,8 +17,10 @@ use common::{
     busybox_pod, container_status, ctr, integration_enabled, purge_namespace, Node, BUSYBOX, SOCKET,
 };
 use kubelet_rs::gc::policy::Candidate;
-use kubelet_rs::gc::{ContainerdImages, ImageRuntime};
+use kubelet_rs::gc::ImageRuntime;
+use kubelet_rs::runtime::pull::{PullOptions, Puller};
 use kubelet_rs::runtime::Containerd;
+use kubelet_rs::runtime::{ContainerdRuntime, Runtime};
 use sha2::{Digest, Sha256};
 
 const PAUSE: &str = "registry.k8s.io/pause:3.10";
@@ -376,7 +378,10 @@ async fn removed_images_leave_the_accounts_cache() {
 
 async fn accounts_cache_cases(ns: &str) {
     let c = Containerd::connect(Path::new(SOCKET), ns).await.unwrap();
-    let gc = ContainerdImages(c.clone());
+    let gc: std::sync::Arc<dyn Runtime> = std::sync::Arc::new(ContainerdRuntime {
+        containerd: c.clone(),
+        puller: Puller::new(c.clone(), PullOptions::default()),
+    });
     let cache_image = || async {
         import_unused_image(ns);
         let info = c.resolve_image(UNUSED).await.unwrap();

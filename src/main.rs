@@ -13,7 +13,7 @@ use kubelet_rs::pod::worker::{Shared, StatsPods};
 use kubelet_rs::pod::{PodManager, StatusStore};
 use kubelet_rs::runtime::events::{spawn_task_events, OomSeen};
 use kubelet_rs::runtime::pull::{PullOptions, Puller};
-use kubelet_rs::runtime::{Containerd, ContainerdRuntime};
+use kubelet_rs::runtime::{Containerd, ContainerdRuntime, Runtime};
 use kubelet_rs::source::{spawn_file_source, spawn_http_source, SourceKind};
 use kubelet_rs::stats::{Cgroups, Collector, CollectorConfig, PodInfo};
 use kubelet_rs::{logs, server};
@@ -121,12 +121,12 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     .with_result_cache(cfg.root_dir.join("cni-results"));
     let oom_seen = OomSeen::default();
     let sync_loop = Arc::new(SyncLoopHealth::new(cfg.sync_frequency));
-    let runtime = ContainerdRuntime {
+    let runtime: Arc<dyn Runtime> = Arc::new(ContainerdRuntime {
         containerd: rt.clone(),
         puller: new_puller(&cfg, &rt),
-    };
+    });
     let shared = Arc::new(Shared {
-        rt: Arc::new(runtime),
+        rt: runtime.clone(),
         cni,
         cfg: cfg.clone(),
         statuses,
@@ -177,7 +177,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
 
     let mut manager = PodManager::new(shared, &expected);
     manager.recover().await;
-    start_image_gc(&cfg, &rt);
+    start_image_gc(&cfg, &runtime);
     let (ev_tx, ev_rx) = mpsc::channel(256);
     spawn_task_events(rt, ev_tx, oom_seen);
 
@@ -303,8 +303,8 @@ fn start_stats(cfg: &Arc<Config>, server: &Arc<server::ServerState>, pods: Stats
 
 /// The image GC on its own timer (upstream's ImageGCPeriod); high threshold 100 turns it
 /// off, as upstream does.
-fn start_image_gc(cfg: &Config, rt: &Containerd) {
-    use kubelet_rs::gc::{ContainerdImages, ImageGc, ImageGcPolicy, StatvfsProbe};
+fn start_image_gc(cfg: &Config, rt: &Arc<dyn Runtime>) {
+    use kubelet_rs::gc::{ImageGc, ImageGcPolicy, StatvfsProbe};
     // Validated as 0..=100 with low < high, so both fit a u8.
     let policy = ImageGcPolicy {
         high_percent: cfg.image_gc_high_threshold_percent as u8,
@@ -319,7 +319,7 @@ fn start_image_gc(cfg: &Config, rt: &Containerd) {
         path: cfg.image_fs_path.clone(),
     };
     let pinned = vec![cfg.pod_infra_container_image.clone()];
-    let gc = ImageGc::new(ContainerdImages(rt.clone()), probe, policy, pinned);
+    let gc = ImageGc::new(rt.clone(), probe, policy, pinned);
     tokio::spawn(gc.run(cfg.image_gc_period));
 }
 

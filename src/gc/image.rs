@@ -6,13 +6,9 @@
 use std::collections::HashSet;
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use containerd_client::services::v1::{
-    DeleteImageRequest, ListContainersRequest, ListImagesRequest,
-};
-use containerd_client::types::Descriptor;
-use serde::Deserialize;
 use tracing::{debug, info, warn};
 
 use super::policy::{
@@ -20,12 +16,7 @@ use super::policy::{
     ListedImage,
 };
 use super::GcError;
-use crate::runtime::client::{call, CALL_TIMEOUT};
-use crate::runtime::Containerd;
-
-/// A delete with `sync` waits for containerd's GC; on a busy node that takes longer than an
-/// ordinary call.
-const DELETE_TIMEOUT: Duration = Duration::from_secs(120);
+use crate::runtime::Runtime;
 
 /// What the manager needs from the runtime; a trait so the pass is tested with a fake.
 pub trait ImageRuntime {
@@ -212,143 +203,25 @@ impl UsageProbe for StatvfsProbe {
     }
 }
 
-/// The manager's view of containerd, in the agent's namespace.
-#[derive(Clone)]
-pub struct ContainerdImages(pub Containerd);
-
-#[derive(Deserialize)]
-struct Blob {
-    #[serde(default)]
-    digest: String,
-    #[serde(default)]
-    size: u64,
-}
-
-#[derive(Deserialize)]
-struct Document {
-    #[serde(default)]
-    config: Option<Blob>,
-    #[serde(default)]
-    layers: Vec<Blob>,
-    #[serde(default)]
-    manifests: Vec<Blob>,
-}
-
-impl ContainerdImages {
-    /// The blob's own bytes plus its config and layers; for an index, plus the manifests
-    /// stored here (a pull stores only this node's, so the others are skipped).
-    async fn content_size(&self, digest: &str, in_index: bool) -> Result<u64, GcError> {
-        let bytes = self.0.read_blob(digest).await?;
-        let doc: Document = serde_json::from_slice(&bytes).map_err(|e| GcError::ImageSize {
-            digest: digest.to_string(),
-            reason: format!("not a manifest or index: {e}"),
-        })?;
-        let mut total = bytes.len() as u64;
-        total += doc
-            .config
-            .iter()
-            .chain(&doc.layers)
-            .map(|b| b.size)
-            .sum::<u64>();
-        if !in_index {
-            for child in &doc.manifests {
-                if let Ok(size) = Box::pin(self.content_size(&child.digest, true)).await {
-                    total += size;
-                }
-            }
-        }
-        Ok(total)
-    }
-}
-
-impl ImageRuntime for ContainerdImages {
+/// Image GC goes through the agent's runtime seam; this maps its calls and errors.
+impl ImageRuntime for Arc<dyn Runtime> {
     async fn list_images(&self) -> Result<Vec<ListedImage>, GcError> {
-        let c = &self.0;
-        let list = call(
-            "list images",
-            c.namespace(),
-            CALL_TIMEOUT,
-            c.client()
-                .images()
-                .list(c.req(ListImagesRequest { filters: vec![] })),
-        )
-        .await?;
-        // Each pass also prunes the image accounts cache of images that are gone, however
-        // they went (this GC, `ctr images rm`, another client).
-        let present: HashSet<&str> = list
-            .images
-            .iter()
-            .filter_map(|i| Some(i.target.as_ref()?.digest.as_str()))
-            .collect();
-        let pruned = c.accounts_cache().retain_images(&present);
-        if pruned > 0 {
-            debug!(pruned, "image accounts of removed images forgotten");
-        }
-        Ok(list
-            .images
-            .into_iter()
-            .filter_map(|i| {
-                Some(ListedImage {
-                    digest: i.target?.digest,
-                    name: i.name,
-                })
-            })
-            .collect())
+        Ok(self.as_ref().list_images().await?)
     }
 
     async fn container_images(&self) -> Result<Vec<String>, GcError> {
-        let c = &self.0;
-        // No filter: upstream counts the images of every container, not only the agent's.
-        let list = call(
-            "list containers",
-            c.namespace(),
-            CALL_TIMEOUT,
-            c.client()
-                .containers()
-                .list(c.req(ListContainersRequest { filters: vec![] })),
-        )
-        .await?;
-        Ok(list
-            .containers
-            .into_iter()
-            .map(|c| c.image)
-            .filter(|i| !i.is_empty())
-            .collect())
+        Ok(self.as_ref().container_images().await?)
     }
 
     async fn image_size(&self, digest: &str) -> Result<u64, GcError> {
-        self.content_size(digest, false).await
+        Ok(self.as_ref().image_size(digest).await?)
     }
 
     async fn remove_image(&self, image: &Candidate) -> Result<(), GcError> {
-        let c = &self.0;
-        let last = image.names.len().saturating_sub(1);
-        for (i, name) in image.names.iter().enumerate() {
-            let request = DeleteImageRequest {
-                name: name.clone(),
-                // One synchronous GC, after the last name, so the space is really returned.
-                sync: i == last,
-                // Newer containerd refuses when the name moved to other content since the
-                // listing; 1.6 ignores the field.
-                target: Some(Descriptor {
-                    digest: image.digest.clone(),
-                    ..Default::default()
-                }),
-            };
-            let deleted = call(
-                "delete image",
-                name.clone(),
-                DELETE_TIMEOUT,
-                c.client().images().delete(c.req(request)),
-            )
-            .await;
-            match deleted {
-                Err(e) if !e.is_not_found() => return Err(e.into()),
-                _ => {}
-            }
-        }
-        c.accounts_cache().forget_image(&image.digest);
-        Ok(())
+        Ok(self
+            .as_ref()
+            .remove_image(&image.digest, &image.names)
+            .await?)
     }
 }
 

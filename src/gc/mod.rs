@@ -8,7 +8,7 @@
 pub mod image;
 pub mod policy;
 
-pub use image::{ContainerdImages, ImageGc, ImageRuntime, Outcome, StatvfsProbe, UsageProbe};
+pub use image::{ImageGc, ImageRuntime, Outcome, StatvfsProbe, UsageProbe};
 pub use policy::{FsUsage, ImageGcPolicy};
 
 use std::path::PathBuf;

@@ -54,12 +54,7 @@ impl ImageGcPolicy {
     }
 }
 
-/// One image record as containerd lists it: a name and the digest of its target.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListedImage {
-    pub name: String,
-    pub digest: String,
-}
+pub use crate::runtime::image_store::ListedImage;
 
 /// An image as upstream counts it: one target digest with all the names pointing at it.
 /// Removing it removes every name, as upstream removes an image by ID with all its tags.

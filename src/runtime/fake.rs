@@ -20,6 +20,7 @@ use super::accounts::Accounts;
 use super::containers::{record_from, ContainerRecord, NewContainer, TaskSnapshot, TaskStatus};
 use super::events::OomSeen;
 use super::exec::{ExecError, ExecResult, ExecRunner};
+use super::image_store::ListedImage;
 use super::images::{ImageConfig, ImageInfo};
 use super::labels::{self, Kind};
 use super::pull::{PullError, PullOutcome, RegistryCredential};
@@ -504,6 +505,46 @@ impl Runtime for FakeRuntime {
                 detail: "manifest unknown".into(),
             }),
         }
+    }
+
+    async fn list_images(&self) -> Result<Vec<ListedImage>> {
+        self.enter("list_images", String::new()).await?;
+        Ok(self
+            .lock()
+            .images
+            .values()
+            .map(|i| ListedImage {
+                name: i.name.clone(),
+                digest: i
+                    .image_ref
+                    .rsplit_once('@')
+                    .map(|(_, d)| d.to_string())
+                    .unwrap_or_default(),
+            })
+            .collect())
+    }
+
+    async fn container_images(&self) -> Result<Vec<String>> {
+        self.enter("container_images", String::new()).await?;
+        Ok(self
+            .lock()
+            .containers
+            .values()
+            .map(|c| c.image.clone())
+            .collect())
+    }
+
+    async fn image_size(&self, digest: &str) -> Result<u64> {
+        self.enter("image_size", digest.to_string()).await?;
+        Ok(0)
+    }
+
+    async fn remove_image(&self, digest: &str, names: &[String]) -> Result<()> {
+        self.enter("remove_image", names.join(",")).await?;
+        let mut st = self.lock();
+        st.images
+            .retain(|name, i| !(names.contains(name) && i.image_ref.ends_with(digest)));
+        Ok(())
     }
 
     async fn image_accounts(&self, _image: &ImageInfo) -> Result<Arc<Accounts>> {

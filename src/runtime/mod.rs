@@ -17,6 +17,7 @@ pub mod events;
 pub mod exec;
 #[cfg(test)]
 pub(crate) mod fake;
+pub mod image_store;
 pub mod images;
 pub mod labels;
 pub mod pull;

@@ -19,6 +19,7 @@ use async_trait::async_trait;
 use super::accounts::Accounts;
 use super::containers::{ContainerRecord, NewContainer};
 use super::exec::{ExecError, ExecRunner};
+use super::image_store::ListedImage;
 use super::images::ImageInfo;
 use super::pull::{PullError, PullOutcome, Puller, RegistryCredential};
 use super::{Containerd, Result};
@@ -66,6 +67,18 @@ pub trait Runtime: ExecRunner {
     ) -> std::result::Result<PullOutcome, PullError>;
     /// The users and groups the image defines (its /etc/passwd and /etc/group).
     async fn image_accounts(&self, image: &ImageInfo) -> Result<Arc<Accounts>>;
+
+    // The image store, for image GC.
+
+    /// Every image name with the digest of its target.
+    async fn list_images(&self) -> Result<Vec<ListedImage>>;
+    /// The image of every container record, running or dead, the agent's or not.
+    async fn container_images(&self) -> Result<Vec<String>>;
+    /// Bytes of an image's content.
+    async fn image_size(&self, digest: &str) -> Result<u64>;
+    /// Removes the image with this digest under all its names, returning once its content
+    /// is freed.
+    async fn remove_image(&self, digest: &str, names: &[String]) -> Result<()>;
 }
 
 /// containerd over its native gRPC API, with the registry puller for images it lacks.
@@ -143,5 +156,21 @@ impl Runtime for ContainerdRuntime {
 
     async fn image_accounts(&self, image: &ImageInfo) -> Result<Arc<Accounts>> {
         self.containerd.image_accounts(image).await
+    }
+
+    async fn list_images(&self) -> Result<Vec<ListedImage>> {
+        self.containerd.list_images().await
+    }
+
+    async fn container_images(&self) -> Result<Vec<String>> {
+        self.containerd.container_images().await
+    }
+
+    async fn image_size(&self, digest: &str) -> Result<u64> {
+        self.containerd.image_size(digest).await
+    }
+
+    async fn remove_image(&self, digest: &str, names: &[String]) -> Result<()> {
+        self.containerd.remove_image(digest, names).await
     }
 }
