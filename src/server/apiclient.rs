@@ -358,6 +358,38 @@ mod tests {
         );
     }
 
+    #[test]
+    fn token_files_are_trimmed_inline_and_clean_ones_left_to_rotate() {
+        use secrecy::ExposeSecret;
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        let (clean, padded) = (dir.path().join("clean"), dir.path().join("padded"));
+        std::fs::write(&clean, "abc").unwrap();
+        std::fs::write(&padded, " abc\n").unwrap();
+        let info = |file: &Path| kube::config::AuthInfo {
+            token_file: Some(file.to_string_lossy().into_owned()),
+            ..Default::default()
+        };
+
+        let mut kept = info(&clean);
+        trim_token_file(&kubeconfig, "u", &mut kept).unwrap();
+        assert!(kept.token.is_none() && kept.token_file.is_some());
+
+        let mut inlined = info(&padded);
+        trim_token_file(&kubeconfig, "u", &mut inlined).unwrap();
+        assert_eq!(inlined.token.unwrap().expose_secret(), "abc");
+        assert!(inlined.token_file.is_none());
+
+        let mut missing = info(&dir.path().join("gone"));
+        let err = trim_token_file(&kubeconfig, "u", &mut missing)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("user \"u\": tokenFile") && err.contains("gone"),
+            "{err}"
+        );
+    }
+
     #[tokio::test]
     async fn errors_name_the_kubeconfig_and_the_server() {
         let dir = tempfile::tempdir().unwrap();

@@ -110,4 +110,14 @@ mod tests {
         );
         assert!(!err.contains('\n'));
     }
+
+    #[test]
+    fn several_documents_in_one_file_are_an_error() {
+        let two = b"apiVersion: v1\nkind: Pod\nmetadata:\n  name: a\n---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: b\n";
+        let err = decode_manifest(two).err().unwrap();
+        assert!(err.contains("document"), "{err}");
+        // A leading document marker alone is one document.
+        let one = b"---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: a\n";
+        assert!(matches!(decode_manifest(one).unwrap(), Manifest::Pod(_)));
+    }
 }
