@@ -398,24 +398,46 @@ async fn fake_apiserver(dir: &Path, reviews: Arc<AtomicUsize>) -> PathBuf {
                         async move {
                             let path = req.uri().path().to_string();
                             let body = req.into_body().collect().await.unwrap().to_bytes();
-                            let review: Value = serde_json::from_slice(&body).unwrap();
-                            let answer = if path.ends_with("/tokenreviews") {
-                                if review["spec"]["token"] == "good" {
-                                    json!({"status": {"authenticated": true, "user": {"username": "bob", "groups": ["devs"]}}})
+                            let mut review: Value = serde_json::from_slice(&body).unwrap();
+                            // As the API server: the posted review comes back with its
+                            // status filled in; any other path is a 404 Status.
+                            let (code, answer) = if path
+                                == "/apis/authentication.k8s.io/v1/tokenreviews"
+                                && review["kind"] == "TokenReview"
+                            {
+                                review["status"] = if review["spec"]["token"] == "good" {
+                                    json!({"authenticated": true, "user": {"username": "bob", "groups": ["devs"]}})
                                 } else {
-                                    json!({"status": {"authenticated": false}})
-                                }
-                            } else {
+                                    json!({"authenticated": false})
+                                };
+                                (201, review)
+                            } else if path == "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+                                && review["kind"] == "SubjectAccessReview"
+                            {
                                 reviews.fetch_add(1, Ordering::SeqCst);
                                 let attrs = &review["spec"]["resourceAttributes"];
                                 assert_eq!(attrs["resource"], "nodes");
                                 assert_eq!(attrs["name"], "test-node");
                                 assert_eq!(review["spec"]["user"], "bob");
-                                json!({"status": {"allowed": attrs["subresource"] == "pods"}})
+                                let allowed = attrs["subresource"] == "pods";
+                                review["status"] = json!({"allowed": allowed});
+                                (201, review)
+                            } else {
+                                (
+                                    404,
+                                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                    "message": format!("the server could not find the requested resource ({path})"),
+                                    "reason": "NotFound", "code": 404}),
+                                )
                             };
-                            Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
-                                Bytes::from(answer.to_string()),
-                            )))
+                            let mut resp =
+                                hyper::Response::new(Full::new(Bytes::from(answer.to_string())));
+                            *resp.status_mut() = hyper::StatusCode::from_u16(code).unwrap();
+                            resp.headers_mut().insert(
+                                "content-type",
+                                hyper::header::HeaderValue::from_static("application/json"),
+                            );
+                            Ok::<_, std::convert::Infallible>(resp)
                         }
                     },
                 );

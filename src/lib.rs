@@ -14,3 +14,4 @@ pub mod server;
 pub mod source;
 pub mod stats;
 pub mod volume;
+pub(crate) mod yaml;

@@ -220,15 +220,11 @@ fn new_puller(cfg: &Config, rt: &Containerd) -> Puller {
 /// The node's address: the IPv4 address of the interface holding the default route, else
 /// the first non-loopback IPv4 address.
 fn host_ip() -> Option<IpAddr> {
-    let routes = std::fs::read_to_string("/proc/net/route").unwrap_or_default();
-    let default_if = routes
-        .lines()
-        .skip(1)
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.len() > 2 && f[1] == "00000000").then(|| f[0].to_string())
-        })
-        .next();
+    let default_if = procfs::net::route()
+        .unwrap_or_default()
+        .into_iter()
+        .find(|r| r.destination.is_unspecified())
+        .map(|r| r.iface);
     let addrs: Vec<(String, IpAddr)> = nix::ifaddrs::getifaddrs()
         .ok()?
         .filter_map(|a| {
@@ -243,34 +239,24 @@ fn host_ip() -> Option<IpAddr> {
 }
 
 fn memory_capacity() -> Option<i64> {
-    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kb: i64 = s
-        .lines()
-        .find(|l| l.starts_with("MemTotal:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()?;
-    Some(kb * 1024)
+    use procfs::Current;
+    let total = procfs::Meminfo::current().ok()?.mem_total;
+    i64::try_from(total).ok()
 }
 
 /// Without CAP_SYS_RESOURCE (some VMs and nested containers drop it) the kernel refuses an
 /// oom_score_adj below the agent's own; containers then get at least that value.
 fn oom_score_adj_min() -> i64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let cap_eff = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .unwrap_or(0);
+    let me = procfs::process::Process::myself().ok();
+    let cap_eff = me
+        .as_ref()
+        .and_then(|p| p.status().ok())
+        .map_or(0, |s| s.capeff);
     const CAP_SYS_RESOURCE: u64 = 24;
     if cap_eff & (1 << CAP_SYS_RESOURCE) != 0 {
         return -1000;
     }
-    let own = std::fs::read_to_string("/proc/self/oom_score_adj")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(0);
+    let own = me.and_then(|p| p.oom_score_adj().ok()).map_or(0, i64::from);
     warn!(
         oom_score_adj_min = own,
         "no CAP_SYS_RESOURCE: container oom_score_adj values are raised to the agent's own"

@@ -252,7 +252,7 @@ pub(crate) fn parse_text(path: &Path, text: &str) -> Result<FileSettings, Config
     let value: Value = if text.trim_start().starts_with('{') {
         serde_json::from_str(text).map_err(|e| parse_error(e.to_string()))?
     } else {
-        serde_yaml::from_str(text).map_err(|e| parse_error(e.to_string()))?
+        crate::yaml::from_str(text).map_err(|e| parse_error(e.to_string()))?
     };
     let empty = Map::new();
     let obj = match &value {

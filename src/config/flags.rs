@@ -1,6 +1,11 @@
 //! Command-line parsing with pflag's rules, which the kubelet uses: `--flag=value` and
 //! `--flag value`; booleans as `--flag` or `--flag=true|false`; one-letter shorthands as
 //! `-v 3`, `-v=3` or `-v3`.
+//!
+//! Hand-written rather than clap: pflag takes the next argument as a value even when it starts
+//! with a dash, reads a bool's value only after `=`, and the occurrences must come out in
+//! command-line order to be applied over the config file. Clap can be told each of these per
+//! argument, which would restate the flag table below in clap's terms for no gain.
 
 use super::error::ConfigError;
 

@@ -1,376 +1,199 @@
-//! Just enough of an API server client for the auth webhooks: a kubeconfig reader and a JSON
-//! POST over HTTPS (hyper's HTTP/1 client on a tokio-rustls stream). One connection per call:
-//! answers are cached, so calls are rare and a pool would buy little.
+//! The agent's API server client: one `kube::Client` built from `--kubeconfig`. kube-client
+//! reads the kubeconfig (current context, `*-data` fields, files relative to the kubeconfig's
+//! folder, tokens, client certificates, exec plugins) and speaks TLS with rustls; this module
+//! only names the file at fault and carries the two review calls the auth webhooks need.
+//! Cluster mode (pod source, node status, lease) shares the same client.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
+use futures::future::BoxFuture;
+use k8s_openapi::api::authentication::v1::TokenReview;
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+use kube::api::{Api, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::WebPkiSupportedAlgorithms;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
-use serde::Deserialize;
-use serde_json::Value;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+
+/// How long one review call may take: upstream's webhook clients use 10 s as well, and a
+/// request to the kubelet waits on the answer.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
-    #[error("kubeconfig {}: {reason}", path.display())]
-    Kubeconfig { path: PathBuf, reason: String },
-    #[error("{url}: {reason}")]
-    Request { url: String, reason: String },
-    #[error("{url}: HTTP {status}: {body}")]
-    Status {
-        url: String,
-        status: u16,
-        body: String,
+    #[error("kubeconfig {}: {source}", path.display())]
+    Kubeconfig {
+        path: PathBuf,
+        #[source]
+        source: KubeconfigError,
+    },
+    #[error("kubeconfig {}: user {user:?}: tokenFile {}: {source}", path.display(), file.display())]
+    TokenFile {
+        path: PathBuf,
+        user: String,
+        file: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("kubeconfig {}: cannot build a client: {source}", path.display())]
+    Client {
+        path: PathBuf,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{what} at {server}: {source}")]
+    Request {
+        what: &'static str,
+        server: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{what} at {server}: no answer within {timeout:?}")]
+    Timeout {
+        what: &'static str,
+        server: String,
+        timeout: Duration,
     },
 }
 
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Kubeconfig {
-    clusters: Vec<NamedCluster>,
-    users: Vec<NamedUser>,
-    contexts: Vec<NamedContext>,
-    #[serde(rename = "current-context")]
-    current_context: String,
-}
-
-#[derive(Deserialize)]
-struct NamedCluster {
-    name: String,
-    cluster: Cluster,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Cluster {
-    server: String,
-    #[serde(rename = "certificate-authority")]
-    certificate_authority: Option<PathBuf>,
-    #[serde(rename = "certificate-authority-data")]
-    certificate_authority_data: Option<String>,
-    #[serde(rename = "insecure-skip-tls-verify")]
-    insecure_skip_tls_verify: bool,
-    #[serde(rename = "tls-server-name")]
-    tls_server_name: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct NamedUser {
-    name: String,
-    #[serde(default)]
-    user: User,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct User {
-    token: Option<String>,
-    #[serde(rename = "tokenFile")]
-    token_file: Option<PathBuf>,
-    #[serde(rename = "client-certificate")]
-    client_certificate: Option<PathBuf>,
-    #[serde(rename = "client-certificate-data")]
-    client_certificate_data: Option<String>,
-    #[serde(rename = "client-key")]
-    client_key: Option<PathBuf>,
-    #[serde(rename = "client-key-data")]
-    client_key_data: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct NamedContext {
-    name: String,
-    context: Context,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Context {
-    cluster: String,
-    user: String,
-}
-
-/// Standard base64 (with or without padding), as kubeconfig `*-data` fields hold PEM.
-pub(crate) fn base64_decode(text: &str) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(text.len() * 3 / 4);
-    let mut acc = 0u32;
-    let mut bits = 0;
-    for c in text.bytes() {
-        let v = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            b'=' | b'\n' | b'\r' | b' ' => continue,
-            _ => return None,
-        };
-        acc = (acc << 6) | v as u32;
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    Some(out)
-}
-
-/// Where and how to reach the API server.
+/// The API server client, cheap to clone (kube's client is a shared tower service).
 #[derive(Clone)]
 pub struct ApiClient {
-    host: String,
-    port: u16,
-    /// Path prefix of the server URL, without a trailing slash.
-    prefix: String,
-    server_name: ServerName<'static>,
-    tls: Arc<ClientConfig>,
-    token: Option<String>,
-    timeout: Duration,
+    client: kube::Client,
+    /// The server URL, for error messages.
+    server: String,
 }
 
 impl std::fmt::Debug for ApiClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "ApiClient(https://{}:{}{})",
-            self.host, self.port, self.prefix
-        )
+        write!(f, "ApiClient({})", self.server)
     }
 }
 
 impl ApiClient {
-    /// Reads the current context of a kubeconfig. Relative file paths in it are relative to
-    /// the kubeconfig's folder, as client-go resolves them.
-    pub fn from_kubeconfig(path: &Path) -> Result<ApiClient, ApiError> {
-        let bad = |reason: String| ApiError::Kubeconfig {
+    /// Builds the client from the kubeconfig's current context. Needs a tokio runtime (the
+    /// client's buffer task is spawned on it).
+    pub async fn from_kubeconfig(path: &Path) -> Result<ApiClient, ApiError> {
+        let kubeconfig = |source| ApiError::Kubeconfig {
             path: path.to_path_buf(),
-            reason,
+            source,
         };
-        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
-        let kc: Kubeconfig = serde_yaml::from_str(&text).map_err(|e| bad(e.to_string()))?;
-        let base = path.parent().unwrap_or(Path::new("."));
-        let resolve = |p: &Path| {
-            if p.is_absolute() {
-                p.to_path_buf()
-            } else {
-                base.join(p)
+        let mut file = Kubeconfig::read_from(path).map_err(kubeconfig)?;
+        for user in file.auth_infos.iter_mut() {
+            if let Some(info) = user.auth_info.as_mut() {
+                trim_token_file(path, &user.name, info)?;
             }
-        };
-        let context = kc
-            .contexts
-            .iter()
-            .find(|c| c.name == kc.current_context)
-            .map(|c| &c.context);
-        let cluster = match context {
-            Some(ctx) => kc.clusters.iter().find(|c| c.name == ctx.cluster),
-            None => kc.clusters.first(),
         }
-        .ok_or_else(|| bad("no cluster for the current context".into()))?;
-        let user = match context {
-            Some(ctx) => kc.users.iter().find(|u| u.name == ctx.user),
-            None => kc.users.first(),
-        }
-        .map(|u| &u.user);
-
-        let cluster = &cluster.cluster;
-        let (host, port, prefix) = split_https_url(&cluster.server).map_err(bad)?;
-        let read_file = |p: &Path| {
-            std::fs::read(resolve(p)).map_err(|e| bad(format!("{}: {e}", resolve(p).display())))
-        };
-        let data = |field: &str, d: &str| {
-            base64_decode(d).ok_or_else(|| bad(format!("{field} is not base64")))
-        };
-
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = ClientConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| bad(e.to_string()))?;
-        let builder = if cluster.insecure_skip_tls_verify {
-            builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(NoServerVerification(
-                    provider.signature_verification_algorithms,
-                )))
-        } else {
-            let pem = match (&cluster.certificate_authority_data, &cluster.certificate_authority) {
-                (Some(d), _) => data("certificate-authority-data", d)?,
-                (None, Some(p)) => read_file(p)?,
-                (None, None) => {
-                    return Err(bad(
-                        "the cluster has no certificate-authority(-data) and is not insecure-skip-tls-verify; system roots are not used".into(),
-                    ))
-                }
-            };
-            let mut roots = RootCertStore::empty();
-            for cert in CertificateDer::pem_slice_iter(&pem) {
-                let cert = cert.map_err(|e| bad(format!("certificate authority: {e}")))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| bad(format!("certificate authority: {e}")))?;
-            }
-            builder.with_root_certificates(roots)
-        };
-        let (mut cert_pem, mut key_pem) = (None, None);
-        let mut token = None;
-        if let Some(u) = user {
-            cert_pem = match (&u.client_certificate_data, &u.client_certificate) {
-                (Some(d), _) => Some(data("client-certificate-data", d)?),
-                (None, Some(p)) => Some(read_file(p)?),
-                _ => None,
-            };
-            key_pem = match (&u.client_key_data, &u.client_key) {
-                (Some(d), _) => Some(data("client-key-data", d)?),
-                (None, Some(p)) => Some(read_file(p)?),
-                _ => None,
-            };
-            token = match (&u.token, &u.token_file) {
-                (Some(t), _) if !t.is_empty() => Some(t.clone()),
-                (_, Some(p)) => Some(String::from_utf8_lossy(&read_file(p)?).trim().to_string()),
-                _ => None,
-            };
-        }
-        let mut tls = match (cert_pem, key_pem) {
-            (Some(c), Some(k)) => {
-                let certs = CertificateDer::pem_slice_iter(&c)
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| bad(format!("client certificate: {e}")))?;
-                let key = PrivateKeyDer::from_pem_slice(&k)
-                    .map_err(|e| bad(format!("client key: {e}")))?;
-                builder
-                    .with_client_auth_cert(certs, key)
-                    .map_err(|e| bad(format!("client certificate: {e}")))?
-            }
-            (None, None) => builder.with_no_client_auth(),
-            _ => {
-                return Err(bad(
-                    "client certificate and key must be given together".into()
-                ))
-            }
-        };
-        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
-        let name = cluster
-            .tls_server_name
-            .clone()
-            .unwrap_or_else(|| host.clone());
-        let server_name = ServerName::try_from(name.clone())
-            .map_err(|_| bad(format!("{name:?} is not a valid TLS server name")))?;
-        Ok(ApiClient {
-            host,
-            port,
-            prefix,
-            server_name,
-            tls: Arc::new(tls),
-            token,
-            timeout: Duration::from_secs(10),
-        })
+        let mut config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+            .await
+            .map_err(kubeconfig)?;
+        config.connect_timeout = Some(REQUEST_TIMEOUT);
+        let server = config.cluster_url.to_string();
+        let client = kube::Client::try_from(config).map_err(|source| ApiError::Client {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Ok(ApiClient { client, server })
     }
 
-    /// POSTs a JSON object to `path` (e.g. `/apis/authorization.k8s.io/v1/subjectaccessreviews`)
-    /// and returns the JSON answer of a 2xx response.
-    pub async fn post_json(&self, path: &str, body: &Value) -> Result<Value, ApiError> {
-        let url = format!("https://{}:{}{}{path}", self.host, self.port, self.prefix);
-        match tokio::time::timeout(self.timeout, self.post_inner(&url, path, body)).await {
-            Ok(r) => r,
-            Err(_) => Err(ApiError::Request {
-                url,
-                reason: format!("no answer within {:?}", self.timeout),
+    /// The shared client, for the parts of cluster mode that watch and write objects.
+    pub fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
+    /// Creates a review object (TokenReview, SubjectAccessReview: they are never stored, the
+    /// answer is the object with its status filled in) within the request deadline.
+    async fn create<K>(&self, what: &'static str, review: &K) -> Result<K, ApiError>
+    where
+        K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
+            + Clone
+            + serde::Serialize
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        let api: Api<K> = Api::all(self.client.clone());
+        match tokio::time::timeout(REQUEST_TIMEOUT, api.create(&PostParams::default(), review))
+            .await
+        {
+            Ok(answer) => answer.map_err(|source| ApiError::Request {
+                what,
+                server: self.server.clone(),
+                source,
+            }),
+            Err(_) => Err(ApiError::Timeout {
+                what,
+                server: self.server.clone(),
+                timeout: REQUEST_TIMEOUT,
             }),
         }
     }
+}
 
-    async fn post_inner(&self, url: &str, path: &str, body: &Value) -> Result<Value, ApiError> {
-        let fail = |reason: String| ApiError::Request {
-            url: url.to_string(),
-            reason,
-        };
-        let tcp = tokio::net::TcpStream::connect((self.host.trim_matches(['[', ']']), self.port))
-            .await
-            .map_err(|e| fail(format!("connect: {e}")))?;
-        let tls = tokio_rustls::TlsConnector::from(self.tls.clone())
-            .connect(self.server_name.clone(), tcp)
-            .await
-            .map_err(|e| fail(format!("TLS: {e}")))?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-            .await
-            .map_err(|e| fail(e.to_string()))?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        let mut req = hyper::Request::post(format!("{}{path}", self.prefix))
-            .header("Host", format!("{}:{}", self.host, self.port))
-            .header("Content-Type", "application/json")
-            .header("Accept", "application/json")
-            .header("User-Agent", "kubelet-rs");
-        if let Some(t) = &self.token {
-            req = req.header("Authorization", format!("Bearer {t}"));
-        }
-        let req = req
-            .body(Full::new(Bytes::from(body.to_string())))
-            .map_err(|e| fail(e.to_string()))?;
-        let resp = sender
-            .send_request(req)
-            .await
-            .map_err(|e| fail(e.to_string()))?;
-        let status = resp.status().as_u16();
-        let bytes = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| fail(e.to_string()))?
-            .to_bytes();
-        if !(200..300).contains(&status) {
-            return Err(ApiError::Status {
-                url: url.to_string(),
-                status,
-                body: String::from_utf8_lossy(&bytes).chars().take(500).collect(),
-            });
-        }
-        serde_json::from_slice(&bytes).map_err(|e| fail(format!("answer is not JSON: {e}")))
+/// client-go trims the whitespace around a `tokenFile`'s token; kube-client sends the file
+/// as it is, and a token file written with a trailing newline (by `echo` or a shell
+/// redirect) then makes every request fail with "invalid bearer token". Such a token is read
+/// here, trimmed and put inline. The price: kube-client re-reads a token file every minute,
+/// an inline token never, so a rotated token file needs a restart when it ends in whitespace;
+/// files without it are left to kube-client and keep rotating.
+fn trim_token_file(
+    kubeconfig: &Path,
+    user: &str,
+    info: &mut kube::config::AuthInfo,
+) -> Result<(), ApiError> {
+    use secrecy::ExposeSecret;
+    if info
+        .token
+        .as_ref()
+        .is_some_and(|t| !t.expose_secret().is_empty())
+    {
+        // An inline token wins over the file, in client-go and kube-client alike.
+        return Ok(());
+    }
+    let Some(file) = &info.token_file else {
+        return Ok(());
+    };
+    let text = std::fs::read_to_string(file).map_err(|source| ApiError::TokenFile {
+        path: kubeconfig.to_path_buf(),
+        user: user.to_string(),
+        file: PathBuf::from(file),
+        source,
+    })?;
+    let trimmed = text.trim();
+    if trimmed.len() != text.len() {
+        info.token = Some(secrecy::SecretString::from(trimmed.to_string()));
+        info.token_file = None;
+    }
+    Ok(())
+}
+
+/// The two reviews the main server's webhooks ask the API server for; a trait so the auth
+/// logic is tested against scripted answers.
+pub trait ReviewClient: Send + Sync {
+    fn token_review(&self, review: TokenReview) -> BoxFuture<'_, Result<TokenReview, ApiError>>;
+    fn subject_access_review(
+        &self,
+        review: SubjectAccessReview,
+    ) -> BoxFuture<'_, Result<SubjectAccessReview, ApiError>>;
+}
+
+impl ReviewClient for ApiClient {
+    fn token_review(&self, review: TokenReview) -> BoxFuture<'_, Result<TokenReview, ApiError>> {
+        Box::pin(async move { self.create("TokenReview", &review).await })
+    }
+
+    fn subject_access_review(
+        &self,
+        review: SubjectAccessReview,
+    ) -> BoxFuture<'_, Result<SubjectAccessReview, ApiError>> {
+        Box::pin(async move { self.create("SubjectAccessReview", &review).await })
     }
 }
 
-/// `https://host[:port][/prefix]` → (host, port, prefix). Only https: the webhooks carry
-/// bearer tokens.
-fn split_https_url(url: &str) -> Result<(String, u16, String), String> {
-    let rest = url
-        .strip_prefix("https://")
-        .ok_or_else(|| format!("server {url:?}: expected an https:// URL"))?;
-    let (authority, prefix) = match rest.find('/') {
-        Some(i) => (&rest[..i], rest[i..].trim_end_matches('/').to_string()),
-        None => (rest, String::new()),
-    };
-    let (host, port) = if let Some(end) = authority.strip_prefix('[').and_then(|a| a.find(']')) {
-        let host = &authority[..end + 2];
-        let port = authority[end + 2..].strip_prefix(':');
-        (host.to_string(), port)
-    } else {
-        match authority.rsplit_once(':') {
-            Some((h, p)) => (h.to_string(), Some(p)),
-            None => (authority.to_string(), None),
-        }
-    };
-    let port = match port {
-        Some(p) => p
-            .parse()
-            .map_err(|_| format!("server {url:?}: bad port {p:?}"))?,
-        None => 443,
-    };
-    if host.is_empty() {
-        return Err(format!("server {url:?}: no host"));
-    }
-    Ok((host, port, prefix))
-}
-
-/// insecure-skip-tls-verify: any server certificate, signatures still checked. Also used by
-/// HTTPS probes and hooks, which upstream runs without verification.
+/// Any server certificate, signatures still checked: HTTPS probes and hooks run without
+/// verification, as upstream's do.
 #[derive(Debug)]
 pub(crate) struct NoServerVerification(pub(crate) WebPkiSupportedAlgorithms);
 
@@ -412,59 +235,210 @@ impl ServerCertVerifier for NoServerVerification {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
-    #[test]
-    fn decodes_base64() {
-        assert_eq!(base64_decode("aGVsbG8=").unwrap(), b"hello");
-        assert_eq!(base64_decode("aGVsbG8").unwrap(), b"hello");
-        assert_eq!(base64_decode("aGVs\nbG8h").unwrap(), b"hello!");
-        assert!(base64_decode("a$b").is_none());
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    use k8s_openapi::api::authentication::v1::TokenReviewSpec;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::PrivateKeyDer;
+    use serde_json::{json, Value};
+
+    /// An HTTPS server on loopback that answers every POST the way the API server answers a
+    /// review: the posted object echoed with a status. Returns its URL, the PEM of its CA
+    /// and the requests it saw (path, Authorization header).
+    async fn review_server(
+        status: Value,
+    ) -> (String, String, Arc<std::sync::Mutex<Vec<(String, String)>>>) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes()).unwrap(),
+            )
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen2 = seen.clone();
+        tokio::spawn(async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let (acceptor, seen, status) = (acceptor.clone(), seen2.clone(), status.clone());
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let svc = hyper::service::service_fn(
+                        move |req: hyper::Request<hyper::body::Incoming>| {
+                            let (seen, status) = (seen.clone(), status.clone());
+                            async move {
+                                let auth = req
+                                    .headers()
+                                    .get("authorization")
+                                    .map(|v| v.to_str().unwrap().to_string())
+                                    .unwrap_or_default();
+                                seen.lock()
+                                    .unwrap()
+                                    .push((req.uri().path().to_string(), auth));
+                                let body = req.into_body().collect().await.unwrap().to_bytes();
+                                let mut review: Value = serde_json::from_slice(&body).unwrap();
+                                review["status"] = status;
+                                Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
+                                    Bytes::from(review.to_string()),
+                                )))
+                            }
+                        },
+                    );
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
+                        .await;
+                });
+            }
+        });
+        (format!("https://{addr}"), cert.pem(), seen)
     }
 
-    #[test]
-    fn splits_server_urls() {
-        assert_eq!(
-            split_https_url("https://10.0.0.1:6443").unwrap(),
-            ("10.0.0.1".into(), 6443, String::new())
-        );
-        assert_eq!(
-            split_https_url("https://api.example/k8s/").unwrap(),
-            ("api.example".into(), 443, "/k8s".into())
-        );
-        assert_eq!(
-            split_https_url("https://[::1]:8443").unwrap(),
-            ("[::1]".into(), 8443, String::new())
-        );
-        assert!(split_https_url("http://x").is_err());
-    }
-
-    #[test]
-    fn reads_the_current_context_with_relative_paths() {
+    #[tokio::test]
+    async fn reviews_go_to_the_api_paths_with_the_kubeconfig_credentials() {
+        let (url, ca_pem, seen) =
+            review_server(json!({"authenticated": true, "user": {"username": "bob"}})).await;
         let dir = tempfile::tempdir().unwrap();
-        let (ca_pem, _) = crate::server::tls::self_signed_pem("api").unwrap();
         std::fs::write(dir.path().join("ca.crt"), ca_pem).unwrap();
         std::fs::write(dir.path().join("token"), "s3cret\n").unwrap();
         let path = dir.path().join("kubeconfig");
+        // Relative file paths are relative to the kubeconfig's folder, as in client-go; the
+        // current context picks the second cluster.
         std::fs::write(
             &path,
-            "apiVersion: v1\nkind: Config\ncurrent-context: b\n\
-             clusters:\n- name: a\n  cluster: {server: https://wrong:1}\n\
-             - name: c\n  cluster: {server: https://127.0.0.1:6443, certificate-authority: ca.crt}\n\
-             users:\n- name: u\n  user: {tokenFile: token}\n\
-             contexts:\n- name: b\n  context: {cluster: c, user: u}\n",
+            format!(
+                "apiVersion: v1\nkind: Config\ncurrent-context: b\n\
+                 clusters:\n- name: a\n  cluster: {{server: https://127.0.0.1:1}}\n\
+                 - name: c\n  cluster: {{server: \"{url}\", certificate-authority: ca.crt}}\n\
+                 users:\n- name: u\n  user: {{tokenFile: token}}\n\
+                 contexts:\n- name: b\n  context: {{cluster: c, user: u}}\n"
+            ),
         )
         .unwrap();
-        let client = ApiClient::from_kubeconfig(&path).unwrap();
-        assert_eq!(client.host, "127.0.0.1");
-        assert_eq!(client.port, 6443);
-        assert_eq!(client.token.as_deref(), Some("s3cret"));
+        let client = ApiClient::from_kubeconfig(&path).await.unwrap();
+        let answer = client
+            .token_review(TokenReview {
+                spec: TokenReviewSpec {
+                    token: Some("t".into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let status = answer.status.unwrap();
+        assert_eq!(status.authenticated, Some(true));
+        assert_eq!(status.user.unwrap().username.as_deref(), Some("bob"));
+        assert_eq!(
+            seen.lock().unwrap().as_slice(),
+            [(
+                "/apis/authentication.k8s.io/v1/tokenreviews".to_string(),
+                "Bearer s3cret".to_string()
+            )]
+        );
+        client
+            .subject_access_review(SubjectAccessReview::default())
+            .await
+            .unwrap();
+        assert_eq!(
+            seen.lock().unwrap()[1].0,
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+        );
+    }
 
+    #[test]
+    fn token_files_are_trimmed_inline_and_clean_ones_left_to_rotate() {
+        use secrecy::ExposeSecret;
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        let (clean, padded) = (dir.path().join("clean"), dir.path().join("padded"));
+        std::fs::write(&clean, "abc").unwrap();
+        std::fs::write(&padded, " abc\n").unwrap();
+        let info = |file: &Path| kube::config::AuthInfo {
+            token_file: Some(file.to_string_lossy().into_owned()),
+            ..Default::default()
+        };
+
+        let mut kept = info(&clean);
+        trim_token_file(&kubeconfig, "u", &mut kept).unwrap();
+        assert!(kept.token.is_none() && kept.token_file.is_some());
+
+        let mut inlined = info(&padded);
+        trim_token_file(&kubeconfig, "u", &mut inlined).unwrap();
+        assert_eq!(inlined.token.unwrap().expose_secret(), "abc");
+        assert!(inlined.token_file.is_none());
+
+        let mut missing = info(&dir.path().join("gone"));
+        let err = trim_token_file(&kubeconfig, "u", &mut missing)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("user \"u\": tokenFile") && err.contains("gone"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn errors_name_the_kubeconfig_and_the_server() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubeconfig");
+        let err = ApiClient::from_kubeconfig(&path).await.unwrap_err();
+        assert!(matches!(err, ApiError::Kubeconfig { .. }), "{err}");
+        assert!(err.to_string().contains(&*path.to_string_lossy()), "{err}");
+
+        // A CA file that is not there: named, with the kubeconfig.
         std::fs::write(
             &path,
-            "clusters:\n- name: a\n  cluster: {server: https://x:1}\n",
+            "apiVersion: v1\nkind: Config\ncurrent-context: t\n\
+             clusters:\n- name: c\n  cluster: {server: https://127.0.0.1:1, certificate-authority: missing.crt}\n\
+             users:\n- name: u\n  user: {}\n\
+             contexts:\n- name: t\n  context: {cluster: c, user: u}\n",
         )
         .unwrap();
-        let err = ApiClient::from_kubeconfig(&path).unwrap_err().to_string();
-        assert!(err.contains("certificate-authority"), "{err}");
+        let err = ApiClient::from_kubeconfig(&path).await.unwrap_err();
+        let text = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+        assert!(text.contains("kubeconfig"), "{text}");
+        assert!(text.contains("certificate authority"), "{text}");
+
+        // A server that refuses connections: the call fails with the server named, and the
+        // client itself stays usable.
+        let (_url, ca_pem, _) = review_server(json!({})).await;
+        std::fs::write(dir.path().join("ca.crt"), ca_pem).unwrap();
+        let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let closed_port = closed.local_addr().unwrap().port();
+        drop(closed);
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\ncurrent-context: t\n\
+                 clusters:\n- name: c\n  cluster: {{server: \"https://127.0.0.1:{closed_port}\", certificate-authority: ca.crt}}\n\
+                 users:\n- name: u\n  user: {{}}\n\
+                 contexts:\n- name: t\n  context: {{cluster: c, user: u}}\n"
+            ),
+        )
+        .unwrap();
+        let client = ApiClient::from_kubeconfig(&path).await.unwrap();
+        let err = client
+            .subject_access_review(SubjectAccessReview::default())
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().starts_with(&format!(
+                "SubjectAccessReview at https://127.0.0.1:{closed_port}"
+            )),
+            "{err}"
+        );
     }
 }

@@ -13,15 +13,17 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::future::BoxFuture;
 use hyper::Method;
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
 use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::danger::ClientCertVerifier;
-use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 use tracing::{debug, warn};
 
-use super::apiclient::{ApiClient, ApiError};
+pub use super::apiclient::ReviewClient;
 
 pub const ANONYMOUS_USER: &str = "system:anonymous";
 pub const UNAUTHENTICATED_GROUP: &str = "system:unauthenticated";
@@ -44,22 +46,6 @@ pub enum AuthnError {
     Token(String),
     #[error("no credentials and anonymous access is disabled")]
     NoCredentials,
-}
-
-/// Something that POSTs a review object to the API server; a trait so tests can answer
-/// without a server.
-pub trait ReviewClient: Send + Sync {
-    fn post(&self, path: &'static str, body: Value) -> BoxFuture<'_, Result<Value, String>>;
-}
-
-impl ReviewClient for ApiClient {
-    fn post(&self, path: &'static str, body: Value) -> BoxFuture<'_, Result<Value, String>> {
-        Box::pin(async move {
-            self.post_json(path, &body)
-                .await
-                .map_err(|e: ApiError| e.to_string())
-        })
-    }
 }
 
 /// The time source of the caches; a function so tests can move time forward.
@@ -137,43 +123,37 @@ impl TokenReviewer {
         if let Some(answer) = self.cache.get(&key) {
             return answer;
         }
-        let body = json!({
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenReview",
-            "spec": {"token": token},
-        });
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: Some(token.to_string()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
         // A failed call is not an answer: it is not cached.
-        let resp = self
+        let status = self
             .client
-            .post("/apis/authentication.k8s.io/v1/tokenreviews", body)
-            .await?;
-        let status = &resp["status"];
-        let answer = if status["authenticated"].as_bool() == Some(true) {
-            let user = &status["user"];
+            .token_review(review)
+            .await
+            .map_err(|e| e.to_string())?
+            .status
+            .unwrap_or_default();
+        let answer = if status.authenticated == Some(true) {
+            let user = status.user.unwrap_or_default();
             Ok(UserInfo {
-                name: user["username"].as_str().unwrap_or_default().to_string(),
-                uid: user["uid"].as_str().unwrap_or_default().to_string(),
-                groups: string_list(&user["groups"]),
+                name: user.username.unwrap_or_default(),
+                uid: user.uid.unwrap_or_default(),
+                groups: user.groups.unwrap_or_default(),
             })
         } else {
-            Err(match status["error"].as_str() {
-                Some(e) if !e.is_empty() => e.to_string(),
+            Err(match status.error {
+                Some(e) if !e.is_empty() => e,
                 _ => "invalid bearer token".to_string(),
             })
         };
         self.cache.insert(key, answer.clone(), self.ttl);
         answer
     }
-}
-
-fn string_list(v: &Value) -> Vec<String> {
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|s| s.as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// The authentication chain of the main server.
@@ -342,23 +322,22 @@ pub fn request_attributes(
 
 /// The SubjectAccessReview spec for one set of attributes (empty fields left out, as the
 /// Go client's `omitempty` does).
-pub fn review_spec(a: &Attributes) -> Value {
-    let mut resource = Map::new();
-    resource.insert("verb".into(), json!(a.verb));
-    resource.insert("version".into(), json!("v1"));
-    resource.insert("resource".into(), json!("nodes"));
-    resource.insert("subresource".into(), json!(a.subresource));
-    resource.insert("name".into(), json!(a.node));
-    let mut spec = Map::new();
-    spec.insert("resourceAttributes".into(), Value::Object(resource));
-    spec.insert("user".into(), json!(a.user.name));
-    if !a.user.groups.is_empty() {
-        spec.insert("groups".into(), json!(a.user.groups));
+pub fn review_spec(a: &Attributes) -> SubjectAccessReviewSpec {
+    let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    SubjectAccessReviewSpec {
+        resource_attributes: Some(ResourceAttributes {
+            verb: Some(a.verb.to_string()),
+            version: Some("v1".into()),
+            resource: Some("nodes".into()),
+            subresource: Some(a.subresource.to_string()),
+            name: Some(a.node.clone()),
+            ..Default::default()
+        }),
+        user: Some(a.user.name.clone()),
+        groups: (!a.user.groups.is_empty()).then(|| a.user.groups.clone()),
+        uid: non_empty(&a.user.uid),
+        ..Default::default()
     }
-    if !a.user.uid.is_empty() {
-        spec.insert("uid".into(), json!(a.user.uid));
-    }
-    Value::Object(spec)
 }
 
 /// How the request fared with the authorizer.
@@ -419,24 +398,26 @@ impl SubjectAccessReviewer {
 
     pub async fn review(&self, a: &Attributes) -> Result<bool, String> {
         let spec = review_spec(a);
-        let key = spec.to_string();
+        // The whole spec is the key: two requests with the same attributes share an answer.
+        let key = format!("{spec:?}");
         if let Some(allowed) = self.cache.get(&key) {
             return Ok(allowed);
         }
-        let body = json!({
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SubjectAccessReview",
-            "spec": spec,
-        });
-        let resp = self
+        let review = SubjectAccessReview {
+            spec,
+            ..Default::default()
+        };
+        let status = self
             .client
-            .post("/apis/authorization.k8s.io/v1/subjectaccessreviews", body)
-            .await?;
-        let status = &resp["status"];
-        if let Some(e) = status["evaluationError"].as_str().filter(|e| !e.is_empty()) {
+            .subject_access_review(review)
+            .await
+            .map_err(|e| e.to_string())?
+            .status
+            .unwrap_or_default();
+        if let Some(e) = status.evaluation_error.as_deref().filter(|e| !e.is_empty()) {
             debug!(error = e, "SubjectAccessReview evaluation error");
         }
-        let allowed = status["allowed"].as_bool() == Some(true);
+        let allowed = status.allowed;
         let ttl = if allowed {
             self.allowed_ttl
         } else {
@@ -445,7 +426,7 @@ impl SubjectAccessReviewer {
         self.cache.insert(key, allowed, ttl);
         if !allowed {
             debug!(user = %a.user.name, verb = a.verb, subresource = a.subresource,
-                reason = status["reason"].as_str().unwrap_or_default(), "SubjectAccessReview denied");
+                reason = status.reason.as_deref().unwrap_or_default(), "SubjectAccessReview denied");
         }
         Ok(allowed)
     }
@@ -491,6 +472,9 @@ pub(crate) fn log_authn_failure(err: &AuthnError) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::apiclient::ApiError;
+    use futures::future::BoxFuture;
+    use serde_json::{json, Value};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn user(name: &str) -> UserInfo {
@@ -539,7 +523,7 @@ mod tests {
         assert_eq!(verb(&Method::PATCH), "patch");
         assert_eq!(verb(&Method::DELETE), "delete");
         assert_eq!(verb(&Method::HEAD), "");
-        let spec = review_spec(&attrs[0]);
+        let spec = serde_json::to_value(review_spec(&attrs[0])).unwrap();
         assert_eq!(
             spec,
             json!({
@@ -573,18 +557,51 @@ mod tests {
         assert_eq!(bearer_token("Basic abc"), None);
     }
 
-    type Answer = Box<dyn Fn(&Value) -> Result<Value, String> + Send + Sync>;
+    type Answer = Box<dyn Fn(&Value) -> Result<Value, ()> + Send + Sync>;
 
-    /// Answers reviews from a closure and counts calls.
+    /// Answers reviews from a closure (the review as JSON in, `{"status": ...}` out, as the
+    /// API server answers) and counts calls.
     struct Scripted {
         calls: AtomicUsize,
         answer: Answer,
     }
 
-    impl ReviewClient for Scripted {
-        fn post(&self, _path: &'static str, body: Value) -> BoxFuture<'_, Result<Value, String>> {
+    impl Scripted {
+        fn answer<K: serde::Serialize + serde::de::DeserializeOwned>(
+            &self,
+            what: &'static str,
+            review: K,
+        ) -> Result<K, ApiError> {
             self.calls.fetch_add(1, Ordering::SeqCst);
-            let r = (self.answer)(&body);
+            let mut body = serde_json::to_value(review).unwrap();
+            match (self.answer)(&body) {
+                Ok(answer) => {
+                    body["status"] = answer["status"].clone();
+                    Ok(serde_json::from_value(body).unwrap())
+                }
+                Err(()) => Err(ApiError::Timeout {
+                    what,
+                    server: "https://scripted".into(),
+                    timeout: Duration::from_secs(10),
+                }),
+            }
+        }
+    }
+
+    impl ReviewClient for Scripted {
+        fn token_review(
+            &self,
+            review: TokenReview,
+        ) -> BoxFuture<'_, Result<TokenReview, ApiError>> {
+            let r = self.answer("TokenReview", review);
+            Box::pin(async move { r })
+        }
+
+        fn subject_access_review(
+            &self,
+            review: SubjectAccessReview,
+        ) -> BoxFuture<'_, Result<SubjectAccessReview, ApiError>> {
+            let r = self.answer("SubjectAccessReview", review);
             Box::pin(async move { r })
         }
     }
@@ -654,7 +671,7 @@ mod tests {
     async fn sar_failures_are_errors_and_not_cached() {
         let client = Arc::new(Scripted {
             calls: AtomicUsize::new(0),
-            answer: Box::new(|_| Err("connection refused".into())),
+            answer: Box::new(|_| Err(())),
         });
         let (clock, _) = fake_clock();
         let authz = Authorizer::Webhook(SubjectAccessReviewer::new(

@@ -54,6 +54,8 @@ pub enum ServeError {
     Tls(#[from] TlsError),
     #[error("main server authentication/authorization: {0}")]
     Auth(String),
+    #[error("main server authentication/authorization: {0}")]
+    ApiClient(#[from] ApiError),
 }
 
 /// The PodList JSON of /pods, as upstream serves it.
@@ -129,7 +131,7 @@ pub(crate) fn serve_healthz_on(listener: TcpListener, limits: ConnectionLimits) 
 
 /// Builds the main server's authentication and authorization from the configuration. The
 /// webhook modes need `--kubeconfig` (as upstream, which refuses to start without a client).
-pub fn build_auth(
+pub async fn build_auth(
     config: &Config,
     provider: &Arc<rustls::crypto::CryptoProvider>,
 ) -> Result<Auth, ServeError> {
@@ -148,9 +150,7 @@ pub fn build_auth(
                     .into(),
             )
         })?;
-        Some(Arc::new(
-            ApiClient::from_kubeconfig(path).map_err(|e| ServeError::Auth(e.to_string()))?,
-        ))
+        Some(Arc::new(ApiClient::from_kubeconfig(path).await?))
     } else {
         None
     };
@@ -189,7 +189,7 @@ pub fn build_auth(
 pub async fn serve_main(state: Arc<ServerState>) -> Result<(), ServeError> {
     let config = state.config.clone();
     let provider = Arc::new(tls::provider(&config)?);
-    let auth = Arc::new(build_auth(&config, &provider)?);
+    let auth = Arc::new(build_auth(&config, &provider).await?);
     let tls_config = tls::server_config(&config, provider, auth.authenticator.client_ca.as_ref())?;
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls_config));
     let listener = bind(SocketAddr::new(config.address, config.port), "main (TLS)").await?;

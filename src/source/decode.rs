@@ -21,7 +21,7 @@ struct PodListBody {
     items: Option<Vec<Pod>>,
 }
 
-/// Decodes one Pod or one PodList. The error is one line; serde_yaml's messages carry the
+/// Decodes one Pod or one PodList. The error is one line; the YAML parser's messages carry the
 /// path of the field at fault (e.g. `spec.containers[0].ports[0].containerPort: invalid type`).
 pub(crate) fn decode_manifest(bytes: &[u8]) -> Result<Manifest, String> {
     let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8 text: {e}"))?;
@@ -52,7 +52,7 @@ fn from_text<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
     if text.trim_start().starts_with('{') {
         serde_json::from_str(text).map_err(|e| one_line(e.to_string()))
     } else {
-        serde_yaml::from_str(text).map_err(|e| one_line(e.to_string()))
+        crate::yaml::from_str(text).map_err(|e| e.to_string())
     }
 }
 
@@ -109,5 +109,15 @@ mod tests {
             "{err}"
         );
         assert!(!err.contains('\n'));
+    }
+
+    #[test]
+    fn several_documents_in_one_file_are_an_error() {
+        let two = b"apiVersion: v1\nkind: Pod\nmetadata:\n  name: a\n---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: b\n";
+        let err = decode_manifest(two).err().unwrap();
+        assert!(err.contains("document"), "{err}");
+        // A leading document marker alone is one document.
+        let one = b"---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: a\n";
+        assert!(matches!(decode_manifest(one).unwrap(), Manifest::Pod(_)));
     }
 }

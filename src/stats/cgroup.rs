@@ -122,7 +122,7 @@ impl Cgroups {
 
     pub fn detect_from(mountinfo: &Path) -> Result<Self> {
         let text = read_string(mountinfo)?;
-        Self::from_mounts(mountinfo, &parse_mountinfo(&text))
+        Self::from_mounts(mountinfo, &parse_mountinfo(mountinfo, &text)?)
     }
 
     /// cgroup2 mounted at /sys/fs/cgroup means a unified host. Otherwise the v1 controllers
@@ -382,7 +382,8 @@ impl Cgroups {
 
     /// A process's cgroups from the text of /proc/<pid>/cgroup.
     pub fn process_cgroup(&self, proc_cgroup_text: &str) -> Option<ProcessCgroup> {
-        let lines = parse_proc_cgroup(proc_cgroup_text);
+        // An unreadable file names no cgroup; the caller treats that as "not found".
+        let lines = parse_proc_cgroup(Path::new("/proc/<pid>/cgroup"), proc_cgroup_text).ok()?;
         match self.layout {
             Layout::V2 { .. } => lines
                 .iter()
@@ -472,9 +473,11 @@ mod tests {
     #[test]
     fn v1_mount_root_inside_a_container_is_stripped() {
         let mounts = parse_mountinfo(
+            Path::new("mountinfo"),
             "1 0 0:1 /kubepods/podx /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n\
              2 0 0:2 /kubepods/podx /sys/fs/cgroup/cpuacct rw - cgroup cgroup rw,cpuacct\n",
-        );
+        )
+        .unwrap();
         let c = Cgroups::from_mounts(Path::new("m"), &mounts).unwrap();
         assert_eq!(
             c.memory_dir("/kubepods/podx/ctr"),

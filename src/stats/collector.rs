@@ -13,7 +13,7 @@ use super::cgroup::{available_bytes, CgroupSample, Cgroups, ProcessCgroup};
 use super::disk::{statvfs, DiskUsage, DiskUsageCache, FsCapacity};
 use super::error::{Result, StatsError};
 use super::parse::{
-    parse_btime, parse_loadavg_tasks, parse_meminfo, parse_net_dev, read_string, read_u64,
+    parse_btime, parse_loadavg_tasks, parse_mem_total, parse_net_dev, read_string, read_u64,
     InterfaceCounters,
 };
 use super::prometheus::render_resource_metrics;
@@ -469,8 +469,9 @@ impl Collector {
         image_fs: Option<FsCapacity>,
     ) -> NodeStats {
         let proc_root = &self.config.proc_root;
-        let boot = match read_string(&proc_root.join("stat")) {
-            Ok(t) => parse_btime(&t).and_then(|s| Utc.timestamp_opt(s, 0).single()),
+        let stat_path = proc_root.join("stat");
+        let boot = match read_string(&stat_path).and_then(|t| parse_btime(&stat_path, &t)) {
+            Ok(s) => Utc.timestamp_opt(s, 0).single(),
             Err(e) => {
                 tick.error(e);
                 None
@@ -487,13 +488,15 @@ impl Collector {
         };
         let cpu = tick.cpu("/", root.as_ref().and_then(|r| r.cpu_usage_ns));
         // The node's memory limit is its capacity (MemTotal), as cAdvisor sets for "/".
-        let mem_total = match read_string(&proc_root.join("meminfo")) {
-            Ok(t) => parse_meminfo(&t).get("MemTotal").copied(),
-            Err(e) => {
-                tick.error(e);
-                None
-            }
-        };
+        let meminfo_path = proc_root.join("meminfo");
+        let mem_total =
+            match read_string(&meminfo_path).and_then(|t| parse_mem_total(&meminfo_path, &t)) {
+                Ok(total) => Some(total),
+                Err(e) => {
+                    tick.error(e);
+                    None
+                }
+            };
         let memory = root.as_ref().and_then(|r| tick.memory(r)).map(|mut m| {
             m.available_bytes = available_bytes(mem_total, m.working_set_bytes.unwrap_or(0));
             m
@@ -596,13 +599,15 @@ impl Collector {
                 Err(e) => tick.error(e),
             }
         }
-        let curproc = match read_string(&self.config.proc_root.join("loadavg")) {
-            Ok(t) => parse_loadavg_tasks(&t),
-            Err(e) => {
-                tick.error(e);
-                None
-            }
-        };
+        let loadavg_path = self.config.proc_root.join("loadavg");
+        let curproc =
+            match read_string(&loadavg_path).and_then(|t| parse_loadavg_tasks(&loadavg_path, &t)) {
+                Ok(tasks) => Some(tasks),
+                Err(e) => {
+                    tick.error(e);
+                    None
+                }
+            };
         RlimitStats {
             time: tick.now,
             maxpid: max.map(|v| v as i64),

@@ -1,10 +1,18 @@
-//! Small parsers for the cgroup and /proc file formats the collector reads. They take the
-//! text, so tests feed them fixtures; the `read_*` helpers add the path to every error.
+//! Parsers for the cgroup and /proc file formats the collector reads. They take the text,
+//! so tests feed them fixtures and the collector reads a configurable /proc root; the
+//! `read_*` helpers add the path to every error. The /proc formats go through procfs's
+//! parsers (from text, so the root can be a fixture); cgroup files are read directly (see `stats::cgroup` for why).
 
 use std::collections::HashMap;
 use std::path::Path;
 
+use procfs::{FromBufRead, FromBufReadSI, FromRead};
+
 use super::error::{Result, StatsError};
+
+fn procfs_error(path: &Path, e: procfs::ProcError) -> StatsError {
+    StatsError::parse(path, e.to_string())
+}
 
 pub fn read_string(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).map_err(|e| StatsError::read(path, e))
@@ -53,17 +61,11 @@ pub fn read_flat_keyed(path: &Path) -> Result<HashMap<String, u64>> {
     Ok(parse_flat_keyed(&read_string(path)?))
 }
 
-/// /proc/meminfo in bytes (the file says kB and means KiB).
-pub fn parse_meminfo(text: &str) -> HashMap<String, u64> {
-    text.lines()
-        .filter_map(|line| {
-            let (key, rest) = line.split_once(':')?;
-            let mut it = rest.split_whitespace();
-            let value: u64 = it.next()?.parse().ok()?;
-            let scale = if it.next() == Some("kB") { 1024 } else { 1 };
-            Some((key.trim().to_string(), value * scale))
-        })
-        .collect()
+/// MemTotal of /proc/meminfo, in bytes (the file says kB and means KiB).
+pub fn parse_mem_total(path: &Path, text: &str) -> Result<u64> {
+    procfs::Meminfo::from_buf_read(text.as_bytes())
+        .map(|m| m.mem_total)
+        .map_err(|e| procfs_error(path, e))
 }
 
 /// Counters of one interface from a `net/dev` file.
@@ -78,6 +80,8 @@ pub struct InterfaceCounters {
 
 /// `/proc/<pid>/net/dev`: two header lines, then `name: 8 receive and 8 transmit columns`.
 /// The name is split at the colon because long counters touch it (`eth0:137410592`).
+/// Hand-parsed rather than through procfs, whose parser returns a map: the kernel's order of
+/// the interfaces is the order cAdvisor, and so the Summary API, lists them in.
 pub fn parse_net_dev(path: &Path, text: &str) -> Result<Vec<InterfaceCounters>> {
     let mut out = Vec::new();
     for line in text.lines().skip(2) {
@@ -120,28 +124,19 @@ pub struct MountEntry {
     pub super_options: Vec<String>,
 }
 
-pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
-    text.lines()
-        .filter_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            let left: Vec<&str> = left.split(' ').collect();
-            let mut right = right.split(' ');
-            let fs_type = right.next()?.to_string();
-            let _source = right.next()?;
-            let super_options = right
-                .next()
-                .unwrap_or("")
-                .split(',')
-                .map(str::to_string)
-                .collect();
-            Some(MountEntry {
-                root: unescape_octal(left.get(3)?),
-                mount_point: unescape_octal(left.get(4)?),
-                fs_type,
-                super_options,
-            })
+pub fn parse_mountinfo(path: &Path, text: &str) -> Result<Vec<MountEntry>> {
+    let mounts = procfs::process::MountInfos::from_buf_read(text.as_bytes())
+        .map_err(|e| procfs_error(path, e))?;
+    Ok(mounts
+        .into_iter()
+        .map(|m| MountEntry {
+            // procfs leaves the kernel's octal escapes in place.
+            root: unescape_octal(&m.root),
+            mount_point: unescape_octal(&m.mount_point.to_string_lossy()),
+            fs_type: m.fs_type,
+            super_options: m.super_options.into_keys().collect(),
         })
-        .collect()
+        .collect())
 }
 
 /// mountinfo writes space, tab, newline and backslash as `\ooo`.
@@ -171,41 +166,31 @@ pub struct ProcCgroup {
     pub path: String,
 }
 
-pub fn parse_proc_cgroup(text: &str) -> Vec<ProcCgroup> {
-    text.lines()
-        .filter_map(|line| {
-            let mut it = line.splitn(3, ':');
-            let _id = it.next()?;
-            let controllers = it.next()?;
-            let path = it.next()?;
-            Some(ProcCgroup {
-                controllers: controllers
-                    .split(',')
-                    .filter(|c| !c.is_empty())
-                    .map(str::to_string)
-                    .collect(),
-                path: path.to_string(),
-            })
+pub fn parse_proc_cgroup(path: &Path, text: &str) -> Result<Vec<ProcCgroup>> {
+    let lines = procfs::ProcessCGroups::from_buf_read(text.as_bytes())
+        .map_err(|e| procfs_error(path, e))?;
+    Ok(lines
+        .into_iter()
+        .map(|l| ProcCgroup {
+            controllers: l.controllers,
+            path: l.pathname,
         })
-        .collect()
+        .collect())
 }
 
 /// The fourth field of /proc/loadavg is `running/total`; upstream reports the total tasks
 /// (threads included), which sysinfo(2) would truncate past 65535.
-pub fn parse_loadavg_tasks(text: &str) -> Option<u64> {
-    text.split_whitespace()
-        .nth(3)?
-        .split_once('/')?
-        .1
-        .parse()
-        .ok()
+pub fn parse_loadavg_tasks(path: &Path, text: &str) -> Result<u64> {
+    procfs::LoadAverage::from_read(text.as_bytes())
+        .map(|l| u64::from(l.max))
+        .map_err(|e| procfs_error(path, e))
 }
 
 /// `btime` of /proc/stat: boot time in seconds since the epoch.
-pub fn parse_btime(text: &str) -> Option<i64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix("btime "))
-        .and_then(|v| v.trim().parse().ok())
+pub fn parse_btime(path: &Path, text: &str) -> Result<i64> {
+    let stats = procfs::KernelStats::from_buf_read(text.as_bytes(), procfs::current_system_info())
+        .map_err(|e| procfs_error(path, e))?;
+    i64::try_from(stats.btime).map_err(|_| StatsError::parse(path, "btime out of range"))
 }
 
 /// Number of entries in a `cgroup.procs` file.
@@ -226,11 +211,13 @@ mod tests {
 
     #[test]
     fn meminfo_is_in_bytes() {
-        let m = parse_meminfo(&read_string(&fixture("proc/meminfo")).unwrap());
-        assert_eq!(m["MemTotal"], 24683584 * 1024);
-        assert_eq!(m["MemAvailable"], 24185208 * 1024);
-        // Counts without a unit stay as they are.
-        assert!(m.contains_key("HugePages_Total"));
+        let p = fixture("proc/meminfo");
+        assert_eq!(
+            parse_mem_total(&p, &read_string(&p).unwrap()).unwrap(),
+            24683584 * 1024
+        );
+        let err = parse_mem_total(&p, "MemFree: 1 kB\n").unwrap_err();
+        assert!(err.to_string().contains("proc/meminfo"), "{err}");
     }
 
     #[test]
@@ -283,7 +270,8 @@ mod tests {
 
     #[test]
     fn mountinfo_hybrid_host() {
-        let m = parse_mountinfo(&read_string(&fixture("proc/mountinfo.hybrid")).unwrap());
+        let p = fixture("proc/mountinfo.hybrid");
+        let m = parse_mountinfo(&p, &read_string(&p).unwrap()).unwrap();
         let mem = m
             .iter()
             .find(|e| e.mount_point == "/sys/fs/cgroup/memory")
@@ -297,15 +285,22 @@ mod tests {
 
     #[test]
     fn mountinfo_escapes() {
-        let m =
-            parse_mountinfo("40 31 0:38 /a\\040b /mnt/with\\040space rw - cgroup2 cgroup2 rw\n");
+        let m = parse_mountinfo(
+            Path::new("mountinfo"),
+            "40 31 0:38 /a\\040b /mnt/with\\040space rw - cgroup2 cgroup2 rw\n",
+        )
+        .unwrap();
         assert_eq!(m[0].mount_point, "/mnt/with space");
         assert_eq!(m[0].root, "/a b");
     }
 
     #[test]
     fn proc_cgroup_lines() {
-        let v = parse_proc_cgroup("4:memory:/process_api/02d8\n2:cpu,cpuacct:/\n0::/\n");
+        let v = parse_proc_cgroup(
+            Path::new("cgroup"),
+            "4:memory:/process_api/02d8\n2:cpu,cpuacct:/\n0::/\n",
+        )
+        .unwrap();
         assert_eq!(v[0].controllers, ["memory"]);
         assert_eq!(v[0].path, "/process_api/02d8");
         assert_eq!(v[1].controllers, ["cpu", "cpuacct"]);
@@ -314,11 +309,18 @@ mod tests {
 
     #[test]
     fn loadavg_btime_and_procs() {
-        let l = read_string(&fixture("proc/loadavg")).unwrap();
-        assert!(parse_loadavg_tasks(&l).unwrap() > 0);
-        assert_eq!(parse_loadavg_tasks("0.91 1.11 1.34 1/131 7376"), Some(131));
-        let s = read_string(&fixture("proc/stat")).unwrap();
-        assert_eq!(parse_btime(&s), Some(1796215659));
+        let p = fixture("proc/loadavg");
+        assert!(parse_loadavg_tasks(&p, &read_string(&p).unwrap()).unwrap() > 0);
+        assert_eq!(
+            parse_loadavg_tasks(&p, "0.91 1.11 1.34 1/131 7376").unwrap(),
+            131
+        );
+        assert!(parse_loadavg_tasks(&p, "0.91").is_err());
+        let p = fixture("proc/stat");
+        assert_eq!(
+            parse_btime(&p, &read_string(&p).unwrap()).unwrap(),
+            1796215659
+        );
         assert_eq!(count_lines("7645\n7651\n"), 2);
         assert_eq!(count_lines(""), 0);
     }

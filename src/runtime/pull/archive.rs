@@ -4,9 +4,8 @@
 //! blobs take the same path as a pull: streamed into the content store under a lease with
 //! their digests checked, GC labels, unpack, image record.
 //!
-//! The tar reader is ours (there is no tar crate here): it indexes the archive once
-//! (ustar, GNU long names, pax paths, sizes in octal or base-256, links) and then reads
-//! each needed member by offset.
+//! The archive is indexed once with the `tar` crate (member offsets and sizes, links
+//! followed) and each needed member is then read by offset.
 
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
@@ -65,155 +64,38 @@ fn clean_path(p: &str) -> String {
     parts.join("/")
 }
 
-fn field_str(b: &[u8]) -> String {
-    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-    String::from_utf8_lossy(&b[..end]).into_owned()
-}
-
-fn parse_number(b: &[u8]) -> Option<u64> {
-    if b.first().is_some_and(|&c| c & 0x80 != 0) {
-        // GNU base-256 for sizes beyond 8 GiB.
-        let mut v: u64 = u64::from(b[0] & 0x7f);
-        for &c in &b[1..] {
-            v = v.checked_mul(256)?.checked_add(u64::from(c))?;
-        }
-        return Some(v);
-    }
-    let s = field_str(b);
-    let s = s.trim_matches(|c: char| c == ' ' || c == '\0');
-    if s.is_empty() {
-        return Some(0);
-    }
-    u64::from_str_radix(s, 8).ok()
-}
-
-/// pax extended header records: `<len> <key>=<value>\n`.
-fn parse_pax(data: &[u8]) -> HashMap<String, String> {
-    let mut out = HashMap::new();
-    let mut rest = data;
-    while !rest.is_empty() {
-        let Some(sp) = rest.iter().position(|&c| c == b' ') else {
-            break;
-        };
-        let Some(len) = std::str::from_utf8(&rest[..sp])
-            .ok()
-            .and_then(|s| s.parse::<usize>().ok())
-        else {
-            break;
-        };
-        if len <= sp || len > rest.len() {
-            break;
-        }
-        let record = &rest[sp + 1..len];
-        let record = record.strip_suffix(b"\n").unwrap_or(record);
-        if let Some(eq) = record.iter().position(|&c| c == b'=') {
-            out.insert(
-                String::from_utf8_lossy(&record[..eq]).into_owned(),
-                String::from_utf8_lossy(&record[eq + 1..]).into_owned(),
-            );
-        }
-        rest = &rest[len..];
-    }
-    out
-}
-
-fn index_tar<R: Read + Seek>(mut r: R) -> Result<TarIndex, String> {
+/// Indexes the archive with the `tar` crate (ustar, GNU long names, pax paths and sizes,
+/// base-256 sizes); `entries_with_seek` skips member data by seeking, so a multi-GiB archive
+/// is indexed by reading its headers only.
+fn index_tar<R: Read + Seek>(r: R) -> Result<TarIndex, String> {
+    let mut archive = tar::Archive::new(r);
     let mut index = TarIndex::default();
     let mut links: Vec<(String, String)> = Vec::new();
-    let mut long_name: Option<String> = None;
-    let mut long_link: Option<String> = None;
-    let mut pax: HashMap<String, String> = HashMap::new();
-    let mut pos: u64 = 0;
-    let mut header = [0u8; 512];
-    loop {
-        match r.read_exact(&mut header) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
-            Err(e) => return Err(e.to_string()),
-        }
-        pos += 512;
-        if header.iter().all(|&b| b == 0) {
-            break;
-        }
-        let stored: u64 = parse_number(&header[148..156])
-            .ok_or("not a tar archive (unreadable header checksum)")?;
-        let sum: u64 = header
-            .iter()
-            .enumerate()
-            .map(|(i, &b)| {
-                if (148..156).contains(&i) {
-                    32
-                } else {
-                    u64::from(b)
-                }
-            })
-            .sum();
-        if sum != stored {
-            return Err(format!(
-                "not a tar archive (bad header checksum at byte {})",
-                pos - 512
-            ));
-        }
-        let size = parse_number(&header[124..136]).ok_or("bad member size")?;
-        let size = pax.get("size").and_then(|s| s.parse().ok()).unwrap_or(size);
-        let kind = header[156];
-        let data_at = pos;
-        let padded = size.div_ceil(512) * 512;
-        let read_data = |r: &mut R| -> Result<Vec<u8>, String> {
-            let mut buf = vec![0u8; size as usize];
-            r.read_exact(&mut buf).map_err(|e| e.to_string())?;
-            r.seek(SeekFrom::Current((padded - size) as i64))
-                .map_err(|e| e.to_string())?;
-            Ok(buf)
+    let entries = archive
+        .entries_with_seek()
+        .map_err(|e| format!("not a tar archive ({e})"))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("not a tar archive ({e})"))?;
+        let name = clean_path(&String::from_utf8_lossy(&entry.path_bytes()));
+        let link = || {
+            entry
+                .link_name_bytes()
+                .map(|l| String::from_utf8_lossy(&l).into_owned())
+                .unwrap_or_default()
         };
-        match kind {
-            b'L' => {
-                long_name = Some(field_str(&read_data(&mut r)?));
-                pos += padded;
-                continue;
-            }
-            b'K' => {
-                long_link = Some(field_str(&read_data(&mut r)?));
-                pos += padded;
-                continue;
-            }
-            b'x' => {
-                pax = parse_pax(&read_data(&mut r)?);
-                pos += padded;
-                continue;
-            }
-            b'g' => {
-                read_data(&mut r)?;
-                pos += padded;
-                continue;
-            }
-            _ => {}
-        }
-        let mut name = field_str(&header[0..100]);
-        if &header[257..262] == b"ustar" {
-            let prefix = field_str(&header[345..500]);
-            if !prefix.is_empty() && header[263] != b' ' {
-                name = format!("{prefix}/{name}");
-            }
-        }
-        let name = clean_path(&pax.remove("path").or(long_name.take()).unwrap_or(name));
-        let link = pax
-            .remove("linkpath")
-            .or(long_link.take())
-            .unwrap_or_else(|| field_str(&header[157..257]));
-        pax.clear();
-        match kind {
-            b'0' | 0 | b'7' => {
+        match entry.header().entry_type() {
+            tar::EntryType::Regular | tar::EntryType::Continuous => {
                 index.members.insert(
                     name,
                     Member {
-                        offset: data_at,
-                        size,
+                        offset: entry.raw_file_position(),
+                        size: entry.size(),
                     },
                 );
             }
-            b'1' => links.push((name, clean_path(&link))),
-            b'2' => {
+            tar::EntryType::Link => links.push((name, clean_path(&link()))),
+            tar::EntryType::Symlink => {
+                let link = link();
                 let dir = name.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
                 let target = if link.starts_with('/') {
                     clean_path(&link)
@@ -224,9 +106,6 @@ fn index_tar<R: Read + Seek>(mut r: R) -> Result<TarIndex, String> {
             }
             _ => {}
         }
-        r.seek(SeekFrom::Current(padded as i64))
-            .map_err(|e| e.to_string())?;
-        pos += padded;
     }
     // Links may point at links; a few rounds settle any sane chain.
     for _ in 0..8 {
@@ -781,17 +660,6 @@ mod tests {
         assert!(index_tar(std::io::Cursor::new(junk))
             .unwrap_err()
             .contains("not a tar"));
-    }
-
-    #[test]
-    fn numbers_octal_and_base256() {
-        assert_eq!(parse_number(b"00000000012\0"), Some(10));
-        assert_eq!(parse_number(b"     12 "), Some(10));
-        let mut b = [0u8; 12];
-        b[0] = 0x80;
-        b[11] = 1;
-        b[10] = 2;
-        assert_eq!(parse_number(&b), Some(513));
     }
 
     #[test]

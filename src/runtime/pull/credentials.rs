@@ -85,7 +85,7 @@ pub fn parse_docker_config(
         );
         if let Some(auth) = entry.auth.filter(|a| !a.is_empty()) {
             let decoded = base64_decode(&auth)
-                .ok_or_else(|| invalid(format!("entry {key:?}: \"auth\" is not base64")))?;
+                .map_err(|e| invalid(format!("entry {key:?}: \"auth\" is not base64: {e}")))?;
             let text = String::from_utf8(decoded)
                 .map_err(|_| invalid(format!("entry {key:?}: \"auth\" is not UTF-8")))?;
             let (u, p) = text
@@ -261,37 +261,17 @@ pub fn matching<'a>(
     out
 }
 
-/// Standard base64 (with or without padding); None on any other character.
-pub fn base64_decode(input: &str) -> Option<Vec<u8>> {
-    fn val(c: u8) -> Option<u32> {
-        Some(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' | b'-' => 62,
-            b'/' | b'_' => 63,
-            _ => return None,
-        } as u32)
-    }
-    let clean: Vec<u8> = input.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-    let data = match clean.iter().position(|&b| b == b'=') {
-        Some(i) if clean[i..].iter().all(|&b| b == b'=') => &clean[..i],
-        Some(_) => return None,
-        None => &clean[..],
-    };
-    if data.len() % 4 == 1 {
-        return None;
-    }
-    let mut out = Vec::with_capacity(data.len() * 3 / 4);
-    for chunk in data.chunks(4) {
-        let mut acc = 0u32;
-        for (i, &c) in chunk.iter().enumerate() {
-            acc |= val(c)? << (18 - 6 * i);
-        }
-        let bytes = acc.to_be_bytes();
-        out.extend_from_slice(&bytes[1..chunk.len()]);
-    }
-    Some(out)
+/// Standard base64 with or without padding, line breaks ignored (Go's decoder skips them,
+/// and hand-edited config files carry them).
+pub(crate) fn base64_decode(input: &str) -> Result<Vec<u8>, base64::DecodeError> {
+    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+    use base64::Engine as _;
+    const LENIENT: GeneralPurpose = GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+    );
+    let clean: String = input.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+    LENIENT.decode(clean)
 }
 
 /// Credentials grouped by source, for a one-line summary in logs.
@@ -328,8 +308,9 @@ mod tests {
         assert_eq!(base64_decode("YQ==").unwrap(), b"a");
         assert_eq!(base64_decode("YWI=").unwrap(), b"ab");
         assert_eq!(base64_decode("YWI").unwrap(), b"ab");
-        assert!(base64_decode("Y!==").is_none());
-        assert!(base64_decode("Y").is_none());
+        assert_eq!(base64_decode("dGVz\ndDp0\r\nZXN0").unwrap(), b"test:test");
+        assert!(base64_decode("Y!==").is_err());
+        assert!(base64_decode("Y").is_err());
     }
 
     #[test]

@@ -1,5 +1,5 @@
 use super::*;
-use crate::stats::parse::parse_meminfo;
+use crate::stats::parse::parse_mem_total;
 
 const UID: &str = "7c1f4a2e-9d3b-4e5f-8a6b-1c2d3e4f5a6b";
 const POD: &str = "/kubepods/burstable/pod7c1f4a2e-9d3b-4e5f-8a6b-1c2d3e4f5a6b";
@@ -152,8 +152,9 @@ fn snapshot_of_a_v2_pod() {
     let ws = usage - 16908288;
     assert_eq!(nmem.usage_bytes, Some(usage));
     assert_eq!(nmem.working_set_bytes, Some(ws));
-    let meminfo = parse_meminfo(&std::fs::read_to_string(testdata("proc/meminfo")).unwrap());
-    assert_eq!(nmem.available_bytes, Some(meminfo["MemTotal"] - ws));
+    let meminfo = testdata("proc/meminfo");
+    let mem_total = parse_mem_total(&meminfo, &std::fs::read_to_string(&meminfo).unwrap()).unwrap();
+    assert_eq!(nmem.available_bytes, Some(mem_total - ws));
     assert_eq!(nmem.rss_bytes, Some(8773632));
     assert_eq!(nmem.page_faults, Some(11360));
     let nnet = s.node.network.as_ref().unwrap();
@@ -161,7 +162,10 @@ fn snapshot_of_a_v2_pod() {
     let rl = s.node.rlimit.as_ref().unwrap();
     assert_eq!(rl.maxpid, Some(32768));
     let loadavg = std::fs::read_to_string(testdata("proc/loadavg")).unwrap();
-    assert_eq!(rl.curproc, parse_loadavg_tasks(&loadavg).map(|v| v as i64));
+    assert_eq!(
+        rl.curproc,
+        Some(parse_loadavg_tasks(Path::new("loadavg"), &loadavg).unwrap() as i64)
+    );
     let nfs = s.node.fs.as_ref().unwrap();
     assert!(nfs.capacity_bytes.unwrap() > 0 && nfs.used_bytes.unwrap() > 0);
     let image = s.node.runtime.as_ref().unwrap().image_fs.as_ref().unwrap();
@@ -440,8 +444,8 @@ fn real_machine_sanity() {
     assert!(snap.errors.is_empty(), "{:?}", snap.errors);
     let s = snap.summary.unwrap();
 
-    let meminfo = parse_meminfo(&std::fs::read_to_string("/proc/meminfo").unwrap());
-    let total = meminfo["MemTotal"];
+    let meminfo = Path::new("/proc/meminfo");
+    let total = parse_mem_total(meminfo, &std::fs::read_to_string(meminfo).unwrap()).unwrap();
     let m = s.node.memory.as_ref().unwrap();
     let (usage, ws) = (m.usage_bytes.unwrap(), m.working_set_bytes.unwrap());
     assert!(
