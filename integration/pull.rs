@@ -1,7 +1,7 @@
 //! Image pulls against real registries (Debian's docker-registry on loopback, filled with
 //! skopeo) into the real containerd. Runs only with KUBELET_RS_INTEGRATION=1, as root; then
 //! a missing docker-registry, skopeo or containerd is a failure. Each test owns a registry
-//! (its own port and storage) and a containerd namespace `krs-pull-test-<case>`, purged
+//! (its own port and storage) and a containerd namespace `krs-pull-test-<case>-<pid>`, purged
 //! before and after.
 
 mod common;
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{ctr, free_port, require_integration, purge_namespace, SOCKET};
+use common::{ctr, free_port, purge_namespace, require_integration, test_namespace, SOCKET};
 use kubelet_rs::runtime::pull::{
     import_archive, PullError, PullOptions, Puller, RegistryCredential,
 };
@@ -392,8 +392,7 @@ struct Namespace(String);
 
 impl Namespace {
     fn new(case: &str) -> Namespace {
-        let ns = format!("krs-pull-test-{case}");
-        purge_namespace(&ns);
+        let ns = test_namespace(&format!("pull-test-{case}"));
         Namespace(ns)
     }
 }

@@ -453,7 +453,10 @@ mod tests {
     #[test]
     fn colour_only_at_a_terminal_without_no_color() {
         assert!(wants_colour(true, None));
-        assert!(wants_colour(true, Some(OsStr::new(""))), "an empty NO_COLOR is unset");
+        assert!(
+            wants_colour(true, Some(OsStr::new(""))),
+            "an empty NO_COLOR is unset"
+        );
         assert!(!wants_colour(true, Some(OsStr::new("1"))));
         // A pipe or a file (journald, a test's log) never gets escape codes.
         assert!(!wants_colour(false, None));

@@ -1,8 +1,9 @@
 //! Test harness: runs the real `kubelet-rs` binary against the real containerd, each test
-//! in a containerd namespace, root dir, manifest folder, node name and port of its own, so
-//! tests run in parallel without seeing each other's pods.
+//! in a containerd namespace (per test and process), root dir, manifest folder, node name and
+//! port of its own, so tests run in parallel without seeing each other's pods.
 //!
-//! Tests that need root and containerd are `#[ignore]`d (see IGNORE_REASON), so a plain
+//! Tests that need root and containerd carry
+//! `#[ignore = "needs root and containerd: run hack/test.sh"]`, so a plain
 //! `cargo test` reports them as ignored. hack/test.sh runs them with `--include-ignored` and
 //! KUBELET_RS_INTEGRATION=1; once run, a missing containerd or test image is a failure,
 //! never a skip. Each test removes the cgroups its containers left (see `cgroups`).
@@ -345,9 +346,7 @@ impl Node {
                 }
             })
             .collect();
-        let ns = format!("krs-{slug}");
-        // A namespace left by an earlier failed run holds stale containers: clear it.
-        purge_namespace(&ns);
+        let ns = test_namespace(&slug);
         import_named_images(&ns, images);
         let root = tempfile::tempdir().unwrap();
         let log_path = root.path().join("agent.log");
@@ -387,7 +386,8 @@ impl Drop for Node {
         let mut left = purge_namespace_cgroups(&self.ns);
         // Pods the agent removed while it ran should have taken their pod cgroup with them;
         // what is left here is the agent's leak, cleaned so later runs start clean.
-        let seen = std::mem::take(&mut *self.seen_pod_uids.lock().unwrap_or_else(|p| p.into_inner()));
+        let seen =
+            std::mem::take(&mut *self.seen_pod_uids.lock().unwrap_or_else(|p| p.into_inner()));
         for uid in seen {
             for rel in cgroups::pod_cgroups(&uid) {
                 if !cgroups::existing(&rel).is_empty() {
@@ -403,8 +403,33 @@ impl Drop for Node {
 /// Fails the test (unless it is already failing) when cgroups could not be removed.
 fn check_no_cgroups_left(test: &str, left: &[PathBuf]) {
     if !left.is_empty() && !std::thread::panicking() {
-        panic!("{test}: cgroups still there after the test's clean-up (processes inside?): {left:?}");
+        panic!(
+            "{test}: cgroups still there after the test's clean-up (processes inside?): {left:?}"
+        );
     }
+}
+
+/// `krs-<base>-<pid>`: the containerd namespace of one test in this test process. Other
+/// processes running the same test on this containerd at the same time (another checkout, a
+/// second `cargo test`) get their own, so neither purges the other's pods. Namespaces of the
+/// same test left by processes that are gone (a crash, a kill) are purged here.
+pub fn test_namespace(base: &str) -> String {
+    let prefix = format!("krs-{base}-");
+    let (_, listed) = ctr(&["namespaces", "ls", "-q"], "");
+    for stale in listed.lines().map(str::trim) {
+        let Some(pid) = stale
+            .strip_prefix(&prefix)
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+            == Err(nix::errno::Errno::ESRCH);
+        if gone {
+            purge_namespace(stale);
+        }
+    }
+    format!("{prefix}{}", std::process::id())
 }
 
 /// Removes every task, container, snapshot and image of a namespace, the namespace, and
@@ -422,7 +447,10 @@ fn purge_namespace_cgroups(ns: &str) -> Vec<PathBuf> {
         .filter(|l| !l.trim().is_empty() && !l.contains(' '))
         .collect();
     // Read before the records go: the cgroups are found through the containers' specs.
-    let mut owned: Vec<String> = ids.iter().flat_map(|id| container_cgroups(ns, id)).collect();
+    let mut owned: Vec<String> = ids
+        .iter()
+        .flat_map(|id| container_cgroups(ns, id))
+        .collect();
     if cgroups::is_test_namespace(ns) {
         owned.push(format!("/{ns}"));
     }
@@ -445,7 +473,10 @@ fn purge_namespace_cgroups(ns: &str) -> Vec<PathBuf> {
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    owned.iter().flat_map(|rel| cgroups::remove_tree(rel)).collect()
+    owned
+        .iter()
+        .flat_map(|rel| cgroups::remove_tree(rel))
+        .collect()
 }
 
 /// The cgroups a container of `ns` owns, from the cgroupsPath of its OCI spec.
@@ -454,7 +485,11 @@ fn container_cgroups(ns: &str, id: &str) -> Vec<String> {
     let path = ok
         .then(|| serde_json::from_str::<Value>(&info).ok())
         .flatten()
-        .and_then(|v| v["Spec"]["linux"]["cgroupsPath"].as_str().map(str::to_string));
+        .and_then(|v| {
+            v["Spec"]["linux"]["cgroupsPath"]
+                .as_str()
+                .map(str::to_string)
+        });
     path.map(|p| cgroups::owned_by_container(&p, ns))
         .unwrap_or_default()
 }
