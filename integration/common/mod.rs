@@ -463,13 +463,17 @@ fn purge_namespace_cgroups(ns: &str) -> Vec<PathBuf> {
     }
     let (_, imgs) = ctr(&["images", "ls", "-q"], ns);
     for i in imgs.lines().filter(|l| !l.trim().is_empty()) {
-        let _ = ctr(&["images", "rm", i], ns);
+        // --sync: the image's content and snapshots go now, not at containerd's next GC
+        // (which may come after the namespace removal below gave up).
+        let _ = ctr(&["images", "rm", "--sync", i], ns);
     }
-    // containerd's GC removes the snapshots in the background; the namespace can only go
-    // once they have.
-    for _ in 0..25 {
+    // Anything containerd's GC still holds back keeps the namespace; retried for a while.
+    for attempt in 0..25 {
         if ctr(&["namespaces", "rm", ns], "").0 {
             break;
+        }
+        if attempt == 10 {
+            remove_unreferenced(ns);
         }
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -477,6 +481,33 @@ fn purge_namespace_cgroups(ns: &str) -> Vec<PathBuf> {
         .iter()
         .flat_map(|rel| cgroups::remove_tree(rel))
         .collect()
+}
+
+/// Removes the snapshots and content blobs of a namespace that has no image or container
+/// left (GC would take them, but only at its next run). Snapshots go children first: each
+/// pass removes those no other snapshot names as parent.
+fn remove_unreferenced(ns: &str) {
+    for _ in 0..10 {
+        let (_, listed) = ctr(&["snapshots", "ls"], ns);
+        let rows: Vec<Vec<&str>> = listed
+            .lines()
+            .skip(1)
+            .map(|l| l.split_whitespace().collect())
+            .filter(|f: &Vec<&str>| !f.is_empty())
+            .collect();
+        if rows.is_empty() {
+            break;
+        }
+        // KEY, then PARENT only when the snapshot has one, then KIND.
+        let parents: BTreeSet<&str> = rows.iter().filter(|f| f.len() == 3).map(|f| f[1]).collect();
+        for f in rows.iter().filter(|f| !parents.contains(f[0])) {
+            let _ = ctr(&["snapshots", "rm", f[0]], ns);
+        }
+    }
+    let (_, blobs) = ctr(&["content", "ls", "-q"], ns);
+    for digest in blobs.lines().map(str::trim).filter(|d| !d.is_empty()) {
+        let _ = ctr(&["content", "rm", digest], ns);
+    }
 }
 
 /// The cgroups a container of `ns` owns, from the cgroupsPath of its OCI spec.
