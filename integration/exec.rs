@@ -42,6 +42,9 @@ async fn exec_sync_against_containerd() {
     import_images(ns());
     let (ok, out) = ctr(&["run", "-d", BUSYBOX, ID, "sleep", "3600"], ns());
     assert!(ok, "ctr run: {out}");
+    // containerd's default cgroupsPath for `ctr run` is /<namespace>/<id>.
+    let ns_cgroup = format!("/{}", ns());
+    assert!(!common::cgroups::existing(&ns_cgroup).is_empty());
 
     let outcome = AssertUnwindSafe(cases()).catch_unwind().await;
     // A clean-up failure (a cgroup left) must not hide the cases' own failure.
@@ -62,6 +65,9 @@ async fn exec_sync_against_containerd() {
     if let Err(panic) = outcome.and(purged) {
         std::panic::resume_unwind(panic);
     }
+    // runc takes only the container's own cgroup; the namespace's is the harness's to remove.
+    let left = common::cgroups::existing(&ns_cgroup);
+    assert!(left.is_empty(), "cgroups left: {left:?}");
 }
 
 async fn cases() {

@@ -603,3 +603,23 @@ fn thirty_pods_at_once_all_start_on_the_first_try() {
         "a container needed a retry:\n{log}"
     );
 }
+
+/// The agent killed with its pod running, as a crashing test leaves it: dropping the node
+/// removes the pod's cgroups too (runc removes only each container's own), so test runs do
+/// not pile up kubepods/<qos>/pod<uid> directories on the host.
+#[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
+fn dropping_a_node_whose_agent_was_killed_leaves_no_pod_cgroup() {
+    let mut node = Node::start("cgroup-cleanup");
+    node.write_manifest("a.yaml", &busybox_pod("a", "Always", "exec sleep 3600"));
+    let pod = node.wait_pod("a", 60, "Running", running);
+    let uid = pod["metadata"]["uid"].as_str().unwrap().to_string();
+    let pod_cgroup = cgroups::pod_cgroups(&uid)
+        .into_iter()
+        .find(|rel| !cgroups::existing(rel).is_empty())
+        .expect("the running pod has a pod-level cgroup");
+    node.kill9();
+    drop(node);
+    let left = cgroups::existing(&pod_cgroup);
+    assert!(left.is_empty(), "left after the test: {left:?}");
+}
