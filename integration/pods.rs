@@ -605,8 +605,8 @@ fn thirty_pods_at_once_all_start_on_the_first_try() {
 }
 
 /// The agent killed with its pod running, as a crashing test leaves it: dropping the node
-/// removes the pod's cgroups too (runc removes only each container's own), so test runs do
-/// not pile up kubepods/<qos>/pod<uid> directories on the host.
+/// removes the pod's cgroups (runc removes only each container's own) and its log folder too,
+/// so test runs do not pile up kubepods/<qos>/pod<uid> or /var/log/pods entries on the host.
 #[test]
 #[ignore = "needs root and containerd: run hack/test.sh"]
 fn dropping_a_node_whose_agent_was_killed_leaves_no_pod_cgroup() {
@@ -622,4 +622,11 @@ fn dropping_a_node_whose_agent_was_killed_leaves_no_pod_cgroup() {
     drop(node);
     let left = cgroups::existing(&pod_cgroup);
     assert!(left.is_empty(), "left after the test: {left:?}");
+    let logs: Vec<_> = std::fs::read_dir("/var/log/pods")
+        .unwrap()
+        .flatten()
+        .filter(|d| d.file_name().to_string_lossy().ends_with(&uid))
+        .map(|d| d.path())
+        .collect();
+    assert!(logs.is_empty(), "log folders left: {logs:?}");
 }

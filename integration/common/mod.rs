@@ -388,6 +388,7 @@ impl Drop for Node {
         // what is left here is the agent's leak, cleaned so later runs start clean.
         let seen =
             std::mem::take(&mut *self.seen_pod_uids.lock().unwrap_or_else(|p| p.into_inner()));
+        remove_pod_logs(&seen);
         for uid in seen {
             for rel in cgroups::pod_cgroups(&uid) {
                 if !cgroups::existing(&rel).is_empty() {
@@ -397,6 +398,34 @@ impl Drop for Node {
             }
         }
         check_no_cgroups_left(&self.test, &left);
+    }
+}
+
+/// Removes the log folders (/var/log/pods/<ns>_<name>_<uid>) of these pods and the
+/// /var/log/containers links into them: the agent removes them with its pods, but not for
+/// pods it never got to remove (killed, or the test failed first).
+fn remove_pod_logs(uids: &BTreeSet<String>) {
+    let owned = |name: &str| uids.iter().any(|uid| name.ends_with(&format!("_{uid}")));
+    if let Ok(links) = std::fs::read_dir("/var/log/containers") {
+        for link in links.flatten() {
+            let into_ours = std::fs::read_link(link.path()).is_ok_and(|target| {
+                target
+                    .parent()
+                    .and_then(Path::parent)
+                    .and_then(Path::file_name)
+                    .is_some_and(|dir| owned(&dir.to_string_lossy()))
+            });
+            if into_ours {
+                let _ = std::fs::remove_file(link.path());
+            }
+        }
+    }
+    if let Ok(dirs) = std::fs::read_dir("/var/log/pods") {
+        for dir in dirs.flatten() {
+            if owned(&dir.file_name().to_string_lossy()) {
+                let _ = std::fs::remove_dir_all(dir.path());
+            }
+        }
     }
 }
 
