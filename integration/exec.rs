@@ -1,7 +1,7 @@
 //! `Containerd::exec_sync` against the real containerd: output, exit codes, a command that
 //! outlives its timeout (killed, reported as a timeout, nothing left running) and a binary
 //! missing from the image. Runs only with KUBELET_RS_INTEGRATION=1, as root; owns the
-//! containerd namespace `krs-exec-test` and removes it afterwards, even on failure.
+//! containerd namespace `krs-exec-test-<pid>` and removes it afterwards, even on failure.
 
 mod common;
 
@@ -9,12 +9,19 @@ use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{ctr, import_images, integration_enabled, purge_namespace, BUSYBOX, SOCKET};
+use common::{
+    ctr, import_images, purge_namespace, require_integration, test_namespace, BUSYBOX, SOCKET,
+};
 use futures::FutureExt;
 use kubelet_rs::runtime::exec::EXEC_FIFO_DIR;
 use kubelet_rs::runtime::{Containerd, RuntimeError};
 
-const NS: &str = "krs-exec-test";
+/// `krs-exec-test-<pid>`: a run of this file on the same containerd at the same time (another
+/// checkout, say) has a namespace of its own.
+fn ns() -> &'static str {
+    static NS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NS.get_or_init(|| test_namespace("exec-test"))
+}
 const ID: &str = "krs-exec-target";
 
 fn cmd(args: &[&str]) -> Vec<String> {
@@ -23,42 +30,48 @@ fn cmd(args: &[&str]) -> Vec<String> {
 
 /// Exec processes of the container that containerd still knows about (ids besides init).
 fn exec_processes() -> Vec<String> {
-    let (_, out) = ctr(&["tasks", "ps", ID], NS);
+    let (_, out) = ctr(&["tasks", "ps", ID], ns());
     out.lines().skip(1).map(str::to_string).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 async fn exec_sync_against_containerd() {
-    if !integration_enabled("exec_sync_against_containerd") {
-        return;
-    }
-    purge_namespace(NS);
-    import_images(NS);
-    let (ok, out) = ctr(&["run", "-d", BUSYBOX, ID, "sleep", "3600"], NS);
+    require_integration("exec_sync_against_containerd");
+    purge_namespace(ns());
+    import_images(ns());
+    let (ok, out) = ctr(&["run", "-d", BUSYBOX, ID, "sleep", "3600"], ns());
     assert!(ok, "ctr run: {out}");
+    // containerd's default cgroupsPath for `ctr run` is /<namespace>/<id>.
+    let ns_cgroup = format!("/{}", ns());
+    assert!(!common::cgroups::existing(&ns_cgroup).is_empty());
 
     let outcome = AssertUnwindSafe(cases()).catch_unwind().await;
-    purge_namespace(NS);
+    // A clean-up failure (a cgroup left) must not hide the cases' own failure.
+    let purged = std::panic::catch_unwind(|| purge_namespace(ns()));
     // containerd removes snapshots by garbage collection, shortly after their images are
     // gone; until then the namespace is not empty and cannot be removed.
     for _ in 0..20 {
         if !ctr(&["namespaces", "ls", "-q"], "")
             .1
             .lines()
-            .any(|l| l.trim() == NS)
+            .any(|l| l.trim() == ns())
         {
             break;
         }
         std::thread::sleep(Duration::from_millis(250));
-        let _ = ctr(&["namespaces", "rm", NS], "");
+        let _ = ctr(&["namespaces", "rm", ns()], "");
     }
-    if let Err(panic) = outcome {
+    if let Err(panic) = outcome.and(purged) {
         std::panic::resume_unwind(panic);
     }
+    // runc takes only the container's own cgroup; the namespace's is the harness's to remove.
+    let left = common::cgroups::existing(&ns_cgroup);
+    assert!(left.is_empty(), "cgroups left: {left:?}");
 }
 
 async fn cases() {
-    let c = Containerd::connect(Path::new(SOCKET), NS)
+    let c = Containerd::connect(Path::new(SOCKET), ns())
         .await
         .expect("connect to containerd");
     let t = Duration::from_secs(5);
@@ -112,7 +125,7 @@ async fn cases() {
     while exec_processes().len() > 1 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let (_, ps) = ctr(&["tasks", "ps", ID], NS);
+    let (_, ps) = ctr(&["tasks", "ps", ID], ns());
     assert_eq!(
         exec_processes().len(),
         1,

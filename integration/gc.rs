@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{
-    busybox_pod, container_status, ctr, integration_enabled, purge_namespace, Node, BUSYBOX, SOCKET,
+    busybox_pod, container_status, ctr, purge_namespace, require_integration, Node, BUSYBOX, SOCKET,
 };
 use kubelet_rs::gc::policy::Candidate;
 use kubelet_rs::gc::ImageRuntime;
@@ -224,14 +224,12 @@ struct Setup {
     unused_layer: String,
 }
 
-fn node_with_full_image_fs(test: &str, min_age: &str) -> Option<Setup> {
-    if !integration_enabled(test) {
-        return None;
-    }
+fn node_with_full_image_fs(test: &str, min_age: &str) -> Setup {
+    require_integration(test);
     let fs = LoopFs::new();
     // GC off while the pod starts: with a minimum age of 0 s, busybox would otherwise be
     // fair game until its container exists.
-    let mut node = Node::start_with(test, &["--image-gc-high-threshold=100"])?;
+    let mut node = Node::start_with(test, &["--image-gc-high-threshold=100"]);
     node.write_manifest("a.yaml", &busybox_pod("a", "Always", "exec sleep 3600"));
     let pod = node.wait_pod("a", 90, "Running", |p| p["status"]["phase"] == "Running");
     let id = container_status(&pod, "main")["containerID"]
@@ -259,12 +257,12 @@ fn node_with_full_image_fs(test: &str, min_age: &str) -> Option<Setup> {
         format!("--image-gc-low-threshold={}", HIGH - 10),
     ];
     node.launch();
-    Some(Setup {
+    Setup {
         node,
         fs,
         task: (id, pid),
         unused_layer,
-    })
+    }
 }
 
 fn assert_pod_untouched(node: &Node, (id, pid): &(String, u32)) {
@@ -284,16 +282,14 @@ fn assert_pod_untouched(node: &Node, (id, pid): &(String, u32)) {
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn removes_the_unused_image_and_keeps_the_used_and_pinned_ones() {
-    let Some(Setup {
+    let Setup {
         mut node,
         fs,
         task,
         unused_layer,
-    }) = node_with_full_image_fs("gc removes unused", "0s")
-    else {
-        return;
-    };
+    } = node_with_full_image_fs("gc removes unused", "0s");
     node.wait_until(60, "the unused image is removed", || {
         !images(&node.ns).contains(&UNUSED.to_string())
     });
@@ -327,16 +323,14 @@ fn removes_the_unused_image_and_keeps_the_used_and_pinned_ones() {
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn keeps_images_younger_than_the_minimum_age() {
-    let Some(Setup {
+    let Setup {
         mut node,
         task,
         unused_layer,
         fs: _fs,
-    }) = node_with_full_image_fs("gc minimum age", "1h")
-    else {
-        return;
-    };
+    } = node_with_full_image_fs("gc minimum age", "1h");
     let passes = |log: &str| {
         log.matches("above the high threshold: removing unused images")
             .count()
@@ -361,10 +355,9 @@ fn keeps_images_younger_than_the_minimum_age() {
 /// The image accounts cache (the users and groups read once per image) forgets an image the
 /// GC removes, and, at the next listing, one removed by someone else.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 async fn removed_images_leave_the_accounts_cache() {
-    if !integration_enabled("gc accounts cache") {
-        return;
-    }
+    require_integration("gc accounts cache");
     let ns = format!("krs-gc-accounts-{}", std::process::id());
     purge_namespace(&ns);
     let outcome =

@@ -26,10 +26,9 @@ fn http_body(addr: &str) -> Option<String> {
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn host_port_reaches_the_pod_and_a_conflict_rejects_the_second_pod() {
-    let Some(node) = Node::start("hostport") else {
-        return;
-    };
+    let node = Node::start("hostport");
     let port = free_port();
     let web = |name: &str| {
         format!(
@@ -78,10 +77,9 @@ spec:
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn volumes_are_shared_mounted_and_cleaned_up() {
-    let Some(node) = Node::start("volumes") else {
-        return;
-    };
+    let node = Node::start("volumes");
     let host_dir = node.root.path().join("host-data");
     let m = format!(
         r#"apiVersion: v1
@@ -201,10 +199,9 @@ spec:
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn a_volume_that_cannot_be_set_up_holds_only_its_pod() {
-    let Some(node) = Node::start("volume-error") else {
-        return;
-    };
+    let node = Node::start("volume-error");
     let m = format!(
         r#"apiVersion: v1
 kind: Pod
@@ -255,10 +252,9 @@ const WEB: &str =
     "mkdir -p /tmp/w && echo ok > /tmp/w/index.html && exec httpd -f -p 8080 -h /tmp/w";
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn probes_drive_readiness_and_restarts() {
-    let Some(node) = Node::start("probes") else {
-        return;
-    };
+    let node = Node::start("probes");
     // exec readiness that starts failing and then passes
     node.write_manifest(
         "late.yaml",
@@ -425,10 +421,9 @@ fn start_health_server(addr: std::net::SocketAddr) {
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn grpc_probes() {
-    let Some(node) = Node::start("grpc-probes") else {
-        return;
-    };
+    let node = Node::start("grpc-probes");
     let port = free_port();
     // hostNetwork: the probe's pod IP is the node's address, where the test serves gRPC.
     node.write_manifest(
@@ -484,10 +479,9 @@ spec:
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn lifecycle_hooks() {
-    let Some(node) = Node::start("hooks") else {
-        return;
-    };
+    let node = Node::start("hooks");
     let out = node.root.path().join("hook-out");
     std::fs::create_dir_all(&out).unwrap();
     let m = format!(
@@ -567,10 +561,9 @@ fn restarted_with(p: &Value, what: &str) -> bool {
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn probe_grace_period_overrides_the_pods_for_a_liveness_kill() {
-    let Some(node) = Node::start("probe-grace") else {
-        return;
-    };
+    let node = Node::start("probe-grace");
     // Only the first run ignores SIGTERM, so that removing the pod at the end (under the
     // pod's 60 s) is quick; the liveness kill under test is of the first run.
     let script = "if [ -e /state/once ]; then trap 'exit 0' TERM; else touch /state/once; trap '' TERM; fi; while true; do sleep 1; done";
@@ -612,10 +605,9 @@ spec:
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn pre_stop_is_cut_by_the_grace_period() {
-    let Some(node) = Node::start("prestop-bound") else {
-        return;
-    };
+    let node = Node::start("prestop-bound");
     let m = format!(
         r#"apiVersion: v1
 kind: Pod
@@ -683,10 +675,9 @@ fn start_recording_server(
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn http_get_hooks_reach_their_host() {
-    let Some(node) = Node::start("http-hooks") else {
-        return;
-    };
+    let node = Node::start("http-hooks");
     node.write_manifest(
         "seed.yaml",
         &busybox_pod("seed", "Always", "exec sleep 3600"),
@@ -740,10 +731,9 @@ spec:
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn a_failing_startup_probe_restarts_the_container() {
-    let Some(node) = Node::start("startup-fails") else {
-        return;
-    };
+    let node = Node::start("startup-fails");
     node.write_manifest(
         "nostart.yaml",
         &probe_pod(

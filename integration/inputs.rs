@@ -23,10 +23,9 @@ fn waiting_reason(p: &Value, c: &str) -> String {
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn broken_manifests_are_reported_and_the_others_run() {
-    let Some(node) = Node::start("bad-manifests") else {
-        return;
-    };
+    let node = Node::start("bad-manifests");
     node.write_manifest(
         "good.yaml",
         &busybox_pod("good", "Always", "exec sleep 3600"),
@@ -76,10 +75,9 @@ fn broken_manifests_are_reported_and_the_others_run() {
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn missing_images_and_commands_give_upstream_reasons() {
-    let Some(node) = Node::start("bad-containers") else {
-        return;
-    };
+    let node = Node::start("bad-containers");
     let pod = |name: &str, image: &str, policy: &str, cmd: &str| {
         format!(
             "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: {image}\n    imagePullPolicy: {policy}\n    command: [{cmd}]\n"
@@ -147,10 +145,9 @@ fn missing_images_and_commands_give_upstream_reasons() {
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn run_as_non_root_on_a_root_image_is_a_config_error() {
-    let Some(node) = Node::start("nonroot") else {
-        return;
-    };
+    let node = Node::start("nonroot");
     // The busybox image names no user, so it would run as root.
     node.write_manifest(
         "nonroot.yaml",
@@ -184,10 +181,9 @@ fn run_as_non_root_on_a_root_image_is_a_config_error() {
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn image_users_are_looked_up_in_the_image() {
-    let Some(node) = Node::start("image-users") else {
-        return;
-    };
+    let node = Node::start("image-users");
     // nobody (65534) is in busybox's /etc/passwd; the extra layer makes it a member of staff.
     let group = (
         "etc/group",
@@ -237,10 +233,9 @@ fn image_users_are_looked_up_in_the_image() {
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn json_logging_gives_one_object_per_line_with_pod_fields() {
-    let Some(node) = Node::start_with("json-logs", &["--logging-format=json"]) else {
-        return;
-    };
+    let node = Node::start_with("json-logs", &["--logging-format=json"]);
     node.write_manifest("js.yaml", &busybox_pod("js", "Always", "exec sleep 3600"));
     node.wait_pod("js", 60, "Running", running);
     let full = node.pod_name("js");
@@ -285,14 +280,13 @@ fn json_logging_gives_one_object_per_line_with_pod_fields() {
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn pod_infra_container_image_names_the_sandbox_image() {
     // A loopback registry name: should the agent try to pull it, the pull stays on this host
     // and fails, and the test with it.
     const INFRA: &str = "127.0.0.1:1/test/infra-pause:custom";
     let flag = format!("--pod-infra-container-image={INFRA}");
-    let Some(node) = Node::start_with("infra-image", &[&flag]) else {
-        return;
-    };
+    let node = Node::start_with("infra-image", &[&flag]);
     let pause = image_by_prefix(&node.ns, "registry.k8s.io/pause");
     let (ok, out) = ctr(&["images", "tag", &pause, INFRA], &node.ns);
     assert!(ok, "tagging {pause} as {INFRA}: {out}");
@@ -332,13 +326,10 @@ fn image_by_prefix(ns: &str, prefix: &str) -> String {
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn manifest_folder_that_appears_later() {
-    if !integration_enabled("late-folder") {
-        return;
-    }
-    let Some(mut node) = Node::start("late-folder") else {
-        return;
-    };
+    require_integration("late-folder");
+    let mut node = Node::start("late-folder");
     // Point a second agent run at a folder that does not exist yet.
     node.kill9();
     let late = node.root.path().join("later");
@@ -387,26 +378,23 @@ fn serve_manifest(body: std::sync::Arc<std::sync::Mutex<String>>) -> String {
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn pods_from_a_manifest_url() {
-    if !integration_enabled("http-source") {
-        return;
-    }
+    require_integration("http-source");
     let body = std::sync::Arc::new(std::sync::Mutex::new(busybox_pod(
         "fromurl",
         "Always",
         "exec sleep 3600",
     )));
     let url = serve_manifest(body.clone());
-    let Some(node) = Node::start_with(
+    let node = Node::start_with(
         "http-source",
         &[
             &format!("--manifest-url={url}"),
             "--manifest-url-header=X-Test:yes",
             "--http-check-frequency=1s",
         ],
-    ) else {
-        return;
-    };
+    );
     let p = node.wait_pod("fromurl", 60, "Running", running);
     assert_eq!(
         p["metadata"]["annotations"]["kubernetes.io/config.source"],
@@ -486,10 +474,9 @@ fn invalid_flags_and_config_exit_2() {
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn host_network_pod_uses_the_node_address() {
-    let Some(node) = Node::start("hostnet") else {
-        return;
-    };
+    let node = Node::start("hostnet");
     let m = format!(
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: hn}}\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {{name: c, image: {BUSYBOX}, command: [sh, -c, 'ls /sys/class/net; exec sleep 3600']}}\n"
     );
@@ -509,10 +496,9 @@ fn host_network_pod_uses_the_node_address() {
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn spec_translation_reaches_the_container() {
-    let Some(node) = Node::start("spec") else {
-        return;
-    };
+    let node = Node::start("spec");
     let m = format!(
         r#"apiVersion: v1
 kind: Pod
@@ -592,16 +578,15 @@ spec:
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn logs_rotate_by_size() {
-    let Some(node) = Node::start_with(
+    let node = Node::start_with(
         "rotate",
         &[
             "--container-log-max-size=4Ki",
             "--container-log-max-files=3",
         ],
-    ) else {
-        return;
-    };
+    );
     node.write_manifest(
         "chatty.yaml",
         &busybox_pod("chatty", "Always", "i=0; while [ $i -lt 2000 ]; do echo line-$i-padding-padding-padding; i=$((i+1)); done; exec sleep 3600"),
@@ -633,14 +618,11 @@ fn logs_rotate_by_size() {
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn healthz_port_answers() {
-    if !integration_enabled("healthz") {
-        return;
-    }
+    require_integration("healthz");
     let port = free_port();
-    let Some(node) = Node::start_with("healthz", &[&format!("--healthz-port={port}")]) else {
-        return;
-    };
+    let node = Node::start_with("healthz", &[&format!("--healthz-port={port}")]);
     let (code, body) = http_get(port, "/healthz").expect("healthz answers");
     assert_eq!((code, body.as_str()), (200, "ok"));
     let (code, _) = http_get(node.port, "/pods").unwrap();

@@ -1,7 +1,7 @@
 //! Image pulls against real registries (Debian's docker-registry on loopback, filled with
 //! skopeo) into the real containerd. Runs only with KUBELET_RS_INTEGRATION=1, as root; then
 //! a missing docker-registry, skopeo or containerd is a failure. Each test owns a registry
-//! (its own port and storage) and a containerd namespace `krs-pull-test-<case>`, purged
+//! (its own port and storage) and a containerd namespace `krs-pull-test-<case>-<pid>`, purged
 //! before and after.
 
 mod common;
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{ctr, free_port, integration_enabled, purge_namespace, SOCKET};
+use common::{ctr, free_port, purge_namespace, require_integration, test_namespace, SOCKET};
 use kubelet_rs::runtime::pull::{
     import_archive, PullError, PullOptions, Puller, RegistryCredential,
 };
@@ -20,10 +20,9 @@ const REGISTRY_BIN: &str = "/usr/bin/docker-registry";
 /// bcrypt (cost 4, to keep per-request checks cheap) of the password `test`, user `test`.
 const HTPASSWD: &str = "test:$2b$04$DYD1EmHU5N0RT013oGRHZOUZ0hdPpOqJDWUMeJpAbBbpaJZWQrRy2";
 
-fn enabled(test: &str) -> bool {
-    if !integration_enabled(test) {
-        return false;
-    }
+/// The pull tests' prerequisites on top of the harness's: a missing one fails the test.
+fn require(test: &str) {
+    require_integration(test);
     assert!(
         Path::new(REGISTRY_BIN).is_file(),
         "KUBELET_RS_INTEGRATION=1 but {REGISTRY_BIN} is missing: apt-get install docker-registry"
@@ -37,7 +36,6 @@ fn enabled(test: &str) -> bool {
         "test image {} is missing: run hack/build-images.sh",
         busybox_tar().display()
     );
-    true
 }
 
 fn busybox_tar() -> PathBuf {
@@ -394,8 +392,7 @@ struct Namespace(String);
 
 impl Namespace {
     fn new(case: &str) -> Namespace {
-        let ns = format!("krs-pull-test-{case}");
-        purge_namespace(&ns);
+        let ns = test_namespace(&format!("pull-test-{case}"));
         Namespace(ns)
     }
 }
@@ -474,10 +471,9 @@ fn busybox_manifest_digest() -> String {
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn pulls_by_tag_and_digest_then_only_checks() {
-    if !enabled("pulls_by_tag_and_digest_then_only_checks") {
-        return;
-    }
+    require("pulls_by_tag_and_digest_then_only_checks");
     let reg = Registry::start(Auth::Open);
     reg.push_busybox("library/busybox:1.36", None);
     let ns = Namespace::new("tag");
@@ -522,10 +518,9 @@ fn pulls_by_tag_and_digest_then_only_checks() {
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn concurrent_pulls_of_one_image_are_merged() {
-    if !enabled("concurrent_pulls_of_one_image_are_merged") {
-        return;
-    }
+    require("concurrent_pulls_of_one_image_are_merged");
     let reg = Registry::start(Auth::Open);
     reg.push_busybox("library/busybox:merge", None);
     let ns = Namespace::new("merge");
@@ -634,10 +629,9 @@ async fn push_multi_platform(reg: &Registry, repo: &str, tag: &str) -> String {
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn multi_platform_index_picks_the_node_platform() {
-    if !enabled("multi_platform_index_picks_the_node_platform") {
-        return;
-    }
+    require("multi_platform_index_picks_the_node_platform");
     let reg = Registry::start(Auth::Open);
     let ns = Namespace::new("index");
     let tmp = tempfile::tempdir().unwrap();
@@ -655,10 +649,9 @@ fn multi_platform_index_picks_the_node_platform() {
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn basic_auth_from_node_config_and_pod_secrets() {
-    if !enabled("basic_auth_from_node_config_and_pod_secrets") {
-        return;
-    }
+    require("basic_auth_from_node_config_and_pod_secrets");
     let reg = Registry::start(Auth::Htpasswd);
     reg.push_busybox("private/busybox:1", Some("test:test"));
     let ns = Namespace::new("auth");
@@ -716,10 +709,9 @@ fn basic_auth_from_node_config_and_pod_secrets() {
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn bearer_token_flow_with_node_credentials() {
-    if !enabled("bearer_token_flow_with_node_credentials") {
-        return;
-    }
+    require("bearer_token_flow_with_node_credentials");
     let tokens = TokenServer::start();
     let reg = Registry::start(Auth::Token(&tokens));
     reg.push_busybox("private/busybox:1", Some("test:test"));
@@ -792,10 +784,9 @@ fn bearer_token_flow_with_node_credentials() {
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn failures_name_the_registry_answer() {
-    if !enabled("failures_name_the_registry_answer") {
-        return;
-    }
+    require("failures_name_the_registry_answer");
     let reg = Registry::start(Auth::Open);
     reg.push_busybox("library/busybox:1.36", None);
     let ns = Namespace::new("fail");
@@ -864,10 +855,9 @@ fn failures_name_the_registry_answer() {
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn imports_oci_and_docker_archives() {
-    if !enabled("imports_oci_and_docker_archives") {
-        return;
-    }
+    require("imports_oci_and_docker_archives");
     let ns = Namespace::new("import");
     let tmp = tempfile::tempdir().unwrap();
     let docker_tar = tmp.path().join("busybox-docker.tar");
@@ -912,10 +902,9 @@ fn imports_oci_and_docker_archives() {
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn image_pull_command_pulls_into_the_namespace() {
-    if !enabled("image_pull_command_pulls_into_the_namespace") {
-        return;
-    }
+    require("image_pull_command_pulls_into_the_namespace");
     let reg = Registry::start(Auth::Open);
     reg.push_busybox("cmd/busybox:1", None);
     let ns = Namespace::new("cmd");
@@ -954,10 +943,9 @@ fn image_pull_command_pulls_into_the_namespace() {
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn image_pull_command_reads_the_docker_config_in_its_root_dir() {
-    if !enabled("image_pull_command_reads_the_docker_config_in_its_root_dir") {
-        return;
-    }
+    require("image_pull_command_reads_the_docker_config_in_its_root_dir");
     let reg = Registry::start(Auth::Htpasswd);
     reg.push_busybox("cmd/private:1", Some("test:test"));
     let ns = Namespace::new("cmdauth");
@@ -1013,23 +1001,20 @@ fn waiting(p: &serde_json::Value) -> (String, String) {
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn agent_pulls_from_a_registry_then_finds_the_image_present() {
     let test = "agent_pulls_from_a_registry_then_finds_the_image_present";
-    if !enabled(test) {
-        return;
-    }
+    require(test);
     let reg = Registry::start(Auth::Open);
     reg.push_busybox("e2e/busybox:1", None);
-    let Some(node) = common::Node::start_with_images(
+    let node = common::Node::start_with_images(
         test,
         &[
             "--serialize-image-pulls=false",
             "--insecure-registry=registry.lan:5000",
         ],
         &["pause"],
-    ) else {
-        return;
-    };
+    );
     let (ok, images) = ctr(&["images", "ls", "-q"], &node.ns);
     assert!(ok && !images.contains("busybox"), "{images}");
     let image = format!("{}/e2e/busybox:1", reg.host());
@@ -1092,16 +1077,13 @@ fn agent_pulls_from_a_registry_then_finds_the_image_present() {
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn missing_tag_is_err_image_pull_then_image_pull_back_off() {
     let test = "missing_tag_is_err_image_pull_then_image_pull_back_off";
-    if !enabled(test) {
-        return;
-    }
+    require(test);
     let reg = Registry::start(Auth::Open);
     reg.push_busybox("e2e/busybox:1", None);
-    let Some(node) = common::Node::start_with_images(test, &[], &["pause"]) else {
-        return;
-    };
+    let node = common::Node::start_with_images(test, &[], &["pause"]);
     let image = format!("{}/e2e/busybox:missing", reg.host());
     node.write_manifest("missing.yaml", &sleep_pod("missing", &image));
     let first = node.wait_pod("missing", 60, "an image pull failure", |p| {
@@ -1199,10 +1181,9 @@ fn relay(client: std::net::TcpStream, upstream: u16) -> std::io::Result<()> {
 }
 
 #[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
 fn max_parallel_image_pulls_limits_pulls_under_way() {
-    if !enabled("max_parallel_image_pulls_limits_pulls_under_way") {
-        return;
-    }
+    require("max_parallel_image_pulls_limits_pulls_under_way");
     let reg = Registry::start(Auth::Open);
     reg.push_busybox("limit/busybox:1", None);
     // A second image with blobs of its own, so two pulls share no content writes.

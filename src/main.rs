@@ -1,5 +1,6 @@
 //! kubelet-rs: the node agent's entry point. `anyhow` lives here only.
 
+use std::io::IsTerminal;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,8 +71,13 @@ fn init_tracing(cfg: &Config) {
                 "kubelet_rs={level},kubelet_rs::runtime=info,warn"
             ))
         });
+    let ansi = wants_colour(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     if cfg.logging_format == "json" {
         builder.json().init();
@@ -80,11 +86,18 @@ fn init_tracing(cfg: &Config) {
     }
 }
 
+/// Colour codes only for a person at a terminal: journald, a file or a pipe keep plain text
+/// (tracing-subscriber colours whenever NO_COLOR is unset, whatever stderr is). A non-empty
+/// NO_COLOR (no-color.org) turns colour off at a terminal too.
+fn wants_colour(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
 async fn run(cfg: Config) -> anyhow::Result<()> {
     let cfg = Arc::new(cfg);
     info!(node = %cfg.node_name, root_dir = %cfg.root_dir.display(), "kubelet-rs starting");
     if !cfg.ignored_config_fields.is_empty() {
-        tracing::debug!(fields = ?cfg.ignored_config_fields, "config file fields accepted but not acted on yet");
+        tracing::debug!(fields = %cfg.ignored_config_fields.join(","), "config file fields accepted but not acted on yet");
     }
     std::fs::create_dir_all(&cfg.root_dir)
         .with_context(|| format!("creating root dir {}", cfg.root_dir.display()))?;
@@ -209,9 +222,9 @@ fn new_puller(cfg: &Config, rt: &Containerd) -> Puller {
     let o = puller.options();
     info!(
         serialize = o.serialize,
-        max_parallel = ?o.max_parallel,
-        insecure_registries = ?o.insecure_registries,
-        docker_config_dir = ?o.root_dir,
+        max_parallel = %o.max_parallel.map_or("unlimited".to_string(), |n| n.to_string()),
+        insecure_registries = %o.insecure_registries.join(","),
+        docker_config_dir = %o.root_dir.as_deref().map_or("none".into(), |d| d.display().to_string()),
         "image pulls configured"
     );
     puller
@@ -424,5 +437,24 @@ fn image_command(args: &[String]) -> i32 {
             eprintln!("kubelet-rs image {verb}: {e}");
             1
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wants_colour;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn colour_only_at_a_terminal_without_no_color() {
+        assert!(wants_colour(true, None));
+        assert!(
+            wants_colour(true, Some(OsStr::new(""))),
+            "an empty NO_COLOR is unset"
+        );
+        assert!(!wants_colour(true, Some(OsStr::new("1"))));
+        // A pipe or a file (journald, a test's log) never gets escape codes.
+        assert!(!wants_colour(false, None));
+        assert!(!wants_colour(false, Some(OsStr::new("1"))));
     }
 }

@@ -1,16 +1,23 @@
 //! Test harness: runs the real `kubelet-rs` binary against the real containerd, each test
-//! in a containerd namespace, root dir, manifest folder, node name and port of its own, so
-//! tests run in parallel without seeing each other's pods.
+//! in a containerd namespace (per test and process), root dir, manifest folder, node name and
+//! port of its own, so tests run in parallel without seeing each other's pods.
 //!
-//! Integration tests run only with KUBELET_RS_INTEGRATION=1 (hack/test.sh sets it); with it
-//! set, a missing containerd or test image is a failure, never a skip.
+//! Tests that need root and containerd carry
+//! `#[ignore = "needs root and containerd: run hack/test.sh"]`, so a plain
+//! `cargo test` reports them as ignored. hack/test.sh runs them with `--include-ignored` and
+//! KUBELET_RS_INTEGRATION=1; once run, a missing containerd or test image is a failure,
+//! never a skip. Each test removes the cgroups its containers left (see `cgroups`).
 
 #![allow(dead_code)]
 
+pub mod cgroups;
+
+use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -18,24 +25,27 @@ use serde_json::Value;
 pub const BUSYBOX: &str = "docker.io/library/busybox:1.36";
 pub const SOCKET: &str = "/run/containerd/containerd.sock";
 
-/// False (and a printed skip line) unless integration tests were asked for; then every
-/// prerequisite must be there.
-pub fn integration_enabled(test: &str) -> bool {
-    if std::env::var("KUBELET_RS_INTEGRATION").as_deref() != Ok("1") {
-        println!("skipping {test}: set KUBELET_RS_INTEGRATION=1 to run against containerd");
-        return false;
-    }
+/// Panics unless this host may run an integration test and has what it needs. Reached only
+/// when the ignored tests were asked for (`--ignored`, `--include-ignored`), so nothing here
+/// is a skip: a test that was asked for and cannot run fails, naming what is missing.
+/// KUBELET_RS_INTEGRATION=1 is the consent to start real pods, bridges and cgroups on this
+/// host as root; hack/test.sh sets it.
+pub fn require_integration(test: &str) {
+    assert!(
+        std::env::var("KUBELET_RS_INTEGRATION").as_deref() == Ok("1"),
+        "{test}: integration tests start real pods on this host; set KUBELET_RS_INTEGRATION=1 \
+         (as root, with containerd running) or run hack/test.sh"
+    );
     assert!(
         nix::unistd::geteuid().is_root(),
-        "KUBELET_RS_INTEGRATION=1 but not root"
+        "{test}: KUBELET_RS_INTEGRATION=1 but not root"
     );
     assert!(
         Path::new(SOCKET).exists(),
-        "KUBELET_RS_INTEGRATION=1 but containerd's socket {SOCKET} is missing: run hack/setup-node.sh"
+        "{test}: containerd's socket {SOCKET} is missing: run hack/setup-node.sh"
     );
     let out = ctr(&["version"], "");
-    assert!(out.0, "containerd does not answer: {}", out.1);
-    true
+    assert!(out.0, "{test}: containerd does not answer: {}", out.1);
 }
 
 /// Runs `ctr` (in namespace `ns` unless empty); returns (success, stdout+stderr).
@@ -126,15 +136,17 @@ pub struct Node {
     pub extra_args: Vec<String>,
     pub log_path: PathBuf,
     child: Option<Child>,
+    /// Every pod uid `/pods` showed: their pod-level cgroups are checked and removed on drop,
+    /// also for pods the agent removed while it ran.
+    seen_pod_uids: Mutex<BTreeSet<String>>,
 }
 
 impl Node {
-    /// None when integration tests are off.
-    pub fn start(test: &str) -> Option<Node> {
+    pub fn start(test: &str) -> Node {
         Self::start_with(test, &[])
     }
 
-    pub fn start_with(test: &str, extra: &[&str]) -> Option<Node> {
+    pub fn start_with(test: &str, extra: &[&str]) -> Node {
         Self::start_with_images(test, extra, &["pause", "busybox"])
     }
 
@@ -163,7 +175,6 @@ impl Node {
             .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_kubelet-rs"))
             .args(self.agent_args())
-            .env("NO_COLOR", "1")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -217,7 +228,15 @@ impl Node {
             return Vec::new();
         };
         let v: Value = serde_json::from_str(&body).expect("/pods is JSON");
-        v["items"].as_array().cloned().unwrap_or_default()
+        let items = v["items"].as_array().cloned().unwrap_or_default();
+        let mut seen = self.seen_pod_uids.lock().unwrap_or_else(|p| p.into_inner());
+        seen.extend(
+            items
+                .iter()
+                .filter_map(|p| p["metadata"]["uid"].as_str())
+                .map(str::to_string),
+        );
+        items
     }
 
     pub fn pod(&self, name: &str) -> Option<Value> {
@@ -315,10 +334,8 @@ impl Node {
 impl Node {
     /// As `start_with`, but only the named test images (`pause`, `busybox`) are imported
     /// into the namespace: for tests where the agent must pull the rest itself.
-    pub fn start_with_images(test: &str, extra: &[&str], images: &[&str]) -> Option<Node> {
-        if !integration_enabled(test) {
-            return None;
-        }
+    pub fn start_with_images(test: &str, extra: &[&str], images: &[&str]) -> Node {
+        require_integration(test);
         let slug: String = test
             .chars()
             .map(|c| {
@@ -329,9 +346,7 @@ impl Node {
                 }
             })
             .collect();
-        let ns = format!("krs-{slug}");
-        // A namespace left by an earlier failed run holds stale containers: clear it.
-        purge_namespace(&ns);
+        let ns = test_namespace(&slug);
         import_named_images(&ns, images);
         let root = tempfile::tempdir().unwrap();
         let log_path = root.path().join("agent.log");
@@ -346,9 +361,10 @@ impl Node {
             extra_args: extra.iter().map(|s| s.to_string()).collect(),
             log_path,
             child: None,
+            seen_pod_uids: Mutex::default(),
         };
         node.launch();
-        Some(node)
+        node
     }
 }
 
@@ -367,17 +383,107 @@ impl Drop for Node {
             }
         }
         self.kill9();
-        purge_namespace(&self.ns);
+        let mut left = purge_namespace_cgroups(&self.ns);
+        // Pods the agent removed while it ran should have taken their pod cgroup with them;
+        // what is left here is the agent's leak, cleaned so later runs start clean.
+        let seen =
+            std::mem::take(&mut *self.seen_pod_uids.lock().unwrap_or_else(|p| p.into_inner()));
+        remove_pod_logs(&seen);
+        for uid in seen {
+            for rel in cgroups::pod_cgroups(&uid) {
+                if !cgroups::existing(&rel).is_empty() {
+                    eprintln!("{}: removing pod cgroup {rel} the agent left", self.test);
+                    left.extend(cgroups::remove_tree(&rel));
+                }
+            }
+        }
+        check_no_cgroups_left(&self.test, &left);
     }
 }
 
-/// Removes every task, container, snapshot and image of a namespace, and the namespace.
+/// Removes the log folders (/var/log/pods/<ns>_<name>_<uid>) of these pods and the
+/// /var/log/containers links into them: the agent removes them with its pods, but not for
+/// pods it never got to remove (killed, or the test failed first).
+fn remove_pod_logs(uids: &BTreeSet<String>) {
+    let owned = |name: &str| uids.iter().any(|uid| name.ends_with(&format!("_{uid}")));
+    if let Ok(links) = std::fs::read_dir("/var/log/containers") {
+        for link in links.flatten() {
+            let into_ours = std::fs::read_link(link.path()).is_ok_and(|target| {
+                target
+                    .parent()
+                    .and_then(Path::parent)
+                    .and_then(Path::file_name)
+                    .is_some_and(|dir| owned(&dir.to_string_lossy()))
+            });
+            if into_ours {
+                let _ = std::fs::remove_file(link.path());
+            }
+        }
+    }
+    if let Ok(dirs) = std::fs::read_dir("/var/log/pods") {
+        for dir in dirs.flatten() {
+            if owned(&dir.file_name().to_string_lossy()) {
+                let _ = std::fs::remove_dir_all(dir.path());
+            }
+        }
+    }
+}
+
+/// Fails the test (unless it is already failing) when cgroups could not be removed.
+fn check_no_cgroups_left(test: &str, left: &[PathBuf]) {
+    if !left.is_empty() && !std::thread::panicking() {
+        panic!(
+            "{test}: cgroups still there after the test's clean-up (processes inside?): {left:?}"
+        );
+    }
+}
+
+/// `krs-<base>-<pid>`: the containerd namespace of one test in this test process. Other
+/// processes running the same test on this containerd at the same time (another checkout, a
+/// second `cargo test`) get their own, so neither purges the other's pods. Namespaces of the
+/// same test left by processes that are gone (a crash, a kill) are purged here.
+pub fn test_namespace(base: &str) -> String {
+    let prefix = format!("krs-{base}-");
+    let (_, listed) = ctr(&["namespaces", "ls", "-q"], "");
+    for stale in listed.lines().map(str::trim) {
+        let Some(pid) = stale
+            .strip_prefix(&prefix)
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+            == Err(nix::errno::Errno::ESRCH);
+        if gone {
+            purge_namespace(stale);
+        }
+    }
+    format!("{prefix}{}", std::process::id())
+}
+
+/// Removes every task, container, snapshot and image of a namespace, the namespace, and
+/// the cgroups its containers lived in; fails the test if one of those cgroups stays.
 pub fn purge_namespace(ns: &str) {
+    let left = purge_namespace_cgroups(ns);
+    check_no_cgroups_left(ns, &left);
+}
+
+/// As `purge_namespace`; returns the cgroups that could not be removed.
+fn purge_namespace_cgroups(ns: &str) -> Vec<PathBuf> {
     let (_, out) = ctr(&["containers", "ls", "-q"], ns);
-    for id in out
+    let ids: Vec<&str> = out
         .lines()
         .filter(|l| !l.trim().is_empty() && !l.contains(' '))
-    {
+        .collect();
+    // Read before the records go: the cgroups are found through the containers' specs.
+    let mut owned: Vec<String> = ids
+        .iter()
+        .flat_map(|id| container_cgroups(ns, id))
+        .collect();
+    if cgroups::is_test_namespace(ns) {
+        owned.push(format!("/{ns}"));
+    }
+    for &id in &ids {
         let _ = ctr(&["tasks", "kill", "-s", "SIGKILL", id], ns);
         std::thread::sleep(Duration::from_millis(100));
         let _ = ctr(&["tasks", "rm", "-f", id], ns);
@@ -386,16 +492,66 @@ pub fn purge_namespace(ns: &str) {
     }
     let (_, imgs) = ctr(&["images", "ls", "-q"], ns);
     for i in imgs.lines().filter(|l| !l.trim().is_empty()) {
-        let _ = ctr(&["images", "rm", i], ns);
+        // --sync: the image's content and snapshots go now, not at containerd's next GC
+        // (which may come after the namespace removal below gave up).
+        let _ = ctr(&["images", "rm", "--sync", i], ns);
     }
-    // containerd's GC removes the snapshots in the background; the namespace can only go
-    // once they have.
-    for _ in 0..25 {
+    // Anything containerd's GC still holds back keeps the namespace; retried for a while.
+    for attempt in 0..25 {
         if ctr(&["namespaces", "rm", ns], "").0 {
             break;
         }
+        if attempt == 10 {
+            remove_unreferenced(ns);
+        }
         std::thread::sleep(Duration::from_millis(200));
     }
+    owned
+        .iter()
+        .flat_map(|rel| cgroups::remove_tree(rel))
+        .collect()
+}
+
+/// Removes the snapshots and content blobs of a namespace that has no image or container
+/// left (GC would take them, but only at its next run). Snapshots go children first: each
+/// pass removes those no other snapshot names as parent.
+fn remove_unreferenced(ns: &str) {
+    for _ in 0..10 {
+        let (_, listed) = ctr(&["snapshots", "ls"], ns);
+        let rows: Vec<Vec<&str>> = listed
+            .lines()
+            .skip(1)
+            .map(|l| l.split_whitespace().collect())
+            .filter(|f: &Vec<&str>| !f.is_empty())
+            .collect();
+        if rows.is_empty() {
+            break;
+        }
+        // KEY, then PARENT only when the snapshot has one, then KIND.
+        let parents: BTreeSet<&str> = rows.iter().filter(|f| f.len() == 3).map(|f| f[1]).collect();
+        for f in rows.iter().filter(|f| !parents.contains(f[0])) {
+            let _ = ctr(&["snapshots", "rm", f[0]], ns);
+        }
+    }
+    let (_, blobs) = ctr(&["content", "ls", "-q"], ns);
+    for digest in blobs.lines().map(str::trim).filter(|d| !d.is_empty()) {
+        let _ = ctr(&["content", "rm", digest], ns);
+    }
+}
+
+/// The cgroups a container of `ns` owns, from the cgroupsPath of its OCI spec.
+fn container_cgroups(ns: &str, id: &str) -> Vec<String> {
+    let (ok, info) = ctr(&["containers", "info", id], ns);
+    let path = ok
+        .then(|| serde_json::from_str::<Value>(&info).ok())
+        .flatten()
+        .and_then(|v| {
+            v["Spec"]["linux"]["cgroupsPath"]
+                .as_str()
+                .map(str::to_string)
+        });
+    path.map(|p| cgroups::owned_by_container(&p, ns))
+        .unwrap_or_default()
 }
 
 /// A pod manifest with one busybox container running `script` under `sh -c`.

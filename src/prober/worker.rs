@@ -172,7 +172,7 @@ impl Shared {
             self.started.send_replace(true);
         }
         if before != after {
-            debug!(pod = %self.target.pod, container = %self.target.container, probe = kind.label(), ?after, "probe status changed");
+            debug!(pod = %self.target.pod, container = %self.target.container, probe = kind.label(), started = after.started, ready = after.ready, liveness_failure = after.liveness_failure.as_ref().map(|f| f.message.as_str()), "probe status changed");
             // A stored permit: the pod worker sees the change even if it was busy.
             self.on_change.notify_one();
         }

@@ -272,17 +272,13 @@ pub async fn handle(
         Action::NotSupported("exec" | "attach" | "portForward")
     ) || (matches!(action, Action::ContainerLogs { .. })
         && container_logs::parse_log_options(&query).is_ok_and(|o| o.follow));
-    crate::metrics::http_request(
-        method_bucket(&method),
-        bucket,
-        if port == Port::Main {
-            "readwrite"
-        } else {
-            "readonly"
-        },
-        long_running,
-    );
-    debug!(%method, path, ?port, "request");
+    let server_type = if port == Port::Main {
+        "readwrite"
+    } else {
+        "readonly"
+    };
+    crate::metrics::http_request(method_bucket(&method), bucket, server_type, long_running);
+    debug!(%method, path, port = server_type, "request");
 
     if action == Action::NotFound {
         return Ok(text(StatusCode::NOT_FOUND, "404 page not found\n"));

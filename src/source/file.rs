@@ -146,7 +146,7 @@ impl FileSource {
     fn keep_watch(&self, event: Option<io::Result<inotify::EventOwned>>) -> bool {
         match event {
             Some(Ok(event)) => {
-                tracing::trace!(path = %self.path.display(), mask = ?event.mask, name = ?event.name, "inotify event");
+                tracing::trace!(path = %self.path.display(), mask = %event.mask.iter_names().map(|(n, _)| n).collect::<Vec<_>>().join("|"), name = event.name.as_deref().map(|n| n.to_string_lossy()).as_deref(), "inotify event");
                 !event.mask.intersects(
                     EventMask::DELETE_SELF
                         | EventMask::MOVE_SELF

@@ -382,7 +382,7 @@ fn mount_memory(
     let mounted = empty_dir::setup_tmpfs(dir, size, m)
         .map_err(|e| format!("cannot mount a tmpfs at {}: {e}", dir.display()))?;
     if mounted {
-        info!(pod, volume, size = ?size, path = %dir.display(), "mounted tmpfs volume");
+        info!(pod, volume, size, path = %dir.display(), "mounted tmpfs volume");
     }
     Ok(())
 }

@@ -204,13 +204,11 @@ fn is_root() -> bool {
 }
 
 /// Real tmpfs: mounted with its size, kept (with data) across a second setup, unmounted
-/// and removed by teardown. Needs root (CAP_SYS_ADMIN); skips otherwise.
+/// and removed by teardown. Needs root (CAP_SYS_ADMIN).
 #[tokio::test]
+#[ignore = "needs root: run hack/test.sh"]
 async fn real_tmpfs_lifecycle_as_root() {
-    if !is_root() {
-        eprintln!("note: skipping real_tmpfs_lifecycle_as_root (needs root to mount tmpfs)");
-        return;
-    }
+    assert!(is_root(), "mounting a tmpfs needs root");
     let tmp = tempfile::tempdir().unwrap();
     let pod_dir = tmp.path().join("pod");
     let p = pod(json!([

@@ -164,7 +164,7 @@ impl Cni {
                 ifname: POD_IFNAME.into(),
             });
         }
-        tracing::info!(sandbox = %att.req.sandbox_id, pod = %att.req.pod_name, namespace = %att.req.pod_namespace, network = %main.name, config = %main.source.display(), ips = ?ips, "pod network attached");
+        tracing::info!(sandbox = %att.req.sandbox_id, pod = %att.req.pod_name, namespace = %att.req.pod_namespace, network = %main.name, config = %main.source.display(), ips = %ips.iter().map(ToString::to_string).collect::<Vec<_>>().join(","), "pod network attached");
         Ok(AttachResult {
             ips,
             interface: POD_IFNAME.into(),

@@ -315,7 +315,7 @@ pub async fn import_archive(
     if names.is_empty() {
         return Err(archive.err("no image in the archive has a name (io.containerd.image.name, a full org.opencontainers.image.ref.name, or RepoTags)"));
     }
-    info!(archive = %path.display(), images = ?names, duration_ms = start.elapsed().as_millis() as u64, "imported archive");
+    info!(archive = %path.display(), images = %names.join(","), duration_ms = start.elapsed().as_millis() as u64, "imported archive");
     Ok(names)
 }
 
