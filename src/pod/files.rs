@@ -192,7 +192,9 @@ fn parse_resolv(s: &str) -> (Vec<String>, Vec<String>, Vec<String>) {
 }
 
 /// Removes the pod's cgroup directories in every hierarchy (v1 controllers or the v2
-/// unified tree). Leaf containers' cgroups are removed by runc; this takes the pod level.
+/// unified tree). Leaf containers' cgroups are removed by runc; this takes the pod level
+/// (and any leaf runc left). A cgroup whose last process was only just killed stays busy
+/// for a moment, so a busy directory is tried again for up to two seconds. Blocking.
 pub fn remove_pod_cgroups(cgroup_parent: &str) {
     let rel = cgroup_parent.trim_start_matches('/');
     let root = Path::new("/sys/fs/cgroup");
@@ -202,18 +204,33 @@ pub fn remove_pod_cgroups(cgroup_parent: &str) {
             dirs.push(e.path().join(rel));
         }
     }
-    for d in dirs {
-        if d.is_dir() {
-            // Children first: any leftover container leaves.
-            if let Ok(children) = std::fs::read_dir(&d) {
-                for c in children.flatten() {
-                    if c.path().is_dir() {
-                        let _ = std::fs::remove_dir(c.path());
-                    }
-                }
-            }
-            let _ = std::fs::remove_dir(&d);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    let mut delay = std::time::Duration::from_millis(20);
+    loop {
+        dirs.retain(|d| !remove_cgroup_tree(d));
+        if dirs.is_empty() || std::time::Instant::now() >= deadline {
+            break;
         }
+        std::thread::sleep(delay);
+        delay = (delay * 2).min(std::time::Duration::from_millis(400));
+    }
+}
+
+/// Removes a cgroup directory, its child directories first; true when it is gone.
+fn remove_cgroup_tree(dir: &Path) -> bool {
+    if !dir.is_dir() {
+        return true;
+    }
+    if let Ok(children) = std::fs::read_dir(dir) {
+        for c in children.flatten() {
+            if c.path().is_dir() {
+                remove_cgroup_tree(&c.path());
+            }
+        }
+    }
+    match std::fs::remove_dir(dir) {
+        Ok(()) => true,
+        Err(e) => e.kind() == io::ErrorKind::NotFound,
     }
 }
 
