@@ -188,6 +188,16 @@ impl Worker {
         PodDir::new(&self.shared.cfg.root_dir, &self.pod_ref.uid)
     }
 
+    /// `/var/log/pods/<namespace>_<name>_<uid>`: the pod's log folder.
+    fn log_dir(&self) -> PathBuf {
+        crate::logs::pod_log_dir(
+            &self.shared.cfg.pod_logs_dir,
+            &self.pod_ref.namespace,
+            &self.pod_ref.name,
+            &self.pod_ref.uid,
+        )
+    }
+
     /// The worker loop: sync while the pod is desired, terminate and clean up once it is not.
     pub async fn run(mut self, mut desired: watch::Receiver<Option<Arc<Pod>>>, wake: Arc<Notify>) {
         let uid = self.pod_ref.uid.clone();

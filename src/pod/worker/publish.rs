@@ -9,7 +9,6 @@ use tracing::{info, warn};
 
 use super::sandbox::{latest_sandbox, split_ips};
 use super::Worker;
-use crate::logs;
 use crate::pod::status::{self, StatusInput};
 use crate::runtime::containers::{ContainerRecord, State};
 use crate::runtime::labels::{self, Kind};
@@ -61,7 +60,7 @@ impl Worker {
             crate::metrics::pod_started(took);
         }
         if self.last_status.as_ref().map(|s| &s.phase) != Some(&status.phase) {
-            info!(pod = %self.pod_ref.display(), phase = status.phase.as_deref().unwrap_or(""), "pod phase");
+            info!(pod = %self.pod_ref.display(), phase = %status.phase.as_deref().unwrap_or(""), "pod phase");
         }
         self.last_status = Some(status);
         self.shared.statuses.set(out);
@@ -84,13 +83,7 @@ impl Worker {
             State::Running { pid, .. } => Some(pid),
             _ => None,
         };
-        let cfg = &self.shared.cfg;
-        let log_dir = logs::pod_log_dir(
-            &cfg.pod_logs_dir,
-            &self.pod_ref.namespace,
-            &self.pod_ref.name,
-            &self.pod_ref.uid,
-        );
+        let log_dir = self.log_dir();
         let mut containers = Vec::new();
         for r in records
             .iter()

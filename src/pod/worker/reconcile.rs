@@ -27,8 +27,10 @@ fn should_restart(policy: &str, exit_code: i32) -> bool {
 
 /// What the pass decided for one container, from its newest record.
 enum Step {
-    /// Nothing to do now (running, or done for good).
-    Keep,
+    /// It runs.
+    Running,
+    /// It ended and is not to be restarted.
+    Done,
     /// Start attempt `attempt`; `after` is when the previous one ended (for back-off).
     Start {
         attempt: u32,
@@ -36,6 +38,30 @@ enum Step {
     },
     /// A record that was created but never started: remove it, then start it again.
     Replace { id: String, attempt: u32 },
+}
+
+/// The step for a container whose records are `tries` (newest first): start it when it has
+/// none, start the next attempt when its last one exited and `restarts` says so for the exit
+/// code, replace a record that was created but never started.
+fn step_for(tries: &[&ContainerRecord], restarts: impl Fn(i32) -> bool) -> Step {
+    let Some(newest) = tries.first() else {
+        return Step::Start {
+            attempt: 0,
+            after: None,
+        };
+    };
+    match &newest.state {
+        State::Running { .. } => Step::Running,
+        State::Exited { info, .. } if !restarts(info.exit_code) => Step::Done,
+        State::Exited { info, .. } => Step::Start {
+            attempt: newest.attempt + 1,
+            after: Some(info.finished_at.unwrap_or_else(Utc::now)),
+        },
+        State::Created => Step::Replace {
+            id: newest.id.clone(),
+            attempt: newest.attempt,
+        },
+    }
 }
 
 impl Worker {
@@ -127,33 +153,23 @@ impl Worker {
         let mut next = resync_interval(self.shared.cfg.sync_frequency);
         let spec = pod.spec.clone().unwrap_or_default();
 
+        let never = policy(pod) == "Never";
         for c in spec.init_containers.iter().flatten() {
             let tries = attempts(self.records(), &c.name, Kind::Init);
-            let step = match tries.first().map(|r| &r.state) {
-                Some(State::Exited { info, .. }) if info.exit_code == 0 => {
+            let step = step_for(&tries, |code| code != 0 && !never);
+            match step {
+                Step::Running => return Ok(next),
+                Step::Done => {
+                    let succeeded = tries[0].exit().is_some_and(|e| e.exit_code == 0);
                     self.waiting.remove(&c.name);
-                    continue;
-                }
-                Some(State::Running { .. }) => return Ok(next),
-                Some(State::Exited { info, .. }) => {
-                    if policy(pod) == "Never" {
-                        self.waiting.remove(&c.name);
-                        return Ok(next);
+                    if succeeded {
+                        continue;
                     }
-                    Step::Start {
-                        attempt: tries[0].attempt + 1,
-                        after: Some(info.finished_at.unwrap_or_else(Utc::now)),
-                    }
+                    // Failed for good (restartPolicy Never): the pod fails, nothing follows.
+                    return Ok(next);
                 }
-                Some(State::Created) => Step::Replace {
-                    id: tries[0].id.clone(),
-                    attempt: tries[0].attempt,
-                },
-                None => Step::Start {
-                    attempt: 0,
-                    after: None,
-                },
-            };
+                _ => {}
+            }
             // Init containers run one at a time: whatever happened, this pass ends here.
             if let Some(wait) = self.take_step(pod, c, Kind::Init, step, &sandbox).await? {
                 return Ok(wait.min(next));
@@ -163,28 +179,10 @@ impl Worker {
 
         for c in &spec.containers {
             let tries = attempts(self.records(), &c.name, Kind::App);
-            let step = match tries.first().map(|r| &r.state) {
-                Some(State::Running { .. }) => Step::Keep,
-                Some(State::Exited { info, .. }) => {
-                    if should_restart(policy(pod), info.exit_code) {
-                        Step::Start {
-                            attempt: tries[0].attempt + 1,
-                            after: Some(info.finished_at.unwrap_or_else(Utc::now)),
-                        }
-                    } else {
-                        self.waiting.remove(&c.name);
-                        Step::Keep
-                    }
-                }
-                Some(State::Created) => Step::Replace {
-                    id: tries[0].id.clone(),
-                    attempt: tries[0].attempt,
-                },
-                None => Step::Start {
-                    attempt: 0,
-                    after: None,
-                },
-            };
+            let step = step_for(&tries, |code| should_restart(policy(pod), code));
+            if matches!(step, Step::Done) {
+                self.waiting.remove(&c.name);
+            }
             if let Some(wait) = self.take_step(pod, c, Kind::App, step, &sandbox).await? {
                 next = next.min(wait);
                 continue;
@@ -207,7 +205,7 @@ impl Worker {
         sandbox: &super::Sandbox,
     ) -> Result<Option<Duration>, RuntimeError> {
         match step {
-            Step::Keep => {}
+            Step::Running | Step::Done => {}
             Step::Start { attempt, after } => {
                 if let Some(finished) = after {
                     if let Some(wait) = self.in_backoff(pod, c, finished) {

@@ -168,12 +168,7 @@ impl Worker {
         spec::set_cgroup_leaf(&mut oci, &ctx.cgroup_parent, &id);
 
         let cfg = self.shared.cfg.clone();
-        let log_dir = logs::pod_log_dir(
-            &cfg.pod_logs_dir,
-            &self.pod_ref.namespace,
-            &self.pod_ref.name,
-            &self.pod_ref.uid,
-        );
+        let log_dir = self.log_dir();
         let log_path = logs::container_log_path(&log_dir, &c.name, attempt);
         if let Some(parent) = log_path.parent().map(|p| p.to_path_buf()) {
             let made = {

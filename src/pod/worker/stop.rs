@@ -9,7 +9,6 @@ use tracing::{info, warn};
 
 use super::sandbox::{latest_sandbox, split_ips, SandboxError};
 use super::{blocking, Worker};
-use crate::logs;
 use crate::pod::files::{remove_log_links, remove_pod_cgroups};
 use crate::pod::qos::{pod_cgroup_parent, QosClass};
 use crate::prober;
@@ -106,12 +105,7 @@ impl Worker {
             self.teardown_network(None).await?;
         }
         let cfg = self.shared.cfg.clone();
-        let log_dir = logs::pod_log_dir(
-            &cfg.pod_logs_dir,
-            &self.pod_ref.namespace,
-            &self.pod_ref.name,
-            &self.pod_ref.uid,
-        );
+        let log_dir = self.log_dir();
         let (name, namespace, uid) = (
             self.pod_ref.name.clone(),
             self.pod_ref.namespace.clone(),
