@@ -108,7 +108,11 @@ impl Cni {
     pub async fn add(&self, req: &AttachRequest) -> Result<AttachResult, NetworkError> {
         // The namespace is not checked here: the plugins say precisely what is wrong with it.
         let netns = validate(req)?;
-        let main = NetworkList::load_first(&self.conf_dir)?;
+        // A few small files, but on a disk that may be slow: off the async workers.
+        let conf_dir = self.conf_dir.clone();
+        let main = tokio::task::spawn_blocking(move || NetworkList::load_first(&conf_dir))
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
         let att = Attachment::new(req, netns);
 
         let outcome = self.add_both(&att, &main).await;

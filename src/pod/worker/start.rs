@@ -146,9 +146,15 @@ impl Worker {
         let config_error = |e: String| Waiting::new("CreateContainerConfigError", e);
         let env = spec::container_env(pod, c, &image.config, &ctx)
             .map_err(|e| config_error(e.to_string()))?;
-        let mounts = match &sandbox.volumes {
-            Some(v) => volume::container_mounts(c, v, &env)
-                .map_err(|e| Waiting::new(e.waiting_reason(), e.to_string()))?,
+        // Mount sources are resolved on the host (subPath directories made, symlinks
+        // checked): file-system work, off the async runtime.
+        let mounts = match sandbox.volumes.clone() {
+            Some(v) => {
+                let (container, env) = (c.clone(), env.clone());
+                blocking(move || volume::container_mounts(&container, &v, &env))
+                    .await
+                    .map_err(|e| Waiting::new(e.waiting_reason(), e.to_string()))?
+            }
             None => Vec::new(),
         };
         let accounts = rt
