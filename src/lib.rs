@@ -13,5 +13,7 @@ pub mod runtime;
 pub mod server;
 pub mod source;
 pub mod stats;
+#[cfg(test)]
+pub(crate) mod test_support;
 pub mod volume;
 pub(crate) mod yaml;

@@ -671,63 +671,13 @@ mod tests {
         );
     }
 
-    /// A directory on a file system that never answers: a FUSE mount whose device nobody
-    /// reads, so every lookup below it waits, as on a hung disk. Dropping it closes the
-    /// device, which fails every waiting call, and detaches the mount.
-    struct HungFs {
-        dir: tempfile::TempDir,
-        device: Option<std::fs::File>,
-    }
-
-    impl HungFs {
-        fn mount() -> HungFs {
-            use std::os::fd::AsRawFd;
-            let device = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open("/dev/fuse")
-                .expect("open /dev/fuse (the test runs as root)");
-            let dir = tempfile::tempdir().unwrap();
-            let options = format!(
-                "fd={},rootmode=40000,user_id=0,group_id=0",
-                device.as_raw_fd()
-            );
-            nix::mount::mount(
-                Some("kubelet-rs-hung"),
-                dir.path(),
-                Some("fuse"),
-                nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
-                Some(options.as_str()),
-            )
-            .expect("mount a FUSE file system");
-            HungFs {
-                dir,
-                device: Some(device),
-            }
-        }
-
-        /// Fails every call waiting on the file system.
-        fn release(&mut self) {
-            self.device.take();
-        }
-    }
-
-    impl Drop for HungFs {
-        fn drop(&mut self) {
-            self.release();
-            let _ = nix::mount::umount2(self.dir.path(), nix::mount::MntFlags::MNT_DETACH);
-        }
-    }
-
     /// /containerLogs for a log directory on a hung disk: the request waits, the runtime does
     /// not. Before, the log file's stat ran on the async worker and stopped the whole runtime
     /// (here one thread, as any worker the disk holds is lost to every other task).
     #[test]
+    #[ignore = "needs root and /dev/fuse: run hack/test.sh"]
     fn a_hung_log_disk_does_not_stall_the_runtime() {
-        if std::env::var("KUBELET_RS_INTEGRATION").as_deref() != Ok("1") {
-            return; // needs root and /dev/fuse, as the integration tests do
-        }
-        let mut hung = HungFs::mount();
+        let mut hung = crate::test_support::HungFs::mount();
         let mut config = Config::defaults(false);
         config.pod_logs_dir = hung.dir.path().join("pods");
         let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({

@@ -29,6 +29,11 @@ struct Harness {
 }
 
 fn harness() -> Harness {
+    harness_with(|_| {})
+}
+
+/// A harness whose configuration `tune` adjusts.
+fn harness_with(tune: impl FnOnce(&mut Config)) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = Config::defaults(false);
     cfg.node_name = "node-a".into();
@@ -36,6 +41,7 @@ fn harness() -> Harness {
     cfg.pod_logs_dir = dir.path().join("pods");
     cfg.container_logs_dir = dir.path().join("containers");
     cfg.pod_infra_container_image = "pause".into();
+    tune(&mut cfg);
     let oom_seen = OomSeen::default();
     let fake = FakeRuntime::new(&["pause", "busybox"], oom_seen.clone());
     let shared = Arc::new(Shared {
@@ -471,4 +477,52 @@ async fn a_pod_whose_source_drops_it_while_it_starts_is_cleaned_up() {
     assert!(h.fake.calls_of("create_container app").is_empty());
     assert!(h.shared.statuses.get(UID).is_none());
     assert!(!h.shared.cfg.root_dir.join("pods").join(UID).exists());
+}
+
+/// A pod whose log folder is on a hung disk waits in its own pass; another pod's pass on the
+/// same single-threaded runtime (the worst case: any thread a disk holds is lost to every
+/// task) still completes. Before, the worker's file calls ran on the async thread itself.
+#[test]
+#[ignore = "needs root and /dev/fuse: run hack/test.sh"]
+fn a_hung_disk_holds_only_the_pod_that_touches_it() {
+    let mut hung = crate::test_support::HungFs::mount();
+    let hung_logs = hung.dir.path().join("pods");
+    let stuck = harness_with(|cfg| cfg.pod_logs_dir = hung_logs);
+    let fine = harness();
+    let (answered, answer) = std::sync::mpsc::channel();
+    let runtime = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let p = pod(&[], &["app"], "Always");
+            let stuck_pass = {
+                let (p, shared) = (p.clone(), stuck.shared.clone());
+                tokio::spawn(async move {
+                    let mut w = Worker::new(shared, super::pod_ref(&p));
+                    w.pass(&p).await;
+                })
+            };
+            // The stuck pod's next step after its image is its log folder.
+            while stuck.fake.calls_of("resolve_image busybox").is_empty() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let mut w = worker(&fine, &p);
+            w.pass(&p).await;
+            let running = status_of(&fine, "app").state.unwrap().running.is_some();
+            // Both at once: the other pod ran while this one still waited on its disk.
+            let _ = answered.send((running, stuck_pass.is_finished()));
+            stuck_pass.await.unwrap();
+        });
+    });
+    let got = answer.recv_timeout(Duration::from_secs(120));
+    hung.release();
+    runtime.join().unwrap();
+    assert_eq!(
+        got,
+        Ok((true, false)),
+        "the other pod's pass must complete while the stuck one waits on its disk"
+    );
 }

@@ -1,0 +1,49 @@
+//! Helpers shared by unit tests that need more than one module's fakes.
+
+/// A directory on a file system that never answers: a FUSE mount whose device nobody
+/// reads, so every lookup below it waits, as on a hung disk. Dropping it closes the
+/// device, which fails every waiting call, and detaches the mount.
+pub(crate) struct HungFs {
+    pub(crate) dir: tempfile::TempDir,
+    device: Option<std::fs::File>,
+}
+
+impl HungFs {
+    pub(crate) fn mount() -> HungFs {
+        use std::os::fd::AsRawFd;
+        let device = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/fuse")
+            .expect("open /dev/fuse: the test needs root");
+        let dir = tempfile::tempdir().unwrap();
+        let options = format!(
+            "fd={},rootmode=40000,user_id=0,group_id=0",
+            device.as_raw_fd()
+        );
+        nix::mount::mount(
+            Some("kubelet-rs-hung"),
+            dir.path(),
+            Some("fuse"),
+            nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
+            Some(options.as_str()),
+        )
+        .expect("mount a FUSE file system");
+        HungFs {
+            dir,
+            device: Some(device),
+        }
+    }
+
+    /// Fails every call waiting on the file system.
+    pub(crate) fn release(&mut self) {
+        self.device.take();
+    }
+}
+
+impl Drop for HungFs {
+    fn drop(&mut self) {
+        self.release();
+        let _ = nix::mount::umount2(self.dir.path(), nix::mount::MntFlags::MNT_DETACH);
+    }
+}
