@@ -14,11 +14,10 @@ use crate::config::Config;
 use crate::network::cni::Cni;
 use crate::pod::status_manager::StatusManager;
 use crate::pod::sync_health::SyncLoopHealth;
-use crate::pod::PodManager;
 use crate::runtime::events::OomSeen;
 use crate::runtime::fake::{FakeRuntime, Script};
-use crate::runtime::labels::PodRef;
-use crate::source::{SourceKind, SourceUpdate, SourcedPod};
+
+mod manager;
 
 const UID: &str = "0f0f0f0f-uid";
 
@@ -412,71 +411,6 @@ async fn a_settled_pod_keeps_its_status_version() {
     w.pass(&p).await;
     w.pass(&p).await;
     assert_eq!(h.shared.statuses.get(UID).unwrap().version, v);
-}
-
-fn update(pods: &[&Pod]) -> SourceUpdate {
-    SourceUpdate {
-        source: SourceKind::File,
-        pods: pods
-            .iter()
-            .map(|p| SourcedPod {
-                pod: (*p).clone(),
-                origin: "web.yaml".into(),
-            })
-            .collect(),
-    }
-}
-
-#[tokio::test(start_paused = true)]
-async fn orphans_found_at_start_are_removed_once_the_sources_have_reported() {
-    let h = harness();
-    let orphan = PodRef {
-        uid: "orphan-uid".into(),
-        name: "old".into(),
-        namespace: "default".into(),
-    };
-    h.fake
-        .leave_running_sandbox(&orphan, "sandbox-of-the-orphan");
-    let mut m = PodManager::new(h.shared.clone(), &[SourceKind::File]);
-    m.recover().await;
-    assert!(m.orphans.contains_key("orphan-uid"));
-    let kept = pod(&[], &["app"], "Always");
-    m.apply(update(&[&kept])).await;
-    let done = tokio::time::timeout(Duration::from_secs(300), m.done_rx.recv())
-        .await
-        .expect("the orphan's worker finishes");
-    assert_eq!(done.as_deref(), Some("orphan-uid"));
-    assert!(h.fake.records("orphan-uid").is_empty());
-    assert_eq!(
-        h.fake.calls_of("kill POD#0 9").len(),
-        1,
-        "{:?}",
-        h.fake.calls()
-    );
-    assert!(h.shared.statuses.get("orphan-uid").is_none());
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_pod_whose_source_drops_it_while_it_starts_is_cleaned_up() {
-    let h = harness();
-    h.fake.hang("start_task");
-    let mut m = PodManager::new(h.shared.clone(), &[SourceKind::File]);
-    let p = pod(&[], &["app"], "Always");
-    m.apply(update(&[&p])).await;
-    // Wait until the worker is inside the sandbox start, then drop the pod.
-    while h.fake.calls_of("start_task").is_empty() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    m.apply(update(&[])).await;
-    h.fake.unhang("start_task");
-    let done = tokio::time::timeout(Duration::from_secs(300), m.done_rx.recv())
-        .await
-        .expect("the worker finishes");
-    assert_eq!(done.as_deref(), Some(UID));
-    assert!(h.fake.records(UID).is_empty(), "{:?}", h.fake.records(UID));
-    assert!(h.fake.calls_of("create_container app").is_empty());
-    assert!(h.shared.statuses.get(UID).is_none());
-    assert!(!h.shared.cfg.root_dir.join("pods").join(UID).exists());
 }
 
 /// A pod whose log folder is on a hung disk waits in its own pass; another pod's pass on the
