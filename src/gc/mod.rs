@@ -24,6 +24,4 @@ pub enum GcError {
     },
     #[error(transparent)]
     Runtime(#[from] crate::runtime::RuntimeError),
-    #[error("image {digest}: {reason}")]
-    ImageSize { digest: String, reason: String },
 }

@@ -67,10 +67,10 @@ impl ImageRuntime for Fake {
     async fn remove_image(&self, image: &Candidate) -> Result<(), GcError> {
         let mut s = self.0.lock().unwrap();
         if s.refuse.contains(&image.digest) {
-            return Err(GcError::ImageSize {
-                digest: image.digest.clone(),
+            return Err(GcError::Runtime(crate::runtime::RuntimeError::BadImage {
+                image: image.digest.clone(),
                 reason: "refused by the fake".into(),
-            });
+            }));
         }
         s.images.retain(|i| i.digest != image.digest);
         s.removals.push(image.digest.clone());
