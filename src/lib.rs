@@ -6,6 +6,7 @@ pub mod gc;
 pub mod logs;
 pub mod metrics;
 pub mod network;
+pub mod node;
 pub mod pod;
 pub mod prober;
 pub mod quantity;

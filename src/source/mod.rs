@@ -3,6 +3,7 @@
 //! channel: once when its first read finished, then whenever that set changes.
 
 pub mod api_defaults;
+pub mod apiserver;
 mod decode;
 pub mod file;
 pub mod http;

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Builds the Kubernetes control-plane binaries (and kubectl and the upstream kubelet, for
+# side-by-side comparisons) from their Go modules at one pinned version, once: they are cached
+# under $KUBELET_RS_CACHE/k8s/<version>/bin, outside the repository, and a second run with the
+# binaries present does nothing. A missing Go toolchain or a failed build is an error.
+#
+#   hack/cluster/build.sh            build (or reuse) every binary
+#   hack/cluster/build.sh --print    print the bin directory only
+#
+# Environment: KUBELET_RS_K8S_VERSION (default v1.34.4).
+set -euo pipefail
+
+# shellcheck source=hack/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+
+K8S_VERSION="${KUBELET_RS_K8S_VERSION:-v1.34.4}"
+STAGING_VERSION="v0.${K8S_VERSION#v1.}"
+BUILD_DIR="$KUBELET_RS_CACHE/k8s/$K8S_VERSION"
+BIN_DIR="$BUILD_DIR/bin"
+COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
+
+# Every staging module k8s.io/kubernetes requires at version v0.0.0 must be replaced by its
+# published tag, or `go mod tidy` cannot resolve the graph.
+STAGING=(api apiextensions-apiserver apimachinery apiserver cli-runtime client-go cloud-provider
+	cluster-bootstrap code-generator component-base component-helpers controller-manager cri-api
+	cri-client csi-translation-lib dynamic-resource-allocation endpointslice externaljwt kms
+	kube-aggregator kube-controller-manager kube-proxy kube-scheduler kubectl kubelet metrics
+	mount-utils pod-security-admission sample-apiserver sample-cli-plugin sample-controller)
+
+if [[ "${1:-}" == --print ]]; then
+	echo "$BIN_DIR"
+	exit 0
+fi
+
+all_built() {
+	local cmd
+	for cmd in "${COMMANDS[@]}"; do
+		[[ -x "$BIN_DIR/$cmd" ]] || return 1
+	done
+}
+
+if all_built; then
+	log "Kubernetes $K8S_VERSION binaries cached in $BIN_DIR"
+	exit 0
+fi
+
+if ! command -v go >/dev/null 2>&1; then
+	[[ -x /usr/local/go/bin/go ]] || die "the Go toolchain is needed to build Kubernetes $K8S_VERSION (go not on PATH nor in /usr/local/go/bin)"
+	export PATH="/usr/local/go/bin:$PATH"
+fi
+
+mkdir -p "$BUILD_DIR/module" "$BIN_DIR"
+cd "$BUILD_DIR/module"
+{
+	echo "module kubelet-rs.local/k8s-binaries"
+	echo
+	echo "go 1.24"
+	echo
+	echo "require k8s.io/kubernetes $K8S_VERSION"
+	echo
+	for m in "${STAGING[@]}"; do
+		echo "replace k8s.io/$m => k8s.io/$m $STAGING_VERSION"
+	done
+} >go.mod
+{
+	echo "//go:build tools"
+	echo
+	echo "package tools"
+	echo
+	echo "import ("
+	for cmd in "${COMMANDS[@]}"; do
+		echo "	_ \"k8s.io/kubernetes/cmd/$cmd\""
+	done
+	echo ")"
+} >tools.go
+
+log "resolving the module graph for Kubernetes $K8S_VERSION"
+go mod tidy || die "go mod tidy failed for Kubernetes $K8S_VERSION in $BUILD_DIR/module"
+
+minor="${K8S_VERSION#v1.}"
+minor="${minor%%.*}"
+ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
+for cmd in "${COMMANDS[@]}"; do
+	[[ -x "$BIN_DIR/$cmd" ]] && continue
+	log "building $cmd $K8S_VERSION (the first build takes about 20 minutes on 2 cores)"
+	start=$SECONDS
+	# Build to a temporary name so an interrupted build never leaves a binary that looks done.
+	CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$BIN_DIR/.$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd" ||
+		die "go build of $cmd $K8S_VERSION failed"
+	mv "$BIN_DIR/.$cmd.tmp" "$BIN_DIR/$cmd"
+	log "built $cmd in $((SECONDS - start))s"
+done
+log "Kubernetes $K8S_VERSION binaries in $BIN_DIR"
