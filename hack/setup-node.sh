@@ -22,6 +22,7 @@ PACKAGES=(
 	iproute2 iptables # CNI bridge and portmap plugins
 	procps            # sysctl, pgrep
 	docker-registry skopeo # the pull tests' registry on loopback, and filling it
+	etcd-server openssl     # the control plane of the cluster tests (hack/cluster/)
 	ca-certificates curl tar gzip coreutils
 )
 
@@ -46,6 +47,16 @@ install_packages() {
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+# Debian's etcd-server package enables a system etcd on 127.0.0.1:2379 where systemd runs; the
+# cluster tests start their own (hack/cluster/up.sh), so the packaged one must not hold the port.
+stop_packaged_etcd() {
+	command -v systemctl >/dev/null 2>&1 || return 0
+	if systemctl is-active --quiet etcd 2>/dev/null || systemctl is-enabled --quiet etcd 2>/dev/null; then
+		did "etcd: stopping and disabling the packaged etcd service (hack/cluster/ runs its own)"
+		systemctl disable --now etcd >/dev/null 2>&1 || warn "etcd: cannot disable the packaged service"
+	fi
 }
 
 check_rust() {
@@ -226,6 +237,7 @@ check_overlayfs() {
 main() {
 	require_root
 	install_packages
+	stop_packaged_etcd
 	check_rust
 	link_cni_plugins
 	write_cni_config

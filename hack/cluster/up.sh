@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Starts a real Kubernetes control plane on loopback: etcd, kube-apiserver (TLS, Node,RBAC
+# authorization, NodeRestriction), kube-controller-manager and kube-scheduler, built by
+# hack/cluster/build.sh. Writes the certificates (every one X.509 v3: rustls refuses v1), an
+# admin kubeconfig for kubectl and the controllers, the apiserver's kubelet client certificate,
+# and an `env` file to source. Nodes get their kubeconfigs from hack/cluster/node-kubeconfig.sh.
+#
+#   hack/cluster/up.sh [--dir DIR] [--port-offset N]
+#   hack/cluster/down.sh [--dir DIR]
+#
+# --dir (default /var/lib/kubelet-rs-cluster) holds certificates, data, logs and pid files; an
+# existing directory is reused (certificates kept, etcd data wiped so every start is a fresh
+# cluster). --port-offset N moves every port by N, so two control planes can run at once
+# (apiserver 6443+N, etcd 2379+N and 2380+N, controller-manager 10257+N, scheduler 10259+N).
+set -euo pipefail
+
+# shellcheck source=hack/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+
+DIR=/var/lib/kubelet-rs-cluster
+OFFSET=0
+while (($# > 0)); do
+	case "$1" in
+	--dir) DIR="$2"; shift ;;
+	--port-offset) OFFSET="$2"; shift ;;
+	-h | --help) sed -n '2,16s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	*) die "unknown argument '$1' (see --help)" ;;
+	esac
+	shift
+done
+
+require_root
+require_cmd openssl etcd curl
+BIN="$("$KUBELET_RS_ROOT/hack/cluster/build.sh" --print)"
+"$KUBELET_RS_ROOT/hack/cluster/build.sh"
+
+API_PORT=$((6443 + OFFSET))
+ETCD_PORT=$((2379 + OFFSET))
+ETCD_PEER_PORT=$((2380 + OFFSET))
+KCM_PORT=$((10257 + OFFSET))
+SCHED_PORT=$((10259 + OFFSET))
+PKI="$DIR/pki"
+LOGS="$DIR/logs"
+
+"$KUBELET_RS_ROOT/hack/cluster/down.sh" --dir "$DIR" >/dev/null 2>&1 || true
+mkdir -p "$PKI" "$LOGS" "$DIR/run" "$DIR/nodes"
+rm -rf "$DIR/etcd"
+
+# shellcheck source=hack/cluster/pki.sh
+source "$KUBELET_RS_ROOT/hack/cluster/pki.sh"
+pki_ca "$PKI"
+[[ -f "$PKI/sa.key" ]] || {
+	openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
+	openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
+}
+pki_cert "$PKI" apiserver "/CN=kube-apiserver" serverAuth \
+	"DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:10.96.0.1"
+pki_cert "$PKI" admin "/O=system:masters/CN=kubernetes-admin" clientAuth
+pki_cert "$PKI" apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
+
+SERVER="https://127.0.0.1:$API_PORT"
+write_kubeconfig "$DIR/admin.kubeconfig" "$SERVER" "$PKI/ca.crt" "$PKI/admin.crt" "$PKI/admin.key" kubernetes-admin
+cat >"$DIR/env" <<ENV
+export KUBECONFIG=$DIR/admin.kubeconfig
+export KUBECTL=$BIN/kubectl
+export KUBELET_RS_CLUSTER_DIR=$DIR
+export KUBELET_RS_CLUSTER_SERVER=$SERVER
+ENV
+
+start() {
+	local name="$1"
+	shift
+	"$@" >"$LOGS/$name.log" 2>&1 &
+	echo $! >"$DIR/run/$name.pid"
+}
+
+start etcd etcd --name krs --data-dir "$DIR/etcd" \
+	--listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+	--listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+	--initial-cluster "krs=http://127.0.0.1:$ETCD_PEER_PORT" --listen-metrics-urls ""
+wait_for "etcd" 30 curl -sf "http://127.0.0.1:$ETCD_PORT/health"
+
+start kube-apiserver "$BIN/kube-apiserver" \
+	--etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+	--bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
+	--tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
+	--client-ca-file "$PKI/ca.crt" \
+	--service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
+	--service-account-issuer https://kubernetes.default.svc --api-audiences https://kubernetes.default.svc \
+	--authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+	--kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" \
+	--kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
+	--kubelet-preferred-address-types Hostname,InternalIP \
+	--service-cluster-ip-range 10.96.0.0/16 --allow-privileged=true
+wait_for "kube-apiserver" 90 curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "$SERVER/readyz"
+
+start kube-controller-manager "$BIN/kube-controller-manager" \
+	--kubeconfig "$DIR/admin.kubeconfig" --authentication-kubeconfig "$DIR/admin.kubeconfig" \
+	--authorization-kubeconfig "$DIR/admin.kubeconfig" \
+	--bind-address 127.0.0.1 --secure-port "$KCM_PORT" \
+	--service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
+	--use-service-account-credentials \
+	--cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
+	--leader-elect=false \
+	--controllers '*,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller'
+start kube-scheduler "$BIN/kube-scheduler" \
+	--kubeconfig "$DIR/admin.kubeconfig" --authentication-kubeconfig "$DIR/admin.kubeconfig" \
+	--authorization-kubeconfig "$DIR/admin.kubeconfig" \
+	--bind-address 127.0.0.1 --secure-port "$SCHED_PORT" --leader-elect=false
+kc() { "$BIN/kubectl" --kubeconfig "$DIR/admin.kubeconfig" "$@"; }
+# Pods need their namespace's default ServiceAccount, which the controller-manager creates.
+wait_for "the default ServiceAccount" 60 kc -n default get serviceaccount default
+log "control plane up at $SERVER in ${SECONDS}s; source $DIR/env for kubectl"
