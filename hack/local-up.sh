@@ -4,10 +4,12 @@
 #
 #   hack/local-up.sh                  run the agent in the foreground (Ctrl-C stops it)
 #   hack/local-up.sh --background     run it in the background; prints its PID and log
+#   hack/local-up.sh --cluster        also start a control plane (hack/cluster/up.sh) and join it
 #   hack/local-up.sh -- --v 4 ...     extra flags for kubelet-rs
 #
 # Environment: KUBELET_RS_MANIFESTS (default examples/), KUBELET_RS_LOG
-# (default /var/log/kubelet-rs.log), KUBELET_RS_PIDFILE (default /run/kubelet-rs.pid).
+# (default /var/log/kubelet-rs.log), KUBELET_RS_PIDFILE (default /run/kubelet-rs.pid),
+# KUBELET_RS_NODE_NAME (default kubelet-rs-node; with --cluster).
 set -euo pipefail
 
 # shellcheck source=hack/lib.sh
@@ -20,15 +22,17 @@ READ_ONLY_PORT=10255
 BINARY="$KUBELET_RS_ROOT/target/release/kubelet-rs"
 
 usage() {
-	sed -n '2,11s/^# \{0,1\}//p' "$0"
+	sed -n '2,13s/^# \{0,1\}//p' "$0"
 	exit "${1:-0}"
 }
 
 background=0
+cluster=0
 extra_flags=()
 while (($# > 0)); do
 	case "$1" in
 	-d | --background) background=1 ;;
+	--cluster) cluster=1 ;;
 	-h | --help) usage 0 ;;
 	--)
 		shift
@@ -67,6 +71,19 @@ KUBELET_RS_BIN="$BINARY" "$KUBELET_RS_ROOT/hack/build-images.sh"
 flags=(--pod-manifest-path "$MANIFESTS" --read-only-port "$READ_ONLY_PORT" --v 2)
 if [[ "$KUBELET_RS_NAMESPACE" != kubelet-rs ]]; then
 	flags+=(--containerd-namespace "$KUBELET_RS_NAMESPACE")
+fi
+if ((cluster)); then
+	CLUSTER_DIR=/var/lib/kubelet-rs-cluster
+	NODE_NAME="${KUBELET_RS_NODE_NAME:-kubelet-rs-node}"
+	"$KUBELET_RS_ROOT/hack/cluster/up.sh" --dir "$CLUSTER_DIR"
+	node_kubeconfig="$("$KUBELET_RS_ROOT/hack/cluster/node-kubeconfig.sh" "$NODE_NAME" --dir "$CLUSTER_DIR")"
+	# The apiserver reaches the node with its kubelet client certificate, signed by the cluster
+	# CA; the agent asks the apiserver whether that user may (Webhook), as a kubeadm node does.
+	flags+=(--kubeconfig "$node_kubeconfig" --hostname-override "$NODE_NAME"
+		--client-ca-file "$CLUSTER_DIR/pki/ca.crt" --authorization-mode Webhook
+		--authentication-token-webhook)
+	log "control plane up; kubectl: source $CLUSTER_DIR/env && \$KUBECTL get nodes"
+	log "stop the control plane with: hack/cluster/down.sh"
 fi
 flags+=("${extra_flags[@]}")
 

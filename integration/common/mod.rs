@@ -11,6 +11,7 @@
 #![allow(dead_code)]
 
 pub mod cgroups;
+pub mod cluster;
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
@@ -335,6 +336,14 @@ impl Node {
     /// As `start_with`, but only the named test images (`pause`, `busybox`) are imported
     /// into the namespace: for tests where the agent must pull the rest itself.
     pub fn start_with_images(test: &str, extra: &[&str], images: &[&str]) -> Node {
+        let mut node = Self::prepare(test, extra, images);
+        node.launch();
+        node
+    }
+
+    /// Everything `start_with_images` does except starting the agent: for harnesses that
+    /// need the node's name before the agent's flags are final (cluster mode's kubeconfig).
+    pub fn prepare(test: &str, extra: &[&str], images: &[&str]) -> Node {
         require_integration(test);
         let slug: String = test
             .chars()
@@ -350,7 +359,7 @@ impl Node {
         import_named_images(&ns, images);
         let root = tempfile::tempdir().unwrap();
         let log_path = root.path().join("agent.log");
-        let mut node = Node {
+        let node = Node {
             test: test.to_string(),
             node_name: format!("t-{slug}"),
             ns,
@@ -363,7 +372,6 @@ impl Node {
             child: None,
             seen_pod_uids: Mutex::default(),
         };
-        node.launch();
         node
     }
 }

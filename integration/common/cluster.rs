@@ -1,0 +1,320 @@
+//! Cluster-mode harness: an agent joined to the real control plane hack/test.sh starts
+//! (hack/cluster/up.sh), and kubectl against it. Each test's node has its own name (its own
+//! identity `system:node:<name>`, resolving to 127.0.0.1), containerd namespace, root dir and
+//! ports, so cluster tests run in parallel; pods are pinned to their test's node.
+//!
+//! The control plane is found through KUBELET_RS_CLUSTER_DIR. Without it, or when the
+//! apiserver does not answer, a cluster test fails: it never passes without a cluster.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::{require_integration, Node};
+
+/// The control plane, as hack/cluster/up.sh left it.
+#[derive(Clone)]
+pub struct Cluster {
+    pub dir: PathBuf,
+    pub kubectl: PathBuf,
+    pub kubeconfig: PathBuf,
+}
+
+impl Cluster {
+    /// The running control plane; panics (naming what is missing) when there is none.
+    pub fn connect(test: &str) -> Cluster {
+        require_integration(test);
+        let dir = std::env::var_os("KUBELET_RS_CLUSTER_DIR").map(PathBuf::from);
+        let dir = dir.unwrap_or_else(|| {
+            panic!(
+                "{test}: KUBELET_RS_CLUSTER_DIR is not set: cluster tests need the control plane \
+                 hack/cluster/up.sh starts (hack/test.sh starts it)"
+            )
+        });
+        let env = std::fs::read_to_string(dir.join("env")).unwrap_or_else(|e| {
+            panic!(
+                "{test}: no control plane in {}: {e}; run hack/cluster/up.sh",
+                dir.display()
+            )
+        });
+        let var = |name: &str| {
+            env.lines()
+                .find_map(|l| l.strip_prefix(&format!("export {name}=")))
+                .map(PathBuf::from)
+                .unwrap_or_else(|| panic!("{test}: {} has no {name}", dir.join("env").display()))
+        };
+        let cluster = Cluster {
+            kubectl: var("KUBECTL"),
+            kubeconfig: var("KUBECONFIG"),
+            dir,
+        };
+        let (ok, out) = cluster.kubectl(&["get", "--raw", "/readyz"]);
+        assert!(ok, "{test}: the apiserver is not ready: {out}");
+        cluster
+    }
+
+    /// Runs kubectl as the cluster admin; returns (success, stdout, or stderr on failure).
+    pub fn kubectl(&self, args: &[&str]) -> (bool, String) {
+        self.kubectl_stdin(args, None)
+    }
+
+    pub fn kubectl_stdin(&self, args: &[&str], stdin: Option<&str>) -> (bool, String) {
+        let mut cmd = Command::new(&self.kubectl);
+        cmd.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["--request-timeout", "30s"])
+            .args(args)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("kubectl runs");
+        if let Some(input) = stdin {
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(input.as_bytes())
+                .unwrap();
+        }
+        let out = child.wait_with_output().unwrap();
+        if out.status.success() {
+            (true, String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            (false, String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    /// kubectl that must succeed; its stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let (ok, out) = self.kubectl(args);
+        assert!(ok, "kubectl {}: {out}", args.join(" "));
+        out
+    }
+
+    /// `kubectl apply -f -` of a manifest.
+    pub fn apply(&self, manifest: &str) {
+        let (ok, out) = self.kubectl_stdin(&["apply", "-f", "-"], Some(manifest));
+        assert!(ok, "kubectl apply: {out}\n{manifest}");
+    }
+
+    /// An object as JSON, or None when it does not exist.
+    pub fn get(&self, args: &[&str]) -> Option<Value> {
+        let mut a = vec!["get"];
+        a.extend_from_slice(args);
+        a.extend(["-o", "json"]);
+        let (ok, out) = self.kubectl(&a);
+        if !ok {
+            assert!(out.contains("NotFound"), "kubectl {}: {out}", a.join(" "));
+            return None;
+        }
+        Some(serde_json::from_str(&out).expect("kubectl prints JSON"))
+    }
+
+    /// The node's kubeconfig (identity system:node:<name>), made by hack/cluster/node-kubeconfig.sh,
+    /// which also points the name at 127.0.0.1 in /etc/hosts.
+    pub fn node_kubeconfig(&self, name: &str) -> PathBuf {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("hack/cluster/node-kubeconfig.sh");
+        let out = Command::new(script)
+            .arg(name)
+            .arg("--dir")
+            .arg(&self.dir)
+            .output()
+            .expect("node-kubeconfig.sh runs");
+        assert!(
+            out.status.success(),
+            "node-kubeconfig.sh {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    }
+
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("pki/ca.crt")
+    }
+}
+
+/// An agent joined to the cluster; derefs to the standalone harness's `Node`.
+pub struct ClusterNode {
+    pub cluster: Cluster,
+    pub node: Node,
+    pub kubeconfig: PathBuf,
+}
+
+impl std::ops::Deref for ClusterNode {
+    type Target = Node;
+    fn deref(&self) -> &Node {
+        &self.node
+    }
+}
+
+impl std::ops::DerefMut for ClusterNode {
+    fn deref_mut(&mut self) -> &mut Node {
+        &mut self.node
+    }
+}
+
+impl ClusterNode {
+    /// Starts an agent that registers as its own node (with the busybox and pause images in its
+    /// namespace) and waits until the Node object exists.
+    pub fn start(test: &str, extra: &[&str]) -> ClusterNode {
+        let cluster = Cluster::connect(test);
+        let mut node = Node::prepare(test, extra, &["pause", "busybox"]);
+        let kubeconfig = cluster.node_kubeconfig(&node.node_name);
+        // Leftovers of an earlier run of this test (same node name) would be adopted: start clean.
+        cluster.kubectl(&["delete", "node", &node.node_name, "--wait=false"]);
+        let mut flags = vec![
+            format!("--kubeconfig={}", kubeconfig.display()),
+            format!("--client-ca-file={}", cluster.ca_file().display()),
+            "--authorization-mode=Webhook".to_string(),
+            "--authentication-token-webhook".to_string(),
+        ];
+        flags.append(&mut node.extra_args);
+        node.extra_args = flags;
+        node.launch();
+        let cn = ClusterNode {
+            cluster,
+            node,
+            kubeconfig,
+        };
+        let name = cn.name().to_string();
+        cn.wait_api(60, "the Node is registered", |c| {
+            c.get(&["node", &name]).is_some()
+        });
+        cn
+    }
+
+    pub fn name(&self) -> &str {
+        &self.node.node_name
+    }
+
+    /// The Node object.
+    pub fn node_object(&self) -> Value {
+        self.cluster
+            .get(&["node", self.name()])
+            .expect("the Node exists")
+    }
+
+    /// A pod in `default` as the API holds it.
+    pub fn api_pod(&self, name: &str) -> Option<Value> {
+        self.cluster.get(&["-n", "default", "pod", name])
+    }
+
+    /// A busybox pod pinned to this node (through the scheduler: a nodeSelector on the node's
+    /// hostname label), named `<name>-<node>`; returns the full name.
+    pub fn create_pod(&self, name: &str, script: &str, extra_spec: &str) -> String {
+        let full = format!("{name}-{}", self.name());
+        self.cluster.apply(&api_busybox_pod(&full, self.name(), script, extra_spec));
+        full
+    }
+
+    /// Waits until `cond` holds, checking every half second; panics with the agent's log.
+    pub fn wait_api(&self, timeout_secs: u64, what: &str, mut cond: impl FnMut(&Cluster) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(timeout_secs);
+        while !cond(&self.cluster) {
+            assert!(
+                Instant::now() < deadline,
+                "{}: never true within {timeout_secs}s: {what}\nagent log:\n{}",
+                self.node.test,
+                self.node.log()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// Waits until the API pod exists and `pred` holds; returns it.
+    pub fn wait_api_pod(
+        &self,
+        name: &str,
+        timeout_secs: u64,
+        what: &str,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(timeout_secs);
+        let mut last = None;
+        loop {
+            if let Some(p) = self.api_pod(name) {
+                if pred(&p) {
+                    return p;
+                }
+                last = Some(p);
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "{}: API pod {name} never reached: {what}\nlast: {}\nagent log:\n{}",
+                    self.node.test,
+                    last.map(|p| serde_json::to_string_pretty(&p).unwrap())
+                        .unwrap_or_else(|| "<absent>".into()),
+                    self.node.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// The pods the API has bound to this node.
+    pub fn api_pods(&self) -> Vec<Value> {
+        let selector = format!("spec.nodeName={}", self.name());
+        self.cluster
+            .get(&["pods", "-A", "--field-selector", &selector])
+            .and_then(|v| v["items"].as_array().cloned())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for ClusterNode {
+    fn drop(&mut self) {
+        // Pods from the API go when the API drops them: force-delete this node's pods while the
+        // agent still runs, so it stops their containers (the standalone harness then checks
+        // that nothing stays), then remove the Node and its Lease.
+        if self.node.is_running() {
+            let selector = format!("spec.nodeName={}", self.name());
+            self.cluster.kubectl(&[
+                "delete",
+                "pods",
+                "-A",
+                "--field-selector",
+                &selector,
+                "--grace-period=0",
+                "--force",
+                "--wait=false",
+            ]);
+        }
+        let name = self.name().to_string();
+        self.cluster.kubectl(&["delete", "node", &name, "--wait=false"]);
+        self.cluster
+            .kubectl(&["-n", "kube-node-lease", "delete", "lease", &name, "--wait=false"]);
+    }
+}
+
+/// A busybox pod for the API: pinned to `node` by its hostname label, no service-account token
+/// (that volume comes with the next issue), `extra_spec` appended to its spec (indented 2).
+pub fn api_busybox_pod(name: &str, node: &str, script: &str, extra_spec: &str) -> String {
+    let script = script.replace('\'', "''");
+    format!(
+        "apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: default
+  labels:
+    test-node: {node}
+spec:
+  nodeSelector:
+    kubernetes.io/hostname: {node}
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 5
+  containers:
+  - name: main
+    image: {image}
+    command: ['sh', '-c', '{script}']
+{extra_spec}",
+        image = super::BUSYBOX,
+    )
+}
