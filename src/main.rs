@@ -110,7 +110,13 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     // The HTTP servers come up before containerd is reached, so the node answers (and its
     // server is testable) while the runtime is still starting.
     let server_state = server::ServerState::new(cfg.clone(), statuses.clone());
-    server::serve_main(server_state.clone()).await?;
+    // One API client (--kubeconfig) for everything that talks to the apiserver: the webhook
+    // authn/authz of the main server and, in cluster mode, the Node, pods, statuses, events.
+    let api = match &cfg.kubeconfig {
+        Some(path) => Some(Arc::new(server::ApiClient::from_kubeconfig(path).await?)),
+        None => None,
+    };
+    server::serve_main(server_state.clone(), api.clone()).await?;
     if cfg.read_only_port != 0 {
         server::serve_read_only_with(
             SocketAddr::new(cfg.address, cfg.read_only_port),

@@ -54,8 +54,6 @@ pub enum ServeError {
     Tls(#[from] TlsError),
     #[error("main server authentication/authorization: {0}")]
     Auth(String),
-    #[error("main server authentication/authorization: {0}")]
-    ApiClient(#[from] ApiError),
 }
 
 /// The PodList JSON of /pods, as upstream serves it.
@@ -130,10 +128,12 @@ pub(crate) fn serve_healthz_on(listener: TcpListener, limits: ConnectionLimits) 
 }
 
 /// Builds the main server's authentication and authorization from the configuration. The
-/// webhook modes need `--kubeconfig` (as upstream, which refuses to start without a client).
+/// webhook modes need the API client of `--kubeconfig` (as upstream, which refuses to start
+/// without one); it is the agent's one client, shared with cluster mode.
 pub async fn build_auth(
     config: &Config,
     provider: &Arc<rustls::crypto::CryptoProvider>,
+    api: Option<Arc<ApiClient>>,
 ) -> Result<Auth, ServeError> {
     let client_ca = match &config.client_ca_file {
         Some(path) => Some(tls::client_ca_verifier(path, provider)?),
@@ -142,7 +142,7 @@ pub async fn build_auth(
     let needs_client = config.authentication_token_webhook
         || config.authorization_mode == AuthorizationMode::Webhook;
     let client: Option<Arc<dyn auth::ReviewClient>> = if needs_client {
-        let path = config.kubeconfig.as_ref().ok_or_else(|| {
+        let api = api.ok_or_else(|| {
             ServeError::Auth(
                 "authentication.webhook.enabled or authorization.mode=Webhook needs an API server: \
                  give --kubeconfig, or use --authentication-token-webhook=false and \
@@ -150,7 +150,7 @@ pub async fn build_auth(
                     .into(),
             )
         })?;
-        Some(Arc::new(ApiClient::from_kubeconfig(path).await?))
+        Some(api)
     } else {
         None
     };
@@ -185,11 +185,15 @@ pub async fn build_auth(
 }
 
 /// The main server on `config.address:config.port` over TLS. Binds and loads certificates
-/// now (errors are returned), then serves in the background.
-pub async fn serve_main(state: Arc<ServerState>) -> Result<(), ServeError> {
+/// now (errors are returned), then serves in the background. `api` is the agent's API client
+/// (`--kubeconfig`), which the webhook authentication and authorization modes need.
+pub async fn serve_main(
+    state: Arc<ServerState>,
+    api: Option<Arc<ApiClient>>,
+) -> Result<(), ServeError> {
     let config = state.config.clone();
     let provider = Arc::new(tls::provider(&config)?);
-    let auth = Arc::new(build_auth(&config, &provider).await?);
+    let auth = Arc::new(build_auth(&config, &provider, api).await?);
     let tls_config = tls::server_config(&config, provider, auth.authenticator.client_ca.as_ref())?;
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls_config));
     let listener = bind(SocketAddr::new(config.address, config.port), "main (TLS)").await?;
