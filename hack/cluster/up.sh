@@ -7,6 +7,7 @@
 #
 #   hack/cluster/up.sh [--dir DIR] [--port-offset N]
 #   hack/cluster/down.sh [--dir DIR]
+#   hack/cluster/component.sh stop|start NAME [--dir DIR]   one component (e.g. kube-apiserver)
 #
 # --dir (default /var/lib/kubelet-rs-cluster) holds certificates, data, logs and pid files; an
 # existing directory is reused (certificates kept, etcd data wiped so every start is a fresh
@@ -23,7 +24,7 @@ while (($# > 0)); do
 	case "$1" in
 	--dir) DIR="$2"; shift ;;
 	--port-offset) OFFSET="$2"; shift ;;
-	-h | --help) sed -n '2,16s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,17s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	*) die "unknown argument '$1' (see --help)" ;;
 	esac
 	shift
@@ -44,7 +45,7 @@ LOGS="$DIR/logs"
 
 "$KUBELET_RS_ROOT/hack/cluster/down.sh" --dir "$DIR" >/dev/null 2>&1 || true
 mkdir -p "$PKI" "$LOGS" "$DIR/run" "$DIR/nodes"
-rm -rf "$DIR/etcd"
+rm -rf "$DIR/etcd" "${LOGS:?}"/*.log
 
 # shellcheck source=hack/cluster/pki.sh
 source "$KUBELET_RS_ROOT/hack/cluster/pki.sh"
@@ -67,10 +68,13 @@ export KUBELET_RS_CLUSTER_DIR=$DIR
 export KUBELET_RS_CLUSTER_SERVER=$SERVER
 ENV
 
+# Each component's command line is kept (NUL-separated) beside its pid, so
+# hack/cluster/component.sh can stop and start one alone (the outage tests stop the apiserver).
 start() {
 	local name="$1"
 	shift
-	"$@" >"$LOGS/$name.log" 2>&1 &
+	printf '%s\0' "$@" >"$DIR/run/$name.cmd"
+	"$@" >>"$LOGS/$name.log" 2>&1 &
 	echo $! >"$DIR/run/$name.pid"
 }
 
