@@ -34,6 +34,10 @@ impl Cluster {
                  hack/cluster/up.sh starts (hack/test.sh starts it)"
             )
         });
+        Cluster::in_dir(test, dir)
+    }
+
+    fn in_dir(test: &str, dir: PathBuf) -> Cluster {
         let env = std::fs::read_to_string(dir.join("env")).unwrap_or_else(|e| {
             panic!(
                 "{test}: no control plane in {}: {e}; run hack/cluster/up.sh",
@@ -54,6 +58,47 @@ impl Cluster {
         let (ok, out) = cluster.kubectl(&["get", "--raw", "/readyz"]);
         assert!(ok, "{test}: the apiserver is not ready: {out}");
         cluster
+    }
+
+    /// A control plane of the test's own (for faults that would disturb other tests: the
+    /// apiserver stopped), in a fresh directory, ports moved by `port_offset`; stopped with
+    /// `PrivateCluster`'s drop.
+    pub fn private(test: &str, port_offset: u16) -> PrivateCluster {
+        require_integration(test);
+        let dir = tempfile::Builder::new()
+            .prefix("krs-cluster-")
+            .tempdir()
+            .unwrap();
+        let out = Command::new(hack("up.sh"))
+            .arg("--dir")
+            .arg(dir.path())
+            .arg("--port-offset")
+            .arg(port_offset.to_string())
+            .output()
+            .expect("hack/cluster/up.sh runs");
+        let mut down = PrivateCluster { cluster: None, dir };
+        assert!(
+            out.status.success(),
+            "{test}: hack/cluster/up.sh failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        down.cluster = Some(Cluster::in_dir(test, down.dir.path().to_path_buf()));
+        down
+    }
+
+    /// Stops (`stop`) or starts one component of this control plane (hack/cluster/component.sh).
+    pub fn component(&self, action: &str, name: &str) {
+        let out = Command::new(hack("component.sh"))
+            .args([action, name, "--dir"])
+            .arg(&self.dir)
+            .output()
+            .expect("hack/cluster/component.sh runs");
+        assert!(
+            out.status.success(),
+            "component.sh {action} {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// Runs kubectl as the cluster admin; returns (success, stdout, or stderr on failure).
@@ -120,8 +165,7 @@ impl Cluster {
     /// The node's kubeconfig (identity system:node:<name>), made by hack/cluster/node-kubeconfig.sh,
     /// which also points the name at 127.0.0.1 in /etc/hosts.
     pub fn node_kubeconfig(&self, name: &str) -> PathBuf {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("hack/cluster/node-kubeconfig.sh");
-        let out = Command::new(script)
+        let out = Command::new(hack("node-kubeconfig.sh"))
             .arg(name)
             .arg("--dir")
             .arg(&self.dir)
@@ -137,6 +181,34 @@ impl Cluster {
 
     pub fn ca_file(&self) -> PathBuf {
         self.dir.join("pki/ca.crt")
+    }
+}
+
+fn hack(script: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("hack/cluster")
+        .join(script)
+}
+
+/// A control plane started for one test; stopped (hack/cluster/down.sh) when dropped.
+pub struct PrivateCluster {
+    cluster: Option<Cluster>,
+    dir: tempfile::TempDir,
+}
+
+impl std::ops::Deref for PrivateCluster {
+    type Target = Cluster;
+    fn deref(&self) -> &Cluster {
+        self.cluster.as_ref().expect("started")
+    }
+}
+
+impl Drop for PrivateCluster {
+    fn drop(&mut self) {
+        let _ = Command::new(hack("down.sh"))
+            .arg("--dir")
+            .arg(self.dir.path())
+            .output();
     }
 }
 
@@ -164,7 +236,11 @@ impl ClusterNode {
     /// Starts an agent that registers as its own node (with the busybox and pause images in its
     /// namespace) and waits until the Node object exists.
     pub fn start(test: &str, extra: &[&str]) -> ClusterNode {
-        let cluster = Cluster::connect(test);
+        Self::start_in(Cluster::connect(test), test, extra)
+    }
+
+    /// As `start`, on the given control plane.
+    pub fn start_in(cluster: Cluster, test: &str, extra: &[&str]) -> ClusterNode {
         let mut node = Node::prepare(test, extra, &["pause", "busybox"]);
         let kubeconfig = cluster.node_kubeconfig(&node.node_name);
         // Leftovers of an earlier run of this test (same node name) would be adopted: start clean.
