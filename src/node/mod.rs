@@ -7,6 +7,8 @@
 //! `resources`, conditions in `conditions`, the object and its patch in `status`.
 
 mod conditions;
+#[cfg(test)]
+mod fake_api;
 mod lease;
 mod machine;
 mod registration;
