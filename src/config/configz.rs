@@ -132,6 +132,40 @@ pub fn configz_json(config: &Config) -> Value {
     if let Some(n) = config.max_parallel_image_pulls {
         put("maxParallelImagePulls", json!(n));
     }
+    put(
+        "nodeStatusUpdateFrequency",
+        json!(format_duration(config.node_status_update_frequency)),
+    );
+    put(
+        "nodeStatusReportFrequency",
+        json!(format_duration(config.node_status_report_frequency)),
+    );
+    put(
+        "nodeLeaseDurationSeconds",
+        json!(config.node_lease_duration_seconds),
+    );
+    put("registerNode", json!(config.register_node));
+    if !config.register_with_taints.is_empty() {
+        put("registerWithTaints", json!(config.register_with_taints));
+    }
+    for (key, list) in [
+        ("kubeReserved", &config.kube_reserved),
+        ("systemReserved", &config.system_reserved),
+    ] {
+        if !list.is_empty() {
+            let map: Map<String, Value> = list
+                .iter()
+                .map(|(k, q)| (k.clone(), json!(q.to_string())))
+                .collect();
+            put(key, Value::Object(map));
+        }
+    }
+    let eviction: Map<String, Value> = config
+        .eviction_hard
+        .iter()
+        .map(|(k, v)| (k.clone(), json!(v.to_string())))
+        .collect();
+    put("evictionHard", Value::Object(eviction));
     json!({ "kubeletconfig": c })
 }
 
@@ -163,6 +197,13 @@ mod tests {
         assert_eq!(k["imageGCLowThresholdPercent"], 80);
         assert_eq!(k["serializeImagePulls"], true);
         assert!(k.get("maxParallelImagePulls").is_none(), "nil upstream");
+        assert_eq!(k["nodeStatusUpdateFrequency"], "10s");
+        assert_eq!(k["nodeStatusReportFrequency"], "5m0s");
+        assert_eq!(k["nodeLeaseDurationSeconds"], 40);
+        assert_eq!(k["registerNode"], true);
+        assert_eq!(k["evictionHard"]["memory.available"], "104857600");
+        assert_eq!(k["evictionHard"]["nodefs.available"], "10%");
+        assert!(k.get("kubeReserved").is_none(), "omitempty");
         assert_eq!(
             k["containerRuntimeEndpoint"],
             "unix:///run/containerd/containerd.sock"

@@ -15,7 +15,10 @@ use serde_json::{Map, Value};
 
 use super::duration::parse_duration;
 use super::error::ConfigError;
+use super::node::{self, EvictionThresholds};
 use super::AuthorizationMode;
+use crate::quantity::Quantity;
+use k8s_openapi::api::core::v1::Taint;
 
 pub(crate) const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
 pub(crate) const KIND: &str = "KubeletConfiguration";
@@ -181,6 +184,14 @@ const USED_FIELDS: &[&str] = &[
     "imageGCLowThresholdPercent",
     "serializeImagePulls",
     "maxParallelImagePulls",
+    "registerWithTaints",
+    "registerNode",
+    "kubeReserved",
+    "systemReserved",
+    "evictionHard",
+    "nodeStatusUpdateFrequency",
+    "nodeStatusReportFrequency",
+    "nodeLeaseDurationSeconds",
 ];
 
 /// Fields of component-base's LoggingConfiguration (the `logging` block).
@@ -234,6 +245,15 @@ pub(crate) struct FileSettings {
     /// Pointers upstream: an explicit false (or 0) is kept, and 0 fails validation.
     pub serialize_image_pulls: Option<bool>,
     pub max_parallel_image_pulls: Option<i32>,
+    pub register_with_taints: Option<Vec<Taint>>,
+    /// A pointer upstream: an explicit false is kept.
+    pub register_node: Option<bool>,
+    pub kube_reserved: Option<BTreeMap<String, Quantity>>,
+    pub system_reserved: Option<BTreeMap<String, Quantity>>,
+    pub eviction_hard: Option<EvictionThresholds>,
+    pub node_status_update_frequency: Option<Duration>,
+    pub node_status_report_frequency: Option<Duration>,
+    pub node_lease_duration_seconds: Option<i32>,
 }
 
 pub(crate) fn load_file(path: &Path) -> Result<FileSettings, ConfigError> {
@@ -334,6 +354,17 @@ pub(crate) fn parse_text(path: &Path, text: &str) -> Result<FileSettings, Config
         image_minimum_gc_age: reader.duration("imageMinimumGCAge")?,
         serialize_image_pulls: reader.boolean("serializeImagePulls")?,
         max_parallel_image_pulls: reader.int32("maxParallelImagePulls")?,
+        register_with_taints: reader.taints("registerWithTaints")?,
+        register_node: reader.boolean("registerNode")?,
+        kube_reserved: reader.resource_list("kubeReserved")?,
+        system_reserved: reader.resource_list("systemReserved")?,
+        eviction_hard: reader.eviction_thresholds("evictionHard")?,
+        node_status_update_frequency: reader.duration("nodeStatusUpdateFrequency")?,
+        node_status_report_frequency: reader.duration("nodeStatusReportFrequency")?,
+        // Not a pointer upstream: 0 means the default.
+        node_lease_duration_seconds: reader
+            .int32("nodeLeaseDurationSeconds")?
+            .filter(|n| *n != 0),
         ..FileSettings::default()
     };
     read_authentication(&reader, &mut settings)?;
@@ -537,6 +568,58 @@ impl<'a> FieldReader<'a> {
                 "expected an IP address",
             )
         })
+    }
+
+    fn string_map(&self, field: &str) -> Result<Option<BTreeMap<String, String>>, ConfigError> {
+        let Some(value) = self.get(field) else {
+            return Ok(None);
+        };
+        serde_json::from_value::<BTreeMap<String, String>>(value.clone())
+            .map(Some)
+            .map_err(|_| self.bad(field, value, "expected a map of strings to strings"))
+    }
+
+    fn resource_list(
+        &self,
+        field: &str,
+    ) -> Result<Option<BTreeMap<String, Quantity>>, ConfigError> {
+        let Some(entries) = self.string_map(field)? else {
+            return Ok(None);
+        };
+        node::parse_resource_list(&entries)
+            .map(Some)
+            .map_err(|reason| self.bad(field, &serde_json::json!(entries), reason))
+    }
+
+    fn eviction_thresholds(&self, field: &str) -> Result<Option<EvictionThresholds>, ConfigError> {
+        let Some(entries) = self.string_map(field)? else {
+            return Ok(None);
+        };
+        node::parse_eviction_thresholds(&entries)
+            .map(Some)
+            .map_err(|reason| self.bad(field, &serde_json::json!(entries), reason))
+    }
+
+    /// A list of core/v1 Taints, each checked as the flag's are.
+    fn taints(&self, field: &str) -> Result<Option<Vec<Taint>>, ConfigError> {
+        let Some(value) = self.get(field) else {
+            return Ok(None);
+        };
+        let list = serde_json::from_value::<Vec<Taint>>(value.clone()).map_err(|e| {
+            self.bad(
+                field,
+                value,
+                format!("expected a list of taints {{key, value, effect}}: {e}"),
+            )
+        })?;
+        let mut taints: Vec<Taint> = Vec::new();
+        for (i, taint) in list.into_iter().enumerate() {
+            node::validate_taint(&taint)
+                .and_then(|()| node::check_unique_taint(&taints, &taint))
+                .map_err(|reason| self.bad(&format!("{field}[{i}]"), value, reason))?;
+            taints.push(taint);
+        }
+        Ok(Some(taints))
     }
 
     fn header_map(

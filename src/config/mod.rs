@@ -8,6 +8,7 @@ mod duration;
 mod error;
 mod file;
 mod flags;
+pub mod node;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -20,6 +21,10 @@ pub use error::ConfigError;
 
 use file::FileSettings;
 use flags::FlagValue;
+use k8s_openapi::api::core::v1::Taint;
+use node::EvictionThresholds;
+
+use crate::quantity::Quantity;
 
 /// The agent's effective configuration: defaults, then the config file, then flags.
 #[derive(Debug, Clone)]
@@ -126,6 +131,29 @@ pub struct Config {
     /// ones that may be reached over plain HTTP (`host[:port]`, a bare host, or a CIDR).
     /// Upstream leaves this to the CRI runtime's configuration.
     pub insecure_registries: Vec<String>,
+    /// --node-labels (flag only, as upstream): labels added to the Node at registration.
+    pub node_labels: BTreeMap<String, String>,
+    /// --register-with-taints / registerWithTaints.
+    pub register_with_taints: Vec<Taint>,
+    /// --node-ip: the node's InternalIP; None = the host's default-route address.
+    pub node_ip: Option<IpAddr>,
+    /// --register-node / registerNode: create the Node object (default true).
+    pub register_node: bool,
+    /// --kube-reserved / kubeReserved: resource name (cpu, memory, ephemeral-storage, pid)
+    /// to the amount held back for Kubernetes daemons.
+    pub kube_reserved: BTreeMap<String, Quantity>,
+    /// --system-reserved / systemReserved: the same for the OS's daemons.
+    pub system_reserved: BTreeMap<String, Quantity>,
+    /// --eviction-hard / evictionHard: signal to threshold (upstream's Linux defaults).
+    pub eviction_hard: EvictionThresholds,
+    /// --node-status-update-frequency / nodeStatusUpdateFrequency: how often the node's
+    /// status is computed (default 10s).
+    pub node_status_update_frequency: Duration,
+    /// nodeStatusReportFrequency: longest time between status reports when nothing changed
+    /// (default 5m, or nodeStatusUpdateFrequency when the file sets only that).
+    pub node_status_report_frequency: Duration,
+    /// nodeLeaseDurationSeconds: the Lease's duration; it is renewed every quarter of it.
+    pub node_lease_duration_seconds: i32,
 }
 
 /// How requests to the main server are authorized (authorization.mode).
@@ -252,6 +280,16 @@ impl Config {
             serialize_image_pulls: true,
             max_parallel_image_pulls: None,
             insecure_registries: Vec::new(),
+            node_labels: BTreeMap::new(),
+            register_with_taints: Vec::new(),
+            node_ip: None,
+            register_node: true,
+            kube_reserved: BTreeMap::new(),
+            system_reserved: BTreeMap::new(),
+            eviction_hard: node::default_eviction_hard(),
+            node_status_update_frequency: Duration::from_secs(10),
+            node_status_report_frequency: Duration::from_secs(300),
+            node_lease_duration_seconds: 40,
         }
     }
 }
@@ -335,6 +373,14 @@ fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError
         image_minimum_gc_age,
         serialize_image_pulls,
         max_parallel_image_pulls,
+        register_with_taints,
+        register_node,
+        kube_reserved,
+        system_reserved,
+        eviction_hard,
+        node_status_update_frequency,
+        node_status_report_frequency,
+        node_lease_duration_seconds,
     } = file;
     fn set<T>(target: &mut T, value: Option<T>) {
         if let Some(v) = value {
@@ -404,6 +450,23 @@ fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError
     // file says otherwise, so one setting is enough.
     config.serialize_image_pulls =
         serialize_image_pulls.unwrap_or_else(|| max_parallel_image_pulls.is_none_or(|n| n < 2));
+    set(&mut config.register_with_taints, register_with_taints);
+    set(&mut config.register_node, register_node);
+    set(&mut config.kube_reserved, kube_reserved);
+    set(&mut config.system_reserved, system_reserved);
+    set(&mut config.eviction_hard, eviction_hard);
+    // v1beta1 defaulting: a file that sets only the update frequency reports as often.
+    config.node_status_report_frequency = node_status_report_frequency
+        .or(node_status_update_frequency)
+        .unwrap_or(config.node_status_report_frequency);
+    set(
+        &mut config.node_status_update_frequency,
+        node_status_update_frequency,
+    );
+    set(
+        &mut config.node_lease_duration_seconds,
+        node_lease_duration_seconds,
+    );
     Ok(())
 }
 
@@ -419,6 +482,8 @@ fn apply_flags(config: &mut Config, given: &[FlagValue]) -> Result<(), ConfigErr
     // Like upstream's ColonSeparatedMultimapStringString: the first use on the command line
     // replaces what the file set, later uses add to it.
     let mut headers_from_flags: Option<BTreeMap<String, Vec<String>>> = None;
+    // The same rule for the other map flags: the first use replaces, later ones add.
+    let mut map_flags: BTreeMap<&str, BTreeMap<String, String>> = BTreeMap::new();
     for flag in given {
         let v = flag.value.as_str();
         let bad = |reason: &str| invalid_flag(flag, reason);
@@ -564,6 +629,44 @@ fn apply_flags(config: &mut Config, given: &[FlagValue]) -> Result<(), ConfigErr
                 }
                 // Repeatable: every use adds one registry.
                 config.insecure_registries.push(entry.to_string());
+            }
+            "node-labels" | "kube-reserved" | "system-reserved" | "eviction-hard" => {
+                let separator = if flag.name == "eviction-hard" {
+                    '<'
+                } else {
+                    '='
+                };
+                let entries = map_flags.entry(flag.name).or_default();
+                node::parse_key_value_list(v, separator, entries).map_err(|r| bad(&r))?;
+                match flag.name {
+                    "node-labels" => config.node_labels = entries.clone(),
+                    "eviction-hard" => {
+                        config.eviction_hard =
+                            node::parse_eviction_thresholds(entries).map_err(|r| bad(&r))?
+                    }
+                    "kube-reserved" => {
+                        config.kube_reserved =
+                            node::parse_resource_list(entries).map_err(|r| bad(&r))?
+                    }
+                    _ => {
+                        config.system_reserved =
+                            node::parse_resource_list(entries).map_err(|r| bad(&r))?
+                    }
+                }
+            }
+            "register-with-taints" => {
+                config.register_with_taints = node::parse_taints(v).map_err(|r| bad(&r))?
+            }
+            "node-ip" => {
+                config.node_ip = if v.is_empty() {
+                    None
+                } else {
+                    Some(parse_ip(v).map_err(|r| bad(&r))?)
+                }
+            }
+            "register-node" => config.register_node = flags::parse_bool(v).map_err(|r| bad(&r))?,
+            "node-status-update-frequency" => {
+                config.node_status_update_frequency = parse_duration(v).map_err(|r| bad(&r))?
             }
             other => unreachable!("flag --{other} is in the table but not applied"),
         }
@@ -798,6 +901,7 @@ fn validate(config: &Config) -> Result<(), ConfigError> {
     }
     validate_image_gc(config)?;
     validate_image_pulls(config)?;
+    validate_node(config)?;
     if let Some(url) = &config.static_pod_url {
         check_manifest_url(url).map_err(|reason| ConfigError::Invalid {
             setting: "staticPodURL (--manifest-url)",
@@ -844,6 +948,53 @@ fn validate_image_gc(config: &Config) -> Result<(), ConfigError> {
             setting: "--image-fs-path",
             value: config.image_fs_path.display().to_string(),
             reason: "must be an absolute path".into(),
+        });
+    }
+    Ok(())
+}
+
+/// The node settings' rules, as upstream's validation and flag checks state them.
+fn validate_node(config: &Config) -> Result<(), ConfigError> {
+    node::validate_node_labels(&config.node_labels).map_err(|reason| ConfigError::Invalid {
+        setting: "--node-labels",
+        value: config
+            .node_labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(","),
+        reason,
+    })?;
+    if let Some(ip) = config.node_ip {
+        node::check_node_ip(ip).map_err(|reason| ConfigError::Invalid {
+            setting: "--node-ip",
+            value: ip.to_string(),
+            reason,
+        })?;
+    }
+    for (setting, value) in [
+        (
+            "nodeStatusUpdateFrequency (--node-status-update-frequency)",
+            config.node_status_update_frequency,
+        ),
+        (
+            "nodeStatusReportFrequency",
+            config.node_status_report_frequency,
+        ),
+    ] {
+        if value.is_zero() {
+            return Err(ConfigError::Invalid {
+                setting,
+                value: "0s".into(),
+                reason: "must be greater than 0".into(),
+            });
+        }
+    }
+    if config.node_lease_duration_seconds <= 0 {
+        return Err(ConfigError::Invalid {
+            setting: "nodeLeaseDurationSeconds",
+            value: config.node_lease_duration_seconds.to_string(),
+            reason: "must be greater than 0".into(),
         });
     }
     Ok(())

@@ -667,3 +667,126 @@ fn containerd_namespace_follows_containerds_identifier_rule() {
     let err = load(&["--containerd-namespace="]).unwrap_err();
     assert!(err.to_string().ends_with(": must not be empty"), "{err}");
 }
+
+#[test]
+fn node_settings_default_as_upstream() {
+    let c = load(&[]).unwrap();
+    assert!(c.register_node);
+    assert!(c.node_labels.is_empty() && c.register_with_taints.is_empty());
+    assert!(c.node_ip.is_none());
+    assert!(c.kube_reserved.is_empty() && c.system_reserved.is_empty());
+    assert_eq!(c.node_status_update_frequency, Duration::from_secs(10));
+    assert_eq!(c.node_status_report_frequency, Duration::from_secs(300));
+    assert_eq!(c.node_lease_duration_seconds, 40);
+    let hard: Vec<(String, String)> = c
+        .eviction_hard
+        .iter()
+        .map(|(k, v)| (k.clone(), v.to_string()))
+        .collect();
+    assert_eq!(
+        hard,
+        [
+            ("imagefs.available", "15%"),
+            ("memory.available", "104857600"),
+            ("nodefs.available", "10%"),
+            ("nodefs.inodesFree", "5%"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+    );
+}
+
+#[test]
+fn node_flags_parse_and_merge() {
+    let c = load(&[
+        "--node-labels=role=db,example.com/team=a",
+        "--node-labels",
+        "zone=z1",
+        "--register-with-taints=dedicated=gpu:NoSchedule",
+        "--node-ip=10.1.2.3",
+        "--register-node=false",
+        "--kube-reserved=cpu=100m,memory=256Mi",
+        "--system-reserved=ephemeral-storage=1Gi",
+        "--eviction-hard=memory.available<1Gi",
+        "--node-status-update-frequency=4s",
+    ])
+    .unwrap();
+    assert_eq!(
+        c.node_labels.len(),
+        3,
+        "later uses add: {:?}",
+        c.node_labels
+    );
+    assert_eq!(c.node_labels["role"], "db");
+    assert_eq!(c.register_with_taints[0].key, "dedicated");
+    assert_eq!(c.node_ip, Some("10.1.2.3".parse().unwrap()));
+    assert!(!c.register_node);
+    assert_eq!(c.kube_reserved["cpu"].milli_value(), 100);
+    assert_eq!(c.system_reserved["ephemeral-storage"].value(), 1 << 30);
+    assert_eq!(
+        c.eviction_hard.len(),
+        1,
+        "a given map replaces the defaults"
+    );
+    assert_eq!(c.node_status_update_frequency, Duration::from_secs(4));
+    assert_eq!(
+        c.node_status_report_frequency,
+        Duration::from_secs(300),
+        "the flag alone leaves the report frequency"
+    );
+}
+
+#[test]
+fn node_flags_are_validated_as_upstream() {
+    let err = load(&["--node-labels=node-role.kubernetes.io/worker="]).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("unknown 'kubernetes.io' or 'k8s.io' labels"),
+        "{err}"
+    );
+    let err = load(&["--node-ip=127.0.0.1"]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid --node-ip: 127.0.0.1: nodeIP can't be loopback address"
+    );
+    assert!(load(&["--register-with-taints=k=v"]).is_err());
+    assert!(load(&["--kube-reserved=gpu=1"]).is_err());
+    assert!(load(&["--eviction-hard=memory.available=1Gi"]).is_err());
+    assert!(load(&["--node-status-update-frequency=0s"]).is_err());
+}
+
+#[test]
+fn node_settings_from_the_file() {
+    let file = config_file(&format!(
+        "{HEADER}registerNode: false\nregisterWithTaints:\n- key: k\n  value: v\n  effect: NoExecute\n\
+         kubeReserved:\n  cpu: 500m\nsystemReserved:\n  memory: 1Gi\n\
+         evictionHard:\n  memory.available: 5%\n  pid.available: \"1000\"\n\
+         nodeStatusUpdateFrequency: 20s\nnodeLeaseDurationSeconds: 60\n"
+    ));
+    let c = load(&["--config", file.path().to_str().unwrap()]).unwrap();
+    assert!(
+        c.ignored_config_fields.is_empty(),
+        "{:?}",
+        c.ignored_config_fields
+    );
+    assert!(!c.register_node);
+    assert_eq!(c.register_with_taints[0].effect, "NoExecute");
+    assert_eq!(c.register_with_taints[0].value.as_deref(), Some("v"));
+    assert_eq!(c.kube_reserved["cpu"].milli_value(), 500);
+    assert_eq!(c.system_reserved["memory"].value(), 1 << 30);
+    assert_eq!(c.eviction_hard["pid.available"].amount(0), 1000);
+    assert_eq!(c.node_status_update_frequency, Duration::from_secs(20));
+    assert_eq!(
+        c.node_status_report_frequency,
+        Duration::from_secs(20),
+        "v1beta1 defaulting follows an explicit update frequency"
+    );
+    assert_eq!(c.node_lease_duration_seconds, 60);
+
+    let file = config_file(&format!(
+        "{HEADER}registerWithTaints:\n- key: k\n  effect: Sometimes\n"
+    ));
+    let err = load(&["--config", file.path().to_str().unwrap()]).unwrap_err();
+    assert!(err.to_string().contains("registerWithTaints[0]"), "{err}");
+    let file = config_file(&format!("{HEADER}kubeReserved:\n  gpu: \"1\"\n"));
+    assert!(load(&["--config", file.path().to_str().unwrap()]).is_err());
+}

@@ -1,11 +1,126 @@
 //! The Node object (cluster mode): registration, status and the Lease heartbeat.
-//! INTERFACE STUB shared by the cluster-mode work in progress.
+//!
+//! `start` is the entry point: it registers the Node (or adopts the one that exists), keeps
+//! its status current (`update`), renews its Lease (`lease`) and publishes the Node as the
+//! API server last returned it in a `NodeView`. The status is computed from the host
+//! (`machine`), the runtime (`runtime`) and the configuration: capacity and allocatable in
+//! `resources`, conditions in `conditions`, the object and its patch in `status`.
+
+mod conditions;
+#[cfg(test)]
+mod fake_api;
+mod lease;
+mod machine;
+mod registration;
+mod resources;
+mod runtime;
+mod status;
+mod update;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::Api;
 use tokio::sync::watch;
+use tracing::{error, info};
+
+use crate::config::Config;
+
+pub use runtime::NodeRuntime;
+pub use status::KUBELET_VERSION;
 
 /// This node's Node object as last registered or updated (labels, taints, allocatable),
 /// `None` until registration succeeded. Admission reads it.
 pub type NodeView = watch::Receiver<Option<Arc<Node>>>;
+
+/// Why a call about the Node or its Lease failed; each names the node and the operation.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("node {node:?}: {op}: {source}")]
+    Api {
+        node: String,
+        op: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("node {node:?}: {op} lease {}/{node}: {source}", lease::LEASE_NAMESPACE)]
+    LeaseApi {
+        node: String,
+        op: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("node {node:?}: {op}: no answer from the API server in time")]
+    Timeout { node: String, op: &'static str },
+    #[error("node {node:?}: update node status exceeds retry count ({attempts} attempts)")]
+    StatusRetries { node: String, attempts: usize },
+    #[error("node {node:?}: failed {attempts} attempts to update lease")]
+    LeaseRetries { node: String, attempts: usize },
+}
+
+impl NodeError {
+    /// An update refused because the object changed since it was read.
+    pub fn is_conflict(&self) -> bool {
+        matches!(
+            self,
+            NodeError::Api { source: kube::Error::Api(s), .. }
+                | NodeError::LeaseApi { source: kube::Error::Api(s), .. }
+                if s.is_conflict()
+        )
+    }
+}
+
+/// Upstream's heartbeat client timeout: the status period, at most the lease duration, so
+/// a half-open connection cannot hold a heartbeat past the point it matters.
+fn heartbeat_timeout(cfg: &Config) -> Duration {
+    let lease = Duration::from_secs(cfg.node_lease_duration_seconds.max(1) as u64);
+    cfg.node_status_update_frequency.min(lease)
+}
+
+/// Starts the node's cluster-mode duties on the current tokio runtime: the Lease
+/// heartbeat at once, then registration (when `registerNode`) and the status loop. Returns
+/// the view of the Node that admission and others read; it stays `None` until the Node
+/// was registered or adopted.
+pub fn start(client: kube::Client, cfg: Arc<Config>, runtime: Arc<dyn NodeRuntime>) -> NodeView {
+    let (publish, view) = watch::channel(None);
+    let timeout = heartbeat_timeout(&cfg);
+    let keeper = lease::LeaseKeeper::new(
+        client.clone(),
+        cfg.node_name.clone(),
+        cfg.node_lease_duration_seconds,
+        timeout,
+    );
+    tokio::spawn(keeper.run());
+    let nodes: Api<Node> = Api::all(client);
+    tokio::spawn(async move {
+        let mut sizes = runtime::ImageSizes::default();
+        if cfg.register_node {
+            let observed = update::observe(&cfg, runtime.as_ref(), &mut sizes).await;
+            let mut initial = status::initial_node(&cfg);
+            let now = Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_default();
+            status::set_node_status(&mut initial, &cfg, &observed, now);
+            let node = registration::register(&nodes, &initial, timeout).await;
+            publish.send_replace(Some(Arc::new(node)));
+        }
+        info!(node = %cfg.node_name, every = ?cfg.node_status_update_frequency, "node status updates started");
+        let mut updater = update::StatusUpdater {
+            nodes,
+            cfg: cfg.clone(),
+            timeout,
+            last_report: None,
+            publish,
+        };
+        let mut tick = tokio::time::interval(cfg.node_status_update_frequency);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let observed = update::observe(&cfg, runtime.as_ref(), &mut sizes).await;
+            if let Err(e) = updater.update(&observed).await {
+                error!(error = %e, "unable to update node status");
+            }
+        }
+    });
+    view
+}

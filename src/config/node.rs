@@ -1,0 +1,526 @@
+//! The node's registration and resource settings: `--node-labels`, `--register-with-taints`,
+//! `--node-ip`, `kubeReserved`/`systemReserved` and `evictionHard`, parsed and validated with
+//! upstream's rules (cmd/kubelet/app/options, pkg/kubelet/eviction/api, pkg/util/taints) and
+//! messages, so a flag line copied from a kubelet unit means the same here.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use k8s_openapi::api::core::v1::Taint;
+
+use crate::quantity::Quantity;
+
+/// Label keys in the kubernetes.io / k8s.io namespaces a kubelet may set on its own Node
+/// (upstream's kubeletLabels); the NodeRestriction admission plugin refuses the others.
+pub const KUBELET_LABELS: &[&str] = &[
+    "beta.kubernetes.io/arch",
+    "beta.kubernetes.io/instance-type",
+    "beta.kubernetes.io/os",
+    "failure-domain.beta.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone",
+    "kubernetes.io/arch",
+    "kubernetes.io/hostname",
+    "kubernetes.io/os",
+    "node.kubernetes.io/instance-type",
+    "topology.kubernetes.io/region",
+    "topology.kubernetes.io/zone",
+];
+
+/// Label namespaces (and their sub-domains) a kubelet may use freely.
+pub const KUBELET_LABEL_NAMESPACES: &[&str] = &["kubelet.kubernetes.io", "node.kubernetes.io"];
+
+/// Resources that kubeReserved/systemReserved may name (upstream's ParseResourceList).
+const RESERVABLE: &[&str] = &["cpu", "memory", "ephemeral-storage", "pid"];
+
+/// Eviction signals upstream knows (pkg/kubelet/eviction/api).
+pub const EVICTION_SIGNALS: &[&str] = &[
+    "memory.available",
+    "allocatableMemory.available",
+    "nodefs.available",
+    "nodefs.inodesFree",
+    "imagefs.available",
+    "imagefs.inodesFree",
+    "containerfs.available",
+    "containerfs.inodesFree",
+    "pid.available",
+];
+
+/// Upstream's DefaultEvictionHard on Linux.
+pub const DEFAULT_EVICTION_HARD: &[(&str, &str)] = &[
+    ("memory.available", "100Mi"),
+    ("nodefs.available", "10%"),
+    ("nodefs.inodesFree", "5%"),
+    ("imagefs.available", "15%"),
+];
+
+/// One eviction threshold's value: an absolute quantity or a share of the capacity.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ThresholdValue {
+    Quantity(Quantity),
+    /// A fraction in (0, 1]. Kept as the 32-bit float upstream parses it into, so that
+    /// `capacity * percentage` rounds to the very byte upstream's does.
+    Percentage(f32),
+}
+
+impl ThresholdValue {
+    /// The threshold in the signal's unit for a resource of `capacity` units (upstream's
+    /// GetThresholdQuantity): a percentage truncates toward zero.
+    pub fn amount(&self, capacity: i64) -> i64 {
+        match self {
+            ThresholdValue::Quantity(q) => q.value(),
+            ThresholdValue::Percentage(p) => (capacity as f64 * f64::from(*p)) as i64,
+        }
+    }
+}
+
+impl std::fmt::Display for ThresholdValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ThresholdValue::Quantity(q) => write!(f, "{q}"),
+            // Rounded to drop the float32 noise (0.15 is stored as 0.150000006).
+            ThresholdValue::Percentage(p) => {
+                write!(f, "{}%", (f64::from(*p) * 1e6).round() / 1e4)
+            }
+        }
+    }
+}
+
+/// The evictionHard map: signal → threshold.
+pub type EvictionThresholds = BTreeMap<String, ThresholdValue>;
+
+/// Upstream's defaults as a map.
+pub fn default_eviction_hard() -> EvictionThresholds {
+    DEFAULT_EVICTION_HARD
+        .iter()
+        .map(|(signal, value)| {
+            let value = parse_threshold_value(value).expect("upstream's defaults parse");
+            (signal.to_string(), value)
+        })
+        .collect()
+}
+
+/// `k=v,k2=v2` as pflag's mapStringString reads it (keys and values trimmed, an empty value
+/// allowed), merged into `into`.
+pub(crate) fn parse_key_value_list(
+    text: &str,
+    separator: char,
+    into: &mut BTreeMap<String, String>,
+) -> Result<(), String> {
+    for pair in text.split(',') {
+        if pair.trim().is_empty() {
+            continue;
+        }
+        let (key, value) = pair
+            .split_once(separator)
+            .ok_or_else(|| format!("malformed pair, expect string{separator}string"))?;
+        into.insert(key.trim().to_string(), value.trim().to_string());
+    }
+    Ok(())
+}
+
+fn label_namespace(key: &str) -> &str {
+    key.split_once('/').map_or("", |(prefix, _)| prefix)
+}
+
+fn in_namespace(namespace: &str, domain: &str) -> bool {
+    namespace == domain || namespace.ends_with(&format!(".{domain}"))
+}
+
+fn is_kubernetes_label(key: &str) -> bool {
+    let ns = label_namespace(key);
+    in_namespace(ns, "kubernetes.io") || in_namespace(ns, "k8s.io")
+}
+
+fn is_kubelet_label(key: &str) -> bool {
+    KUBELET_LABELS.contains(&key)
+        || KUBELET_LABEL_NAMESPACES
+            .iter()
+            .any(|allowed| in_namespace(label_namespace(key), allowed))
+}
+
+/// Upstream's --node-labels rule: keys in the kubernetes.io / k8s.io namespaces only from the
+/// allowed set, every key a qualified name, every value a label value.
+pub fn validate_node_labels(labels: &BTreeMap<String, String>) -> Result<(), String> {
+    let unknown: Vec<&str> = labels
+        .keys()
+        .filter(|k| is_kubernetes_label(k) && !is_kubelet_label(k))
+        .map(String::as_str)
+        .collect();
+    if !unknown.is_empty() {
+        return Err(format!(
+            "unknown 'kubernetes.io' or 'k8s.io' labels specified with --node-labels: [{}]\n\
+             --node-labels in the 'kubernetes.io' namespace must begin with an allowed prefix ({}) \
+             or be in the specifically allowed set ({})",
+            unknown.join(" "),
+            KUBELET_LABEL_NAMESPACES.join(", "),
+            KUBELET_LABELS.join(", ")
+        ));
+    }
+    let mut invalid = Vec::new();
+    for (key, value) in labels {
+        if let Err(e) = check_qualified_name(key) {
+            invalid.push(format!("{key}: {e}"));
+        }
+        if let Err(e) = check_label_value(value) {
+            invalid.push(format!("{value}: {e}"));
+        }
+    }
+    if invalid.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("invalid node labels: {}", invalid.join("; ")))
+    }
+}
+
+/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`, at most 63 characters.
+fn check_name_part(name: &str, what: &str) -> Result<(), String> {
+    if name.len() > 63 {
+        return Err(format!("{what} must be no more than 63 characters"));
+    }
+    let bytes = name.as_bytes();
+    let edge_ok = |b: u8| b.is_ascii_alphanumeric();
+    let ok = !name.is_empty()
+        && edge_ok(bytes[0])
+        && edge_ok(bytes[bytes.len() - 1])
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} must consist of alphanumeric characters, '-', '_' or '.', and must start \
+             and end with an alphanumeric character"
+        ))
+    }
+}
+
+/// A DNS-1123 subdomain: lower-case labels of `[a-z0-9]([-a-z0-9]*[a-z0-9])?` joined by
+/// dots, at most 253 characters.
+fn check_dns_subdomain(name: &str) -> Result<(), String> {
+    let label_ok = |l: &str| {
+        let b = l.as_bytes();
+        !b.is_empty()
+            && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
+            && (b[b.len() - 1].is_ascii_lowercase() || b[b.len() - 1].is_ascii_digit())
+            && b.iter()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+    };
+    if name.len() > 253 {
+        return Err("prefix part must be no more than 253 characters".into());
+    }
+    if name.split('.').all(label_ok) {
+        Ok(())
+    } else {
+        Err(
+            "prefix part a lowercase RFC 1123 subdomain must consist of lower case \
+             alphanumeric characters, '-' or '.', and must start and end with an alphanumeric \
+             character"
+                .into(),
+        )
+    }
+}
+
+/// Upstream's IsQualifiedName: `[prefix/]name`.
+pub fn check_qualified_name(key: &str) -> Result<(), String> {
+    match key.split('/').collect::<Vec<_>>().as_slice() {
+        [name] => check_name_part(name, "name part"),
+        [prefix, name] if !prefix.is_empty() => {
+            check_dns_subdomain(prefix)?;
+            check_name_part(name, "name part")
+        }
+        [_, _] => Err("prefix part must be non-empty".into()),
+        _ => Err(
+            "a qualified name must consist of alphanumeric characters, '-', '_' or '.', and \
+             must start and end with an alphanumeric character, with an optional DNS subdomain \
+             prefix and '/'"
+                .into(),
+        ),
+    }
+}
+
+/// Upstream's IsValidLabelValue: empty, or a name part.
+pub fn check_label_value(value: &str) -> Result<(), String> {
+    if value.is_empty() {
+        return Ok(());
+    }
+    check_name_part(value, "a valid label")
+}
+
+const TAINT_EFFECTS: &[&str] = &["NoSchedule", "PreferNoSchedule", "NoExecute"];
+
+/// One taint as `key=value:Effect` or `key:Effect` (upstream's parseTaint).
+pub fn parse_taint(spec: &str) -> Result<Taint, String> {
+    let (key_value, effect) = spec
+        .rsplit_once(':')
+        .ok_or_else(|| format!("invalid taint spec: {spec}"))?;
+    let (key, value) = match key_value.split_once('=') {
+        Some((k, v)) => (k, Some(v)),
+        None => (key_value, None),
+    };
+    let taint = Taint {
+        key: key.to_string(),
+        value: value.map(str::to_string),
+        effect: effect.to_string(),
+        time_added: None,
+    };
+    validate_taint(&taint).map_err(|e| format!("invalid taint spec: {spec}, {e}"))?;
+    Ok(taint)
+}
+
+/// Key a qualified name, value a label value, effect one of upstream's three.
+pub fn validate_taint(taint: &Taint) -> Result<(), String> {
+    check_qualified_name(&taint.key)?;
+    check_label_value(taint.value.as_deref().unwrap_or(""))?;
+    if !TAINT_EFFECTS.contains(&taint.effect.as_str()) {
+        return Err(format!(
+            "invalid taint effect: {}, unsupported taint effect",
+            taint.effect
+        ));
+    }
+    Ok(())
+}
+
+/// A comma-separated list of taints; a second taint with the same key and effect is refused.
+pub fn parse_taints(text: &str) -> Result<Vec<Taint>, String> {
+    let mut taints: Vec<Taint> = Vec::new();
+    for spec in text.split(',').filter(|s| !s.is_empty()) {
+        let taint = parse_taint(spec)?;
+        check_unique_taint(&taints, &taint)?;
+        taints.push(taint);
+    }
+    Ok(taints)
+}
+
+pub(crate) fn check_unique_taint(taints: &[Taint], taint: &Taint) -> Result<(), String> {
+    if taints
+        .iter()
+        .any(|t| t.key == taint.key && t.effect == taint.effect)
+    {
+        return Err(format!(
+            "duplicated taints with the same key and effect: {}:{}",
+            taint.key, taint.effect
+        ));
+    }
+    Ok(())
+}
+
+/// kubeReserved / systemReserved entries (upstream's ParseResourceList): cpu, memory,
+/// ephemeral-storage or pid, never negative.
+pub fn parse_resource_list(
+    entries: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, Quantity>, String> {
+    let mut out = BTreeMap::new();
+    for (name, text) in entries {
+        if !RESERVABLE.contains(&name.as_str()) {
+            return Err(format!("cannot reserve {name:?} resource"));
+        }
+        let q = Quantity::parse(text.trim()).map_err(|e| e.to_string())?;
+        if q.is_negative() {
+            return Err(format!(
+                "resource quantity for {name:?} cannot be negative: {text}"
+            ));
+        }
+        out.insert(name.clone(), q);
+    }
+    Ok(out)
+}
+
+/// `10%` or a quantity (upstream's parseThresholdStatement, value half).
+pub fn parse_threshold_value(text: &str) -> Result<ThresholdValue, String> {
+    if let Some(number) = text.strip_suffix('%') {
+        let percent: f32 = number
+            .parse()
+            .map_err(|_| format!("invalid percentage: {text}"))?;
+        if !(0.0..=100.0).contains(&percent) || percent.is_nan() {
+            return Err(format!(
+                "eviction percentage threshold must be >= 0% and <= 100%: {text}"
+            ));
+        }
+        return Ok(ThresholdValue::Percentage(percent / 100.0));
+    }
+    let q = Quantity::parse(text).map_err(|e| e.to_string())?;
+    if q.is_negative() {
+        return Err(format!("eviction threshold must be positive: {text}"));
+    }
+    Ok(ThresholdValue::Quantity(q))
+}
+
+/// evictionHard entries: known signals, each with a percentage or quantity. Upstream drops
+/// thresholds of zero ("0%" or "0") as "not set"; so does this.
+pub fn parse_eviction_thresholds(
+    entries: &BTreeMap<String, String>,
+) -> Result<EvictionThresholds, String> {
+    let mut out = EvictionThresholds::new();
+    for (signal, text) in entries {
+        if !EVICTION_SIGNALS.contains(&signal.as_str()) {
+            return Err(format!("unsupported eviction signal {signal}"));
+        }
+        let value = parse_threshold_value(text.trim())?;
+        let zero = match value {
+            ThresholdValue::Quantity(q) => q.is_zero(),
+            ThresholdValue::Percentage(p) => p == 0.0,
+        };
+        if !zero {
+            out.insert(signal.clone(), value);
+        }
+    }
+    Ok(out)
+}
+
+/// Upstream's validateNodeIP, minus the interface check (done when the status is built,
+/// where a missing address is reported rather than fatal).
+pub fn check_node_ip(ip: IpAddr) -> Result<(), String> {
+    let link_local = match ip {
+        IpAddr::V4(v4) => v4.is_link_local(),
+        IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+    };
+    if ip.is_loopback() {
+        Err("nodeIP can't be loopback address".into())
+    } else if ip.is_multicast() {
+        Err("nodeIP can't be a multicast address".into())
+    } else if link_local {
+        Err("nodeIP can't be a link-local unicast address".into())
+    } else if ip.is_unspecified() {
+        Err("nodeIP can't be an all zeros address".into())
+    } else {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn key_value_lists_as_pflag_reads_them() {
+        let mut m = BTreeMap::new();
+        parse_key_value_list(" a = 1 ,b=,, c=x=y", '=', &mut m).unwrap();
+        assert_eq!(m, map(&[("a", "1"), ("b", ""), ("c", "x=y")]));
+        assert!(parse_key_value_list("novalue", '=', &mut m).is_err());
+        let mut m = BTreeMap::new();
+        parse_key_value_list("memory.available<1Gi,nodefs.available<5%", '<', &mut m).unwrap();
+        assert_eq!(
+            m,
+            map(&[("memory.available", "1Gi"), ("nodefs.available", "5%")])
+        );
+    }
+
+    #[test]
+    fn node_labels_allow_only_the_kubelet_set_in_kubernetes_namespaces() {
+        validate_node_labels(&map(&[
+            ("role", "db"),
+            ("example.com/team", "a"),
+            (
+                "node.kubernetes.io/exclude-from-external-load-balancers",
+                "",
+            ),
+            ("kubelet.kubernetes.io/x", "y"),
+            ("sub.node.kubernetes.io/x", "y"),
+            ("topology.kubernetes.io/zone", "z1"),
+        ]))
+        .unwrap();
+        let err =
+            validate_node_labels(&map(&[("node-role.kubernetes.io/master", "")])).unwrap_err();
+        assert!(
+            err.starts_with("unknown 'kubernetes.io' or 'k8s.io' labels specified with --node-labels: [node-role.kubernetes.io/master]"),
+            "{err}"
+        );
+        assert!(validate_node_labels(&map(&[("foo.k8s.io/bar", "1")])).is_err());
+        let err = validate_node_labels(&map(&[("bad key", "v")])).unwrap_err();
+        assert!(err.starts_with("invalid node labels: bad key:"), "{err}");
+        assert!(validate_node_labels(&map(&[("k", "-bad")])).is_err());
+        assert!(validate_node_labels(&map(&[("UPPER.example/k", "v")])).is_err());
+    }
+
+    #[test]
+    fn taints_parse_with_and_without_a_value() {
+        let t = parse_taints("dedicated=gpu:NoSchedule,maintenance:NoExecute").unwrap();
+        assert_eq!(t.len(), 2);
+        assert_eq!(
+            (
+                t[0].key.as_str(),
+                t[0].value.as_deref(),
+                t[0].effect.as_str()
+            ),
+            ("dedicated", Some("gpu"), "NoSchedule")
+        );
+        assert_eq!(
+            (
+                t[1].key.as_str(),
+                t[1].value.as_deref(),
+                t[1].effect.as_str()
+            ),
+            ("maintenance", None, "NoExecute")
+        );
+        assert!(parse_taint("k=v")
+            .unwrap_err()
+            .starts_with("invalid taint spec: k=v"));
+        assert!(parse_taint("k=v:Sometimes")
+            .unwrap_err()
+            .contains("unsupported taint effect"));
+        assert!(parse_taints("k=a:NoSchedule,k=b:NoSchedule")
+            .unwrap_err()
+            .starts_with("duplicated taints with the same key and effect"));
+        assert_eq!(
+            parse_taints("k=a:NoSchedule,k=b:NoExecute").unwrap().len(),
+            2
+        );
+    }
+
+    #[test]
+    fn reserved_resources_are_the_reservable_ones_and_not_negative() {
+        let r = parse_resource_list(&map(&[("cpu", "200m"), ("memory", "1Gi")])).unwrap();
+        assert_eq!(r["cpu"].milli_value(), 200);
+        assert_eq!(r["memory"].value(), 1 << 30);
+        assert_eq!(
+            parse_resource_list(&map(&[("gpu", "1")])).unwrap_err(),
+            "cannot reserve \"gpu\" resource"
+        );
+        assert!(parse_resource_list(&map(&[("memory", "-1")]))
+            .unwrap_err()
+            .contains("cannot be negative"));
+    }
+
+    #[test]
+    fn eviction_thresholds_take_percentages_and_quantities() {
+        let t = parse_eviction_thresholds(&map(&[
+            ("memory.available", "500Mi"),
+            ("nodefs.available", "10%"),
+            ("imagefs.available", "0%"),
+        ]))
+        .unwrap();
+        assert_eq!(t["memory.available"].amount(0), 500 << 20);
+        // Upstream's float32 percentage: 10% of 1000 bytes truncates to 100.
+        assert_eq!(t["nodefs.available"].amount(1000), 100);
+        assert!(!t.contains_key("imagefs.available"), "zero means unset");
+        assert!(parse_eviction_thresholds(&map(&[("memory.free", "1Gi")])).is_err());
+        assert!(parse_eviction_thresholds(&map(&[("memory.available", "101%")])).is_err());
+        assert!(parse_eviction_thresholds(&map(&[("memory.available", "-1Gi")])).is_err());
+        let d = default_eviction_hard();
+        assert_eq!(d.len(), 4);
+        assert_eq!(d["memory.available"].amount(0), 100 << 20);
+        assert_eq!(d["nodefs.inodesFree"].to_string(), "5%");
+    }
+
+    #[test]
+    fn node_ip_refuses_what_upstream_refuses() {
+        assert!(check_node_ip("10.0.0.5".parse().unwrap()).is_ok());
+        assert_eq!(
+            check_node_ip("127.0.0.1".parse().unwrap()).unwrap_err(),
+            "nodeIP can't be loopback address"
+        );
+        assert!(check_node_ip("::1".parse().unwrap()).is_err());
+        assert!(check_node_ip("0.0.0.0".parse().unwrap()).is_err());
+        assert!(check_node_ip("169.254.1.1".parse().unwrap()).is_err());
+        assert!(check_node_ip("fe80::1".parse().unwrap()).is_err());
+        assert!(check_node_ip("224.0.0.1".parse().unwrap()).is_err());
+    }
+}

@@ -1,0 +1,377 @@
+//! The node's conditions as upstream's setters keep them: MemoryPressure, DiskPressure and
+//! PIDPressure from the readings against evictionHard, and Ready from the runtime's and the
+//! network's state. Each pass updates the conditions of the Node as last read, so a
+//! condition's lastTransitionTime moves only when its status changes, while
+//! lastHeartbeatTime is the time of every pass.
+
+use k8s_openapi::api::core::v1::NodeCondition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use super::machine::Readings;
+use crate::config::node::EvictionThresholds;
+use crate::stats::disk::FsCapacity;
+
+/// What a pressure condition says in each state (upstream's reasons and messages).
+struct PressureWords {
+    kind: &'static str,
+    true_reason: &'static str,
+    true_message: &'static str,
+    false_reason: &'static str,
+    false_message: &'static str,
+}
+
+const MEMORY: PressureWords = PressureWords {
+    kind: "MemoryPressure",
+    true_reason: "KubeletHasInsufficientMemory",
+    true_message: "kubelet has insufficient memory available",
+    false_reason: "KubeletHasSufficientMemory",
+    false_message: "kubelet has sufficient memory available",
+};
+
+const DISK: PressureWords = PressureWords {
+    kind: "DiskPressure",
+    true_reason: "KubeletHasDiskPressure",
+    true_message: "kubelet has disk pressure",
+    false_reason: "KubeletHasNoDiskPressure",
+    false_message: "kubelet has no disk pressure",
+};
+
+const PID: PressureWords = PressureWords {
+    kind: "PIDPressure",
+    true_reason: "KubeletHasInsufficientPID",
+    true_message: "kubelet has insufficient PID available",
+    false_reason: "KubeletHasSufficientPID",
+    false_message: "kubelet has sufficient PID available",
+};
+
+/// Which thresholds the readings cross.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Pressure {
+    pub memory: bool,
+    pub disk: bool,
+    pub pid: bool,
+}
+
+/// Upstream's eviction rule: a signal is under pressure when what is available is less
+/// than the threshold (a percentage of the resource's total).
+pub(crate) fn pressure(
+    readings: &Readings,
+    memory_capacity: i64,
+    thresholds: &EvictionThresholds,
+) -> Pressure {
+    let below = |signal: &str, available: Option<i64>, total: i64| -> bool {
+        match (thresholds.get(signal), available) {
+            (Some(t), Some(available)) => available < t.amount(total),
+            _ => false,
+        }
+    };
+    let fs = |prefix: &str, fs: Option<FsCapacity>| -> bool {
+        fs.is_some_and(|f| {
+            below(
+                &format!("{prefix}.available"),
+                Some(f.available as i64),
+                f.capacity as i64,
+            ) || below(
+                &format!("{prefix}.inodesFree"),
+                Some(f.inodes_free as i64),
+                f.inodes as i64,
+            )
+        })
+    };
+    let pid_available = match (readings.max_pid, readings.processes) {
+        (Some(max), Some(n)) => Some(max - n),
+        _ => None,
+    };
+    Pressure {
+        memory: below(
+            "memory.available",
+            readings.memory_available,
+            memory_capacity,
+        ),
+        disk: fs("nodefs", readings.nodefs) || fs("imagefs", readings.imagefs),
+        pid: below(
+            "pid.available",
+            pid_available,
+            readings.max_pid.unwrap_or(0),
+        ),
+    }
+}
+
+fn time(now: Timestamp) -> Time {
+    Time(now)
+}
+
+fn set_pressure(
+    conditions: &mut Vec<NodeCondition>,
+    words: &PressureWords,
+    under_pressure: bool,
+    now: Timestamp,
+) {
+    let index = match conditions.iter().position(|c| c.type_ == words.kind) {
+        Some(i) => i,
+        None => {
+            conditions.push(NodeCondition {
+                type_: words.kind.to_string(),
+                status: "Unknown".to_string(),
+                ..NodeCondition::default()
+            });
+            conditions.len() - 1
+        }
+    };
+    let c = &mut conditions[index];
+    c.last_heartbeat_time = Some(time(now));
+    let (status, reason, message) = if under_pressure {
+        ("True", words.true_reason, words.true_message)
+    } else {
+        ("False", words.false_reason, words.false_message)
+    };
+    if c.status != status {
+        c.status = status.to_string();
+        c.reason = Some(reason.to_string());
+        c.message = Some(message.to_string());
+        c.last_transition_time = Some(time(now));
+    }
+}
+
+/// Updates the three pressure conditions in place.
+pub(crate) fn set_pressure_conditions(
+    conditions: &mut Vec<NodeCondition>,
+    pressure: Pressure,
+    now: Timestamp,
+) {
+    set_pressure(conditions, &MEMORY, pressure.memory, now);
+    set_pressure(conditions, &DISK, pressure.disk, now);
+    set_pressure(conditions, &PID, pressure.pid, now);
+}
+
+/// The runtime's network message when no CNI configuration is there yet (containerd's CRI
+/// words, which upstream's kubelet passes on).
+pub(crate) const NETWORK_NOT_READY: &str = "container runtime network not ready: \
+     NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: \
+     cni plugin not initialized";
+
+/// What keeps the node from being Ready, in upstream's aggregate form: one error as it is,
+/// several as `[a, b]`.
+pub(crate) fn not_ready_message(errors: &[String]) -> Option<String> {
+    let mut unique: Vec<&String> = Vec::new();
+    for e in errors {
+        if !unique.contains(&e) {
+            unique.push(e);
+        }
+    }
+    match unique.as_slice() {
+        [] => None,
+        [one] => Some(one.to_string()),
+        many => Some(format!(
+            "[{}]",
+            many.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+        )),
+    }
+}
+
+/// Replaces the Ready condition: KubeletReady unless `errors` says why not; the transition
+/// time is kept while the status stays.
+pub(crate) fn set_ready_condition(
+    conditions: &mut Vec<NodeCondition>,
+    errors: &[String],
+    now: Timestamp,
+) {
+    let mut ready = match not_ready_message(errors) {
+        None => NodeCondition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            reason: Some("KubeletReady".into()),
+            message: Some("kubelet is posting ready status".into()),
+            last_heartbeat_time: Some(time(now)),
+            last_transition_time: None,
+        },
+        Some(message) => NodeCondition {
+            type_: "Ready".into(),
+            status: "False".into(),
+            reason: Some("KubeletNotReady".into()),
+            message: Some(message),
+            last_heartbeat_time: Some(time(now)),
+            last_transition_time: None,
+        },
+    };
+    match conditions.iter_mut().find(|c| c.type_ == "Ready") {
+        Some(existing) => {
+            ready.last_transition_time = if existing.status == ready.status {
+                existing.last_transition_time.clone()
+            } else {
+                Some(time(now))
+            };
+            *existing = ready;
+        }
+        None => {
+            ready.last_transition_time = Some(time(now));
+            conditions.push(ready);
+        }
+    }
+}
+
+/// Conditions equal but for their heartbeat times (upstream's nodeConditionsHaveChanged).
+pub(crate) fn conditions_changed(old: &[NodeCondition], new: &[NodeCondition]) -> bool {
+    let strip = |list: &[NodeCondition]| -> Vec<NodeCondition> {
+        let mut v: Vec<NodeCondition> = list
+            .iter()
+            .cloned()
+            .map(|mut c| {
+                c.last_heartbeat_time = None;
+                c
+            })
+            .collect();
+        v.sort_by(|a, b| a.type_.cmp(&b.type_));
+        v
+    };
+    strip(old) != strip(new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::node::default_eviction_hard;
+
+    fn at(second: i64) -> Timestamp {
+        Timestamp::from_second(second).unwrap()
+    }
+
+    fn fs(capacity: u64, available: u64, inodes: u64, inodes_free: u64) -> FsCapacity {
+        FsCapacity {
+            capacity,
+            available,
+            used: capacity - available,
+            inodes,
+            inodes_free,
+        }
+    }
+
+    fn calm() -> Readings {
+        Readings {
+            memory_available: Some(4 << 30),
+            nodefs: Some(fs(100, 50, 100, 50)),
+            imagefs: Some(fs(100, 50, 100, 50)),
+            max_pid: Some(4_000_000),
+            processes: Some(300),
+        }
+    }
+
+    #[test]
+    fn pressure_follows_the_hard_thresholds() {
+        let hard = default_eviction_hard();
+        assert_eq!(pressure(&calm(), 8 << 30, &hard), Pressure::default());
+
+        let mut r = calm();
+        r.memory_available = Some(99 << 20);
+        assert!(pressure(&r, 8 << 30, &hard).memory, "below 100Mi");
+        r.memory_available = Some(100 << 20);
+        assert!(!pressure(&r, 8 << 30, &hard).memory, "at the threshold is fine");
+
+        let mut r = calm();
+        r.nodefs = Some(fs(1000, 99, 100, 50));
+        assert!(pressure(&r, 8 << 30, &hard).disk, "nodefs below 10%");
+        let mut r = calm();
+        r.nodefs = Some(fs(1000, 500, 100, 4));
+        assert!(pressure(&r, 8 << 30, &hard).disk, "inodes below 5%");
+        let mut r = calm();
+        r.imagefs = Some(fs(1000, 149, 100, 50));
+        assert!(pressure(&r, 8 << 30, &hard).disk, "imagefs below 15%");
+
+        let mut r = calm();
+        r.processes = Some(3_999_999);
+        assert!(
+            !pressure(&r, 8 << 30, &hard).pid,
+            "no pid.available threshold by default"
+        );
+        let mut with_pid = hard.clone();
+        with_pid.insert(
+            "pid.available".into(),
+            crate::config::node::parse_threshold_value("10%").unwrap(),
+        );
+        assert!(pressure(&r, 8 << 30, &with_pid).pid);
+        assert!(
+            !pressure(&Readings::default(), 8 << 30, &with_pid).memory,
+            "an unread signal is no pressure"
+        );
+    }
+
+    #[test]
+    fn pressure_conditions_move_their_transition_time_only_on_change() {
+        let mut c = Vec::new();
+        set_pressure_conditions(&mut c, Pressure::default(), at(100));
+        let memory = c.iter().find(|c| c.type_ == "MemoryPressure").unwrap();
+        assert_eq!(memory.status, "False");
+        assert_eq!(memory.reason.as_deref(), Some("KubeletHasSufficientMemory"));
+        assert_eq!(
+            memory.message.as_deref(),
+            Some("kubelet has sufficient memory available")
+        );
+        assert_eq!(memory.last_transition_time, Some(Time(at(100))));
+        assert_eq!(c.len(), 3);
+
+        set_pressure_conditions(&mut c, Pressure::default(), at(110));
+        let disk = c.iter().find(|c| c.type_ == "DiskPressure").unwrap();
+        assert_eq!(disk.last_heartbeat_time, Some(Time(at(110))));
+        assert_eq!(disk.last_transition_time, Some(Time(at(100))));
+
+        let before = c.clone();
+        set_pressure_conditions(
+            &mut c,
+            Pressure {
+                disk: true,
+                ..Pressure::default()
+            },
+            at(120),
+        );
+        let disk = c.iter().find(|c| c.type_ == "DiskPressure").unwrap();
+        assert_eq!(disk.status, "True");
+        assert_eq!(disk.reason.as_deref(), Some("KubeletHasDiskPressure"));
+        assert_eq!(disk.message.as_deref(), Some("kubelet has disk pressure"));
+        assert_eq!(disk.last_transition_time, Some(Time(at(120))));
+        assert!(conditions_changed(&before, &c));
+        let pid = c.iter().find(|c| c.type_ == "PIDPressure").unwrap();
+        assert_eq!(pid.reason.as_deref(), Some("KubeletHasSufficientPID"));
+    }
+
+    #[test]
+    fn ready_condition_states_and_transitions() {
+        let mut c = Vec::new();
+        set_ready_condition(&mut c, &[], at(10));
+        assert_eq!(c[0].status, "True");
+        assert_eq!(c[0].reason.as_deref(), Some("KubeletReady"));
+        assert_eq!(c[0].message.as_deref(), Some("kubelet is posting ready status"));
+        assert_eq!(c[0].last_transition_time, Some(Time(at(10))));
+
+        let before = c.clone();
+        set_ready_condition(&mut c, &[], at(20));
+        assert_eq!(c[0].last_transition_time, Some(Time(at(10))));
+        assert_eq!(c[0].last_heartbeat_time, Some(Time(at(20))));
+        assert!(!conditions_changed(&before, &c), "a heartbeat is no change");
+
+        set_ready_condition(&mut c, &[NETWORK_NOT_READY.to_string()], at(30));
+        assert_eq!(c[0].status, "False");
+        assert_eq!(c[0].reason.as_deref(), Some("KubeletNotReady"));
+        assert_eq!(c[0].message.as_deref(), Some(NETWORK_NOT_READY));
+        assert_eq!(c[0].last_transition_time, Some(Time(at(30))));
+
+        set_ready_condition(
+            &mut c,
+            &[
+                "container runtime is down".to_string(),
+                NETWORK_NOT_READY.to_string(),
+            ],
+            at(40),
+        );
+        assert_eq!(
+            c[0].message.as_deref(),
+            Some(format!("[container runtime is down, {NETWORK_NOT_READY}]").as_str())
+        );
+        assert_eq!(c[0].last_transition_time, Some(Time(at(30))), "still False");
+
+        // A Ready=Unknown left by the node lifecycle controller is a transition.
+        c[0].status = "Unknown".into();
+        set_ready_condition(&mut c, &[], at(50));
+        assert_eq!(c[0].last_transition_time, Some(Time(at(50))));
+    }
+}

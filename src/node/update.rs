@@ -1,0 +1,161 @@
+//! The status update loop (upstream's syncNodeStatus / tryUpdateNodeStatus): every
+//! nodeStatusUpdateFrequency the host, runtime and network are observed and the status is
+//! computed on top of the Node as the API server holds it; it is patched only when it
+//! changed, or when nodeStatusReportFrequency went by since the last report. Up to five
+//! tries a pass; the first reads the API server's cache, the retries read etcd.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, GetParams, Patch, PatchParams};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+use super::machine::read_host;
+use super::runtime::{ImageSizes, NodeRuntime};
+use super::status::{
+    ensure_required_labels, set_node_status, status_changed, status_patch, Observed,
+};
+use super::NodeError;
+use crate::config::Config;
+use crate::network::cni::Cni;
+
+/// Upstream's nodeStatusUpdateRetry.
+const UPDATE_RETRIES: usize = 5;
+
+pub(crate) struct StatusUpdater {
+    pub(crate) nodes: Api<Node>,
+    pub(crate) cfg: Arc<Config>,
+    pub(crate) timeout: Duration,
+    pub(crate) last_report: Option<Instant>,
+    pub(crate) publish: watch::Sender<Option<Arc<Node>>>,
+}
+
+/// One observation of the host, the runtime and the CNI configuration.
+pub(crate) async fn observe(
+    cfg: &Config,
+    rt: &dyn NodeRuntime,
+    sizes: &mut ImageSizes,
+) -> Observed {
+    let (root, image_fs, cni_dir) = (
+        cfg.root_dir.clone(),
+        cfg.image_fs_path.clone(),
+        cfg.cni_conf_dir.clone(),
+    );
+    let host = tokio::task::spawn_blocking(move || {
+        let host = read_host(&root, &image_fs);
+        let network = Cni::new(cni_dir, Vec::new(), Duration::ZERO)
+            .network_status()
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+        (host, network)
+    })
+    .await;
+    let (host, network) = host.unwrap_or_else(|e| {
+        warn!(error = %e, "reading the host's facts failed");
+        (Default::default(), Err("host facts unavailable".into()))
+    });
+    let runtime = rt.version().await.map_err(|e| e.to_string());
+    let images = match &runtime {
+        Ok(_) => match sizes.node_images(rt).await {
+            Ok(images) => Some(images),
+            Err(e) => {
+                warn!(node = %cfg.node_name, error = %e, "cannot list images for the node status");
+                None
+            }
+        },
+        Err(_) => None,
+    };
+    Observed {
+        host,
+        runtime,
+        network,
+        images,
+    }
+}
+
+impl StatusUpdater {
+    async fn timed<T>(
+        &self,
+        op: &'static str,
+        f: impl std::future::Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, NodeError> {
+        tokio::time::timeout(self.timeout, f)
+            .await
+            .map_err(|_| NodeError::Timeout {
+                node: self.cfg.node_name.clone(),
+                op,
+            })?
+            .map_err(|source| NodeError::Api {
+                node: self.cfg.node_name.clone(),
+                op,
+                source,
+            })
+    }
+
+    /// One pass: up to five tries.
+    pub(crate) async fn update(&mut self, observed: &Observed) -> Result<(), NodeError> {
+        for attempt in 0..UPDATE_RETRIES {
+            match self.try_update(observed, attempt).await {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    warn!(node = %self.cfg.node_name, attempt, error = %e, "error updating node status, will retry")
+                }
+            }
+        }
+        Err(NodeError::StatusRetries {
+            node: self.cfg.node_name.clone(),
+            attempts: UPDATE_RETRIES,
+        })
+    }
+
+    async fn try_update(&mut self, observed: &Observed, attempt: usize) -> Result<(), NodeError> {
+        let name = &self.cfg.node_name;
+        // The first try reads the API server's cache, cheap on a large cluster; after a
+        // failure the truth is read from etcd.
+        let params = if attempt == 0 {
+            GetParams::any()
+        } else {
+            GetParams::default()
+        };
+        let original = self
+            .timed("get", self.nodes.get_with(name, &params))
+            .await?;
+        let mut node = original.clone();
+        let now = Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_default();
+        for problem in set_node_status(&mut node, &self.cfg, observed, now) {
+            warn!(node = %name, error = %problem, "node status setter failed");
+        }
+        let labels_fixed = ensure_required_labels(&mut node);
+        let default = Default::default();
+        let changed = status_changed(
+            original.status.as_ref().unwrap_or(&default),
+            node.status.as_ref().unwrap_or(&default),
+        );
+        let report_due = self
+            .last_report
+            .is_none_or(|at| at.elapsed() >= self.cfg.node_status_report_frequency);
+        if !changed && !labels_fixed && !report_due {
+            debug!(node = %name, "node status unchanged; not reported");
+            self.publish.send_replace(Some(Arc::new(original)));
+            return Ok(());
+        }
+        let patch = status_patch(&original, &node);
+        let patched = self
+            .timed(
+                "patch status",
+                self.nodes
+                    .patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch)),
+            )
+            .await?;
+        self.last_report = Some(Instant::now());
+        self.publish.send_replace(Some(Arc::new(patched)));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;
