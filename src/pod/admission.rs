@@ -1,17 +1,29 @@
-//! Admission of a pod to the node, as upstream's admit handlers: a pod that cannot run
-//! here (no room left under maxPods, more cpu, memory or ephemeral storage requested than
-//! the node's allocatable leaves, a hostPort another pod holds) is rejected with phase
-//! Failed and a reason, without creating anything, and without disturbing the pods
-//! already admitted.
+//! Admission of a pod to the node, as upstream's predicate admit handler (the scheduler's
+//! GeneralPredicates as the kubelet runs them): a pod that cannot run here (an OS it is not
+//! for, no room left under maxPods, more cpu, memory or ephemeral storage requested than
+//! the Node's allocatable leaves, a node selector or required node affinity the Node does
+//! not match, another node's name, a hostPort another pod holds, a `NoExecute` taint it
+//! does not tolerate) is rejected with phase Failed and upstream's reason and message,
+//! without creating anything and without disturbing the pods already admitted.
+
+mod node_affinity;
+mod taints;
 
 use std::collections::{BTreeMap, HashSet};
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodStatus, ResourceRequirements};
+use k8s_openapi::api::core::v1::{Container, Node, Pod, PodStatus, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 
+use super::qos::qos_class;
 use super::status::ktime;
 use crate::quantity::Quantity;
+use crate::source::static_pod::is_static_pod;
 use crate::volume::Allocatable;
+
+/// The only OS this agent runs pods for (upstream compares with its runtime.GOOS).
+const NODE_OS: &str = "linux";
+/// The well-known label naming a node's (or a pod's wanted) OS.
+const OS_LABEL: &str = "kubernetes.io/os";
 
 /// The resources the fit check weighs, in upstream's order.
 const FIT_RESOURCES: [&str; 3] = ["cpu", "memory", "ephemeral-storage"];
@@ -110,13 +122,40 @@ fn amount(name: &str, q: Option<&Quantity>) -> i64 {
     }
 }
 
-fn insufficient(name: &str, requested: i64, used: i64, capacity: i64) -> (String, String) {
-    (
-        format!("OutOf{name}"),
-        format!(
-            "Pod was rejected: Node didn't have enough resource: {name}, requested: {requested}, used: {used}, capacity: {capacity}"
-        ),
-    )
+/// Why a pod was refused: upstream's reason (`OutOfcpu`, `NodeAffinity`, ...) and message.
+/// The event carries the message as is; the pod's status says "Pod was rejected: " first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub reason: String,
+    pub message: String,
+}
+
+impl Rejection {
+    fn new(reason: impl Into<String>, message: impl Into<String>) -> Rejection {
+        Rejection {
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+
+    /// A failed predicate: the reason is the predicate's name.
+    fn predicate(name: &str, description: &str) -> Rejection {
+        Rejection::new(name, format!("Predicate {name} failed: {description}"))
+    }
+
+    fn insufficient(name: &str, requested: i64, used: i64, capacity: i64) -> Rejection {
+        Rejection::new(
+            format!("OutOf{name}"),
+            format!(
+                "Node didn't have enough resource: {name}, requested: {requested}, used: {used}, capacity: {capacity}"
+            ),
+        )
+    }
+
+    /// The message of the refused pod's status, as upstream words it.
+    pub fn status_message(&self) -> String {
+        format!("Pod was rejected: {}", self.message)
+    }
 }
 
 /// (protocol, host IP, host port); an empty or 0.0.0.0 host IP means every address.
@@ -152,23 +191,122 @@ fn conflicts(a: &HostPort, b: &HostPort) -> bool {
     a.0 == b.0 && a.2 == b.2 && (a.1.is_empty() || b.1.is_empty() || a.1 == b.1)
 }
 
-/// Why a pod is rejected: (reason, message), upstream's wording. Checks maxPods and host
-/// ports only; see [`admit_within`] for the resource fit.
-pub fn admit(pod: &Pod, admitted: &[&Pod], max_pods: usize) -> Result<(), (String, String)> {
-    admit_within(pod, admitted, max_pods, &Allocatable::default())
+/// Why `pod` cannot join the `admitted` pods on this node, in upstream's order: the pod's OS,
+/// then resources (pods, cpu, memory, ephemeral-storage), node affinity, node name, host
+/// ports, taints; the first failure is the reason. Without a Node (standalone, or not
+/// registered yet) only the checks that need none run (OS, maxPods, host ports).
+///
+/// A pod being deleted is never refused: it is on its way out, and its worker must run to
+/// stop it. Static pods are exempt from the cpu, memory and ephemeral-storage fit and from
+/// the taint check: upstream treats them as critical and evicts other pods to make room for
+/// them rather than refusing them (its taint check skips them too); this agent does not
+/// preempt, so it lets them in. maxPods still holds for them.
+pub fn admit(
+    pod: &Pod,
+    admitted: &[&Pod],
+    max_pods: usize,
+    node: Option<&Node>,
+) -> Result<(), Rejection> {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    check_os(pod)?;
+    let is_static = is_static_pod(pod);
+    let allocatable = match node {
+        Some(node) if !is_static => node_allocatable(node),
+        _ => Allocatable::default(),
+    };
+    admit_within(pod, admitted, max_pods, &allocatable)?;
+    if let Some(node) = node {
+        if !node_affinity::matches(pod, node) {
+            return Err(Rejection::predicate(
+                "NodeAffinity",
+                "node(s) didn't match Pod's node affinity/selector",
+            ));
+        }
+        let wanted = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        if wanted.is_some_and(|w| !w.is_empty() && w != name) {
+            return Err(Rejection::predicate(
+                "NodeName",
+                "node(s) didn't match the requested node name",
+            ));
+        }
+    }
+    check_host_ports(pod, admitted)?;
+    if let Some(node) = node.filter(|_| !is_static) {
+        let taints = node.spec.as_ref().and_then(|s| s.taints.as_deref());
+        let tolerations = pod.spec.as_ref().and_then(|s| s.tolerations.as_deref());
+        if let Some(taint) = taints::untolerated_no_execute(
+            taints.unwrap_or_default(),
+            tolerations.unwrap_or_default(),
+        ) {
+            tracing::debug!(pod = %pod_name(pod), taint = %taint.key, "pod does not tolerate the node's NoExecute taint");
+            return Err(Rejection::predicate(
+                "TaintToleration",
+                "node(s) had taints that the pod didn't tolerate",
+            ));
+        }
+    }
+    Ok(())
 }
 
-/// Why a pod is rejected: (reason, message), upstream's wording and order (pods, cpu,
-/// memory, ephemeral-storage, then host ports). A resource whose allocatable is unknown
-/// (None) is not checked; a pod requesting none of them is not weighed, as upstream.
+fn pod_name(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// The OS checks upstream runs first: a `kubernetes.io/os` pod label, or `spec.os.name`,
+/// naming another OS than this node's. (Upstream compares the label with the Node's label
+/// after forcing that to its own OS, so the Node itself is not needed.)
+fn check_os(pod: &Pod) -> Result<(), Rejection> {
+    let label = pod.metadata.labels.as_ref().and_then(|l| l.get(OS_LABEL));
+    if label.is_some_and(|os| os != NODE_OS) {
+        return Err(Rejection::new(
+            "PodOSSelectorNodeLabelDoesNotMatch",
+            "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label",
+        ));
+    }
+    let os = pod.spec.as_ref().and_then(|s| s.os.as_ref());
+    if os.is_some_and(|os| os.name != NODE_OS) {
+        return Err(Rejection::new(
+            "PodOSNotSupported",
+            "Failed to admit pod as the OS field doesn't match node OS",
+        ));
+    }
+    Ok(())
+}
+
+/// The Node's allocatable cpu (millicores), memory and ephemeral storage (bytes); a resource
+/// it does not list, or lists unparsable, is unknown and not checked.
+pub fn node_allocatable(node: &Node) -> Allocatable {
+    let list = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+    let get = |name: &str| {
+        list.and_then(|l| l.get(name))
+            .and_then(|q| Quantity::from_api(q).ok())
+    };
+    Allocatable {
+        cpu_millis: get("cpu").map(|q| q.milli_value()),
+        memory_bytes: get("memory").map(|q| q.value()),
+        ephemeral_storage_bytes: get("ephemeral-storage").map(|q| q.value()),
+    }
+}
+
+/// The resource fit, as upstream's Fits: maxPods, then cpu, memory and ephemeral-storage
+/// requests against what the allocatable leaves after the admitted pods' requests. A
+/// resource whose allocatable is unknown (None) is not checked; a pod requesting none of
+/// them is not weighed, as upstream.
 pub fn admit_within(
     pod: &Pod,
     admitted: &[&Pod],
     max_pods: usize,
     allocatable: &Allocatable,
-) -> Result<(), (String, String)> {
+) -> Result<(), Rejection> {
     if admitted.len() >= max_pods {
-        return Err(insufficient(
+        return Err(Rejection::insufficient(
             "pods",
             1,
             admitted.len() as i64,
@@ -189,155 +327,39 @@ pub fn admit_within(
         let requested = amount(name, wanted.get(name));
         let in_use = amount(name, used.get(name));
         if requested > 0 && requested > capacity - in_use {
-            return Err(insufficient(name, requested, in_use, capacity));
+            return Err(Rejection::insufficient(name, requested, in_use, capacity));
         }
     }
+    Ok(())
+}
+
+/// Upstream's NodePorts predicate; the clashing port is logged (its message names none).
+fn check_host_ports(pod: &Pod, admitted: &[&Pod]) -> Result<(), Rejection> {
     let taken: HashSet<HostPort> = admitted.iter().flat_map(|p| host_ports(p)).collect();
     if let Some(clash) = host_ports(pod)
         .iter()
         .find(|w| taken.iter().any(|t| conflicts(w, t)))
     {
-        return Err((
-            "NodePorts".into(),
-            format!(
-                "Pod was rejected: Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports ({} {}{})",
-                clash.0,
-                if clash.1.is_empty() { String::new() } else { format!("{}:", clash.1) },
-                clash.2
-            ),
+        tracing::debug!(pod = %pod_name(pod), protocol = %clash.0, host_ip = %clash.1, host_port = clash.2, "host port already taken");
+        return Err(Rejection::predicate(
+            "NodePorts",
+            "node(s) didn't have free ports for the requested pod ports",
         ));
     }
     Ok(())
 }
 
-/// The status of a rejected pod.
-pub fn rejected_status(reason: &str, message: &str) -> PodStatus {
+/// The status of a rejected pod (its QoS class kept, as upstream).
+pub fn rejected_status(pod: &Pod, rejection: &Rejection) -> PodStatus {
     PodStatus {
         phase: Some("Failed".into()),
-        reason: Some(reason.into()),
-        message: Some(message.into()),
+        reason: Some(rejection.reason.clone()),
+        message: Some(rejection.status_message()),
+        qos_class: Some(qos_class(pod).as_str().into()),
         start_time: Some(ktime(chrono::Utc::now())),
         ..Default::default()
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn pod(port: serde_json::Value, host_net: bool) -> Pod {
-        serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "p"},
-            "spec": {"hostNetwork": host_net, "containers": [{"name": "c", "image": "i", "ports": [port]}]}
-        }))
-        .unwrap()
-    }
-
-    #[test]
-    fn host_port_conflicts() {
-        let a = pod(
-            serde_json::json!({"containerPort": 80, "hostPort": 8080}),
-            false,
-        );
-        let same = pod(
-            serde_json::json!({"containerPort": 81, "hostPort": 8080}),
-            false,
-        );
-        let udp = pod(
-            serde_json::json!({"containerPort": 81, "hostPort": 8080, "protocol": "UDP"}),
-            false,
-        );
-        let other_ip = pod(
-            serde_json::json!({"containerPort": 81, "hostPort": 8080, "hostIP": "127.0.0.2"}),
-            false,
-        );
-        let no_host_port = pod(serde_json::json!({"containerPort": 8080}), false);
-        let hostnet = pod(serde_json::json!({"containerPort": 8080}), true);
-        assert!(admit(&a, &[], 110).is_ok());
-        let (reason, msg) = admit(&same, &[&a], 110).unwrap_err();
-        assert_eq!(reason, "NodePorts");
-        assert!(msg.contains("didn't have free ports"), "{msg}");
-        assert!(admit(&udp, &[&a], 110).is_ok());
-        // A specific address still clashes with a port taken on every address.
-        assert!(admit(&other_ip, &[&a], 110).is_err());
-        assert!(admit(&no_host_port, &[&a], 110).is_ok());
-        assert!(admit(&hostnet, &[&a], 110).is_err());
-    }
-
-    #[test]
-    fn max_pods() {
-        let a = pod(serde_json::json!({"containerPort": 80}), false);
-        let (reason, _) = admit(&a, &[&a, &a], 2).unwrap_err();
-        assert_eq!(reason, "OutOfpods");
-    }
-
-    fn with(containers: serde_json::Value) -> Pod {
-        serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "p"}, "spec": {"containers": containers}
-        }))
-        .unwrap()
-    }
-
-    fn alloc(cpu: i64, mem: i64) -> Allocatable {
-        Allocatable {
-            cpu_millis: Some(cpu),
-            memory_bytes: Some(mem),
-            ephemeral_storage_bytes: None,
-        }
-    }
-
-    #[test]
-    fn resources_fit_exactly_as_upstream_sums_them() {
-        let node = alloc(2000, 1 << 30);
-        let a = with(
-            serde_json::json!([{"name": "a", "resources": {"requests": {"cpu": "0.7", "memory": "512Mi"}}}]),
-        );
-        let b = with(serde_json::json!([
-            {"name": "a", "resources": {"requests": {"cpu": "650m"}}},
-            {"name": "b", "resources": {"limits": {"cpu": "6.5e-1", "memory": "0.5Gi"}}}]));
-        // 700m + 1300m is exactly 2 CPUs: it fits; 1m more does not.
-        assert!(admit_within(&b, &[&a], 110, &node).is_ok());
-        let c = with(serde_json::json!([{"name": "c", "resources": {"requests": {"cpu": "1m"}}}]));
-        let (reason, msg) = admit_within(&c, &[&a, &b], 110, &node).unwrap_err();
-        assert_eq!(reason, "OutOfcpu");
-        assert_eq!(
-            msg,
-            "Pod was rejected: Node didn't have enough resource: cpu, requested: 1, used: 2000, capacity: 2000"
-        );
-        let m =
-            with(serde_json::json!([{"name": "m", "resources": {"requests": {"memory": "1"}}}]));
-        let (reason, msg) = admit_within(&m, &[&a, &b], 110, &node).unwrap_err();
-        assert_eq!(reason, "OutOfmemory");
-        assert!(
-            msg.ends_with("memory, requested: 1, used: 1073741824, capacity: 1073741824"),
-            "{msg}"
-        );
-        // A pod requesting nothing is not weighed; unknown allocatable is not checked.
-        let none = with(serde_json::json!([{"name": "n"}]));
-        assert!(admit_within(&none, &[&a, &b], 110, &node).is_ok());
-        assert!(admit_within(&c, &[&a, &b], 110, &Allocatable::default()).is_ok());
-        // maxPods comes first.
-        assert_eq!(
-            admit_within(&c, &[&a, &b], 2, &node).unwrap_err().0,
-            "OutOfpods"
-        );
-    }
-
-    #[test]
-    fn pod_requests_follow_init_sidecar_and_overhead_rules() {
-        let p: Pod = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "p"},
-            "spec": {
-                "overhead": {"cpu": "100m"},
-                "initContainers": [
-                    {"name": "side", "restartPolicy": "Always", "resources": {"requests": {"cpu": "200m"}}},
-                    {"name": "big", "resources": {"requests": {"cpu": "3", "memory": "1Mi"}}}],
-                "containers": [{"name": "a", "resources": {"requests": {"cpu": "500m", "memory": "2Mi"}}}]}
-        }))
-        .unwrap();
-        let r = pod_requests(&p);
-        // max(app 500m + sidecar 200m, init 3 + sidecar 200m) + overhead 100m.
-        assert_eq!(r["cpu"], Quantity::from_milli(3300));
-        assert_eq!(r["memory"], Quantity::from_value(2 << 20));
-    }
-}
+mod tests;

@@ -3,6 +3,11 @@
 //! away, and wakes them on runtime events. Pods found in the runtime or the root dir that
 //! no source wants any more are stopped and cleaned up once every source has reported.
 //! Statuses go to one writer, the `status_manager`, which readers subscribe to.
+//!
+//! New pods pass admission first, against the pods already admitted and, in cluster mode,
+//! this node's Node object. A pod the API server is deleting gracefully (it carries
+//! `metadata.deletionTimestamp`) stays with its worker, which stops it within its grace
+//! period and then finishes; the pod is not started again while the API still lists it.
 
 pub mod admission;
 pub mod backoff;
@@ -20,6 +25,8 @@ use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::{mpsc, watch, Notify};
 use tracing::{info, warn};
 
+use crate::events::{EventType, Recorder};
+use crate::node::NodeView;
 use crate::runtime::labels::PodRef;
 use crate::source::{SourceKind, SourceUpdate};
 use worker::{pod_ref, Shared, Worker};
@@ -42,6 +49,16 @@ pub struct PodManager {
     orphans: HashMap<String, PodRef>,
     /// Pods refused at admission; they stay refused (phase Failed) until their source drops them.
     rejected: HashSet<String>,
+    /// Deleted pods whose worker finished while the API server still lists them (until the
+    /// status sync removes them there): no worker starts for them again. Forgotten once
+    /// their source drops them.
+    finished: HashSet<String>,
+    /// Pods the API server already reports as ended (Succeeded or Failed) when they first
+    /// came, with nothing of them on the node: not started, until they are deleted.
+    ended: HashSet<String>,
+    /// This node's Node object (cluster mode), for admission.
+    node: Option<NodeView>,
+    events: Recorder,
     done_tx: mpsc::UnboundedSender<String>,
     done_rx: mpsc::UnboundedReceiver<String>,
 }
@@ -56,9 +73,26 @@ impl PodManager {
             expected_sources: expected_sources.iter().map(|s| s.to_string()).collect(),
             orphans: HashMap::new(),
             rejected: HashSet::new(),
+            finished: HashSet::new(),
+            ended: HashSet::new(),
+            node: None,
+            events: Recorder::disabled(),
             done_tx,
             done_rx,
         }
+    }
+
+    /// Admits pods against this Node's labels, taints and allocatable (cluster mode); without
+    /// it, or until the Node is registered, only the checks that need no Node run.
+    pub fn with_node(mut self, node: NodeView) -> Self {
+        self.node = Some(node);
+        self
+    }
+
+    /// Where admission's refusals are reported as Events (cluster mode).
+    pub fn with_events(mut self, events: Recorder) -> Self {
+        self.events = events;
+        self
     }
 
     /// Rebuilds what the node holds from containerd's labels and the root dir.
@@ -125,16 +159,27 @@ impl PodManager {
                         None => {}
                     }
                 }
-                Some(uid) = self.done_rx.recv() => {
-                    // The worker finished removing its pod; drop the handle unless the pod
-                    // came back meanwhile (then a new worker starts on the next update).
-                    if let Some(w) = self.workers.get(&uid) {
-                        if w.desired.borrow().is_none() {
-                            self.workers.remove(&uid);
-                        }
-                    }
-                }
+                Some(uid) = self.done_rx.recv() => self.worker_done(uid),
             }
+        }
+    }
+
+    /// A worker finished. One whose pod is gone or being deleted is dropped; a deleted pod is
+    /// remembered so that it is not started again while the API server still lists it (the
+    /// status sync removes it there). A pod that came back meanwhile keeps its worker handle
+    /// (a new worker starts on the next update).
+    fn worker_done(&mut self, uid: String) {
+        let Some(w) = self.workers.get(&uid) else {
+            return;
+        };
+        let deleting = match w.desired.borrow().as_deref() {
+            None => false,
+            Some(p) if p.metadata.deletion_timestamp.is_some() => true,
+            Some(_) => return,
+        };
+        self.workers.remove(&uid);
+        if deleting {
+            self.finished.insert(uid);
         }
     }
 
@@ -152,9 +197,28 @@ impl PodManager {
         }
         // Pods already running keep their place (also those found on the node at start);
         // new ones are admitted against them.
+        self.finished.retain(|uid| desired.contains_key(uid));
+        self.ended.retain(|uid| desired.contains_key(uid));
         let on_node: HashSet<String> = self.orphans.keys().cloned().collect();
         let mut admitted: Vec<Pod> = Vec::new();
         for (uid, pod) in &desired {
+            if pod.metadata.deletion_timestamp.is_some() {
+                // A refused or ended pod being deleted gets a worker after all: its finish
+                // is what tells the status sync to remove it from the API server.
+                self.ended.remove(uid);
+                self.rejected.remove(uid);
+            }
+            if self.finished.contains(uid) || self.ended.contains(uid) {
+                continue;
+            }
+            if has_ended(pod) && !self.workers.contains_key(uid) && !on_node.contains(uid) {
+                // Refused or ended under an earlier run, with nothing left on the node:
+                // starting it would undo the end the API server already shows. (One found on
+                // the node gets its worker, which keeps its dead containers for their logs.)
+                info!(pod = %pod_ref(pod).display(), "pod has already ended; not starting it");
+                self.ended.insert(uid.clone());
+                continue;
+            }
             self.orphans.remove(uid);
             if let Some(w) = self.workers.get(uid) {
                 admitted.push(pod.clone());
@@ -164,23 +228,35 @@ impl PodManager {
             }
         }
         let max = self.shared.cfg.max_pods as usize;
+        let node = self.node.as_ref().and_then(|n| n.borrow().clone());
         let (found, new): (Vec<_>, Vec<_>) =
             desired.iter().partition(|(u, _)| on_node.contains(*u));
         for (uid, pod) in found.into_iter().chain(new) {
-            if self.workers.contains_key(uid) || self.rejected.contains(uid) {
+            if self.workers.contains_key(uid)
+                || self.rejected.contains(uid)
+                || self.finished.contains(uid)
+                || self.ended.contains(uid)
+            {
                 continue;
             }
             let refs: Vec<&Pod> = admitted.iter().collect();
-            match admission::admit(pod, &refs, max) {
+            match admission::admit(pod, &refs, max, node.as_deref()) {
                 Ok(()) => {
                     admitted.push(pod.clone());
                     self.spawn(pod_ref(pod), Some(Arc::new(pod.clone())));
                 }
-                Err((reason, message)) => {
-                    warn!(pod = %pod_ref(pod).display(), %reason, %message, "pod rejected");
+                Err(rejection) => {
+                    warn!(pod = %pod_ref(pod).display(), reason = %rejection.reason, message = %rejection.message, "pod rejected");
+                    self.events.pod(
+                        pod,
+                        None,
+                        EventType::Warning,
+                        &rejection.reason,
+                        rejection.message.clone(),
+                    );
                     self.rejected.insert(uid.clone());
                     let mut shown = pod.clone();
-                    shown.status = Some(admission::rejected_status(&reason, &message));
+                    shown.status = Some(admission::rejected_status(pod, &rejection));
                     self.shared.statuses.set(shown);
                 }
             }
@@ -229,3 +305,14 @@ impl PodManager {
         self.workers.insert(uid, WorkerHandle { desired: tx, wake });
     }
 }
+
+/// Whether the API server already reports the pod as ended (phase Succeeded or Failed) and
+/// it is not being deleted (a deleted pod still needs its worker to finish it). Static pods
+/// always arrive Pending.
+fn has_ended(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    matches!(phase, Some("Succeeded" | "Failed")) && pod.metadata.deletion_timestamp.is_none()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,6 +1,7 @@
-//! Pod sources for static pods: a manifest folder (`file`) and a URL (`http`). Each source
-//! runs as its own task and sends the FULL current set of its pods (SET semantics) on a
-//! channel: once when its first read finished, then whenever that set changes.
+//! Pod sources: static pods from a manifest folder (`file`) and a URL (`http`), and the pods
+//! the API server binds to this node (`apiserver`). Each source runs as its own task and sends
+//! the FULL current set of its pods (SET semantics) on a channel: once when its first read
+//! finished, then whenever that set changes.
 
 pub mod api_defaults;
 pub mod apiserver;
@@ -15,6 +16,7 @@ use std::fmt;
 
 use k8s_openapi::api::core::v1::Pod;
 
+pub use apiserver::spawn_api_source;
 pub use file::spawn_file_source;
 pub use http::spawn_http_source;
 pub use validation::{validate_pod, FieldError, FieldErrorKind, ValidationErrors};
@@ -23,6 +25,8 @@ pub use validation::{validate_pod, FieldError, FieldErrorKind, ValidationErrors}
 pub enum SourceKind {
     File,
     Http,
+    /// The API server (cluster mode).
+    Api,
 }
 
 impl fmt::Display for SourceKind {
@@ -30,6 +34,7 @@ impl fmt::Display for SourceKind {
         f.write_str(match self {
             SourceKind::File => "file",
             SourceKind::Http => "http",
+            SourceKind::Api => "api",
         })
     }
 }
@@ -38,7 +43,7 @@ impl fmt::Display for SourceKind {
 #[derive(Debug, Clone, PartialEq)]
 pub struct SourcedPod {
     pub pod: Pod,
-    /// The manifest's file path or the URL.
+    /// The manifest's file path or the URL; "api" for the API server's pods.
     pub origin: String,
 }
 
@@ -119,6 +124,7 @@ mod tests {
     fn source_kind_displays_as_upstream_names_it() {
         assert_eq!(SourceKind::File.to_string(), "file");
         assert_eq!(SourceKind::Http.to_string(), "http");
+        assert_eq!(SourceKind::Api.to_string(), "api");
     }
 
     #[test]

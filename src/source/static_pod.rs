@@ -17,6 +17,17 @@ pub const CONFIG_HASH_ANNOTATION: &str = "kubernetes.io/config.hash";
 pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
 pub const CONFIG_SEEN_ANNOTATION: &str = "kubernetes.io/config.seen";
 
+/// Whether the pod came from a file or URL rather than the API server (upstream's
+/// IsStaticPod): its `kubernetes.io/config.source` is set and is not "api". A pod without
+/// the annotation is not static.
+pub fn is_static_pod(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(CONFIG_SOURCE_ANNOTATION))
+        .is_some_and(|s| s != "api")
+}
+
 /// `<name>-<node>`: unique among nodes, as upstream names static pods.
 pub fn static_pod_name(name: &str, node_name: &str) -> String {
     format!("{name}-{}", node_name.to_lowercase())
@@ -36,6 +47,9 @@ pub fn static_pod_uid(pod: &Pod, source: SourceKind, origin: &str, node_name: &s
             hasher.update(format!("file:{origin}"));
         }
         SourceKind::Http => hasher.update(format!("url:{origin}")),
+        // The API server's pods carry their own UID and are never prepared here; hashing
+        // the origin keeps the function total.
+        SourceKind::Api => hasher.update(format!("api:{origin}")),
     }
     hex::encode(hasher.finalize())
 }

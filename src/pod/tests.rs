@@ -1,0 +1,205 @@
+//! The manager's bookkeeping: admission against the Node, pods being deleted, pods that
+//! already ended, and the API source among the sources it waits for. Workers are stood in
+//! for by handles the tests hold where a running worker would only get in the way.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use serde_json::json;
+
+use super::*;
+use crate::config::Config;
+use crate::network::cni::Cni;
+use crate::pod::status_manager::StatusManager;
+use crate::pod::sync_health::SyncLoopHealth;
+use crate::runtime::events::OomSeen;
+use crate::runtime::fake::FakeRuntime;
+use crate::source::static_pod::CONFIG_SOURCE_ANNOTATION;
+use crate::source::SourcedPod;
+
+fn shared(dir: &std::path::Path) -> Arc<Shared> {
+    let mut cfg = Config::defaults(false);
+    cfg.node_name = "node-a".into();
+    cfg.root_dir = dir.join("root");
+    cfg.pod_logs_dir = dir.join("pods");
+    cfg.container_logs_dir = dir.join("containers");
+    cfg.pod_infra_container_image = "pause".into();
+    let oom_seen = OomSeen::default();
+    Arc::new(Shared {
+        rt: Arc::new(FakeRuntime::new(&["pause", "busybox"], oom_seen.clone())),
+        cni: Cni::new(dir.join("cni"), vec![], Duration::from_secs(5)),
+        cfg: Arc::new(cfg),
+        statuses: StatusManager::new(),
+        exe: "/bin/true".into(),
+        host_ip: "192.0.2.10".into(),
+        memory_capacity: 8 << 30,
+        cpu_capacity_millis: 2000,
+        stats_pods: Default::default(),
+        started: std::time::Instant::now(),
+        oom_score_adj_min: -1000,
+        oom_seen,
+        sync_loop: Arc::new(SyncLoopHealth::new(Duration::from_secs(60))),
+    })
+}
+
+fn api_pod(uid: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": format!("p-{uid}"), "namespace": "default", "uid": uid,
+                     "annotations": {CONFIG_SOURCE_ANNOTATION: "api"}},
+        "spec": {"nodeName": "node-a", "hostNetwork": true,
+                 "containers": [{"name": "app", "image": "busybox"}]},
+        "status": {"phase": "Pending"}
+    }))
+    .unwrap()
+}
+
+fn deleting(mut pod: Pod) -> Pod {
+    pod.metadata.deletion_timestamp =
+        Some(serde_json::from_value(json!("2026-01-01T00:00:00Z")).unwrap());
+    pod.metadata.deletion_grace_period_seconds = Some(30);
+    pod
+}
+
+fn api_update(pods: &[&Pod]) -> SourceUpdate {
+    SourceUpdate {
+        source: SourceKind::Api,
+        pods: pods
+            .iter()
+            .map(|p| SourcedPod {
+                pod: (*p).clone(),
+                origin: "api".into(),
+            })
+            .collect(),
+    }
+}
+
+/// Stands in for a running worker of `pod`: what the manager sends it stays observable.
+fn hold_worker(m: &mut PodManager, pod: &Pod) -> watch::Receiver<Option<Arc<Pod>>> {
+    let (tx, rx) = watch::channel(Some(Arc::new(pod.clone())));
+    let uid = pod.metadata.uid.clone().unwrap();
+    m.workers.insert(
+        uid,
+        WorkerHandle {
+            desired: tx,
+            wake: Arc::new(Notify::new()),
+        },
+    );
+    rx
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deleted_pod_whose_worker_finished_is_not_started_again_while_listed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = PodManager::new(shared(dir.path()), &[SourceKind::Api]);
+    let pod = api_pod("uid-a");
+    let seen = hold_worker(&mut m, &pod);
+
+    // The API marks the pod deleted: the worker gets the pod with its deletionTimestamp.
+    let gone = deleting(pod.clone());
+    m.apply(api_update(&[&gone])).await;
+    let sent = seen.borrow().clone().expect("the worker still has its pod");
+    assert!(sent.metadata.deletion_timestamp.is_some());
+
+    // The worker stopped the pod and finished; the API still lists it until the status sync
+    // deletes it, and any update meanwhile (here, the same set again) starts nothing.
+    m.worker_done("uid-a".into());
+    assert!(!m.workers.contains_key("uid-a"));
+    m.apply(api_update(&[&gone])).await;
+    assert!(
+        !m.workers.contains_key("uid-a"),
+        "no new worker for a finished deleted pod"
+    );
+    assert!(m.finished.contains("uid-a"));
+
+    // Once the API drops it, the UID is forgotten.
+    m.apply(api_update(&[])).await;
+    assert!(m.finished.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_worker_whose_pod_is_neither_gone_nor_deleted_keeps_its_handle() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = PodManager::new(shared(dir.path()), &[SourceKind::Api]);
+    let pod = api_pod("uid-a");
+    let _seen = hold_worker(&mut m, &pod);
+    m.worker_done("uid-a".into());
+    assert!(m.workers.contains_key("uid-a"));
+    assert!(m.finished.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn admission_refuses_against_the_node_and_reports_the_pod_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": "node-a", "labels": {"disk": "hdd"}},
+        "status": {"allocatable": {"cpu": "2", "memory": "1Gi"}}
+    }))
+    .unwrap();
+    let (_node_tx, view) = watch::channel(Some(Arc::new(node)));
+    let mut m = PodManager::new(shared(dir.path()), &[SourceKind::Api]).with_node(view);
+    let mut pod = api_pod("uid-a");
+    pod.spec.as_mut().unwrap().node_selector =
+        Some(BTreeMap::from([("disk".to_string(), "ssd".to_string())]));
+    m.apply(api_update(&[&pod])).await;
+    assert!(!m.workers.contains_key("uid-a"));
+    let shown = m
+        .shared
+        .statuses
+        .get("uid-a")
+        .expect("the refused pod's status");
+    let status = shown.pod.status.clone().unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Failed"));
+    assert_eq!(status.reason.as_deref(), Some("NodeAffinity"));
+    assert_eq!(
+        status.message.as_deref(),
+        Some("Pod was rejected: Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector")
+    );
+
+    // It stays refused on later updates, and its status goes when the API drops it.
+    m.apply(api_update(&[&pod])).await;
+    assert!(!m.workers.contains_key("uid-a"));
+    m.apply(api_update(&[])).await;
+    assert!(m.shared.statuses.get("uid-a").is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_that_already_ended_is_not_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = PodManager::new(shared(dir.path()), &[SourceKind::Api]);
+    let mut done = api_pod("uid-done");
+    done.status.as_mut().unwrap().phase = Some("Succeeded".into());
+    m.apply(api_update(&[&done])).await;
+    assert!(!m.workers.contains_key("uid-done"));
+    assert!(m.shared.statuses.get("uid-done").is_none());
+    m.apply(api_update(&[&done])).await;
+    assert!(!m.workers.contains_key("uid-done"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn orphans_wait_for_the_api_sources_first_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = PodManager::new(shared(dir.path()), &[SourceKind::File, SourceKind::Api]);
+    m.orphans.insert(
+        "orphan-uid".into(),
+        PodRef {
+            uid: "orphan-uid".into(),
+            name: "old".into(),
+            namespace: "default".into(),
+        },
+    );
+    m.apply(SourceUpdate {
+        source: SourceKind::File,
+        pods: vec![],
+    })
+    .await;
+    assert!(
+        m.orphans.contains_key("orphan-uid"),
+        "the API has not reported yet"
+    );
+    assert!(!m.workers.contains_key("orphan-uid"));
+    // The API's first set claims nothing: the orphan is stopped now.
+    m.apply(api_update(&[])).await;
+    assert!(m.orphans.is_empty());
+    assert!(m.workers.contains_key("orphan-uid"));
+    assert!(m.workers["orphan-uid"].desired.borrow().is_none());
+}
