@@ -12,9 +12,11 @@
 pub mod admission;
 pub mod backoff;
 pub mod files;
+pub mod mirror;
 pub mod qos;
 pub mod status;
 pub mod status_manager;
+pub mod status_sync;
 pub mod sync_health;
 pub mod worker;
 

@@ -28,14 +28,22 @@ pub enum StatusChange {
     /// The pod is new or its spec or status changed.
     Set(Versioned),
     /// The pod is gone from the node (its worker finished, or its source dropped it).
-    Removed { uid: String, version: u64 },
+    /// `last` is the pod as it was last set: a subscriber that did not see that final Set
+    /// (latest wins) still gets the final status, which the API must show before the pod
+    /// is deleted there.
+    Removed {
+        uid: String,
+        version: u64,
+        last: Arc<Pod>,
+    },
 }
 
 #[derive(Default)]
 struct Inner {
     pods: BTreeMap<String, Versioned>,
-    /// Removals, by version, kept until every subscriber has seen them.
-    removed: BTreeMap<u64, String>,
+    /// Removals, by version, with the pod as last set, kept until every subscriber has
+    /// seen them.
+    removed: BTreeMap<u64, (String, Arc<Pod>)>,
     version: u64,
     /// Each live subscriber's last seen version (a dropped subscriber's entry goes).
     cursors: Vec<std::sync::Weak<std::sync::atomic::AtomicU64>>,
@@ -101,12 +109,12 @@ impl StatusManager {
     /// Forgets the pod; subscribers see it removed.
     pub fn remove(&self, uid: &str) {
         let mut inner = self.write();
-        if inner.pods.remove(uid).is_none() {
+        let Some(last) = inner.pods.remove(uid) else {
             return;
-        }
+        };
         inner.version += 1;
         let version = inner.version;
-        inner.removed.insert(version, uid.to_string());
+        inner.removed.insert(version, (uid.to_string(), last.pod));
         inner.prune_removed();
         drop(inner);
         self.changed.send_replace(version);
@@ -157,13 +165,14 @@ impl StatusManager {
             inner
                 .removed
                 .range(seen + 1..)
-                .filter(|(version, uid)| {
+                .filter(|(version, (uid, _))| {
                     // Re-added since: the Set above is newer.
-                    inner.pods.get(*uid).is_none_or(|v| v.version < **version)
+                    inner.pods.get(uid).is_none_or(|v| v.version < **version)
                 })
-                .map(|(version, uid)| StatusChange::Removed {
+                .map(|(version, (uid, last))| StatusChange::Removed {
                     uid: uid.clone(),
                     version: *version,
+                    last: last.clone(),
                 }),
         );
         out.sort_by_key(|c| match c {
