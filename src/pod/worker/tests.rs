@@ -57,6 +57,7 @@ fn harness_with(tune: impl FnOnce(&mut Config)) -> Harness {
         oom_score_adj_min: -1000,
         oom_seen,
         sync_loop: Arc::new(SyncLoopHealth::new(Duration::from_secs(60))),
+        recorder: crate::events::Recorder::disabled(),
     });
     Harness {
         fake,
