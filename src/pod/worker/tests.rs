@@ -17,6 +17,7 @@ use crate::pod::sync_health::SyncLoopHealth;
 use crate::runtime::events::OomSeen;
 use crate::runtime::fake::{FakeRuntime, Script};
 
+mod lifecycle;
 mod manager;
 
 const UID: &str = "0f0f0f0f-uid";
