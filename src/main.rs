@@ -162,6 +162,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         oom_score_adj_min: oom_score_adj_min(),
         oom_seen: oom_seen.clone(),
         sync_loop: sync_loop.clone(),
+        recorder: kubelet_rs::events::Recorder::disabled(),
     });
     server_state.set_sync_loop(sync_loop);
 

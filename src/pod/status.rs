@@ -31,6 +31,14 @@ impl Waiting {
     }
 }
 
+/// Why the agent failed the pod as a whole (upstream's pod sync handlers' eviction result,
+/// e.g. activeDeadlineSeconds): the pod's phase is Failed with this reason and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodFailure {
+    pub reason: String,
+    pub message: String,
+}
+
 /// What the probes say of a running container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Probed {
@@ -51,9 +59,18 @@ pub struct StatusInput<'a> {
     pub host_ip: &'a str,
     pub start_time: DateTime<Utc>,
     pub now: DateTime<Utc>,
-    /// The previous status, whose condition transition times carry over when unchanged.
+    /// The previous status, whose condition transition times carry over when unchanged,
+    /// and whose terminal phase stays.
     pub previous: Option<&'a PodStatus>,
+    /// The pod is terminating or terminated on this node (deleted, or failed as a whole):
+    /// its containers will not be restarted whatever the restart policy says.
+    pub terminal: bool,
+    /// The agent failed the pod as a whole.
+    pub failure: Option<&'a PodFailure>,
 }
+
+/// upstream's terminated reason for a container no record shows when its pod terminated.
+pub const CONTAINER_STATUS_UNKNOWN: &str = "ContainerStatusUnknown";
 
 pub fn ktime(t: DateTime<Utc>) -> Time {
     Time(k8s_openapi::jiff::Timestamp::from_second(t.timestamp()).unwrap_or_default())
@@ -166,8 +183,14 @@ fn container_status(
     s
 }
 
-/// upstream getPhase.
-pub fn phase(pod: &Pod, init: &[ContainerStatus], app: &[ContainerStatus]) -> &'static str {
+/// upstream getPhase; `terminal`: the pod's containers will not be restarted (its
+/// podIsTerminal).
+pub fn phase(
+    pod: &Pod,
+    init: &[ContainerStatus],
+    app: &[ContainerStatus],
+    terminal: bool,
+) -> &'static str {
     let spec = pod.spec.as_ref();
     let policy = spec
         .and_then(|s| s.restart_policy.as_deref())
@@ -229,6 +252,14 @@ pub fn phase(pod: &Pod, init: &[ContainerStatus], app: &[ContainerStatus]) -> &'
         return "Running";
     }
     if running == 0 && stopped > 0 && unknown == 0 {
+        // Nothing will restart the containers, whatever the policy says.
+        if terminal {
+            return if stopped == succeeded {
+                "Succeeded"
+            } else {
+                "Failed"
+            };
+        }
         if policy == "Always" {
             return "Running";
         }
@@ -315,8 +346,30 @@ pub fn compute(input: &StatusInput) -> PodStatus {
             )
         })
         .collect();
-    let phase = phase(pod, &init, &app);
-    let terminal = phase == "Succeeded" || phase == "Failed";
+    let mut init = init;
+    let mut app = app;
+    let mut phase = phase(pod, &init, &app, input.terminal);
+    if input.terminal {
+        phase = settle_terminated(&mut init, &mut app, phase);
+    }
+    if input.failure.is_some() {
+        phase = "Failed";
+    }
+    // A terminal phase is final (upstream's merge with the status manager's and the API's).
+    let earlier = input
+        .previous
+        .and_then(|p| p.phase.as_deref())
+        .or_else(|| pod.status.as_ref().and_then(|s| s.phase.as_deref()));
+    if !is_terminal(phase) {
+        if let Some(p @ ("Succeeded" | "Failed")) = earlier {
+            phase = if p == "Succeeded" {
+                "Succeeded"
+            } else {
+                "Failed"
+            };
+        }
+    }
+    let terminal = is_terminal(phase);
 
     let unready: Vec<&str> = app
         .iter()
@@ -402,7 +455,62 @@ pub fn compute(input: &StatusInput) -> PodStatus {
         }]),
         start_time: Some(ktime(input.start_time)),
         qos_class: Some(qos_class(pod).as_str().to_string()),
+        reason: input.failure.map(|f| f.reason.clone()),
+        message: input.failure.map(|f| f.message.clone()),
         ..Default::default()
+    }
+}
+
+fn is_terminal(phase: &str) -> bool {
+    phase == "Succeeded" || phase == "Failed"
+}
+
+/// A terminated pod's container statuses and phase as upstream's status manager settles
+/// them (TerminatePod): an app container no record shows as terminated is reported
+/// terminated with an error, since whether it ran is unknown; init containers before the
+/// last one that started likewise, later ones never ran and stay waiting; a phase that is
+/// still Pending or Running becomes Failed.
+fn settle_terminated(
+    init: &mut [ContainerStatus],
+    app: &mut [ContainerStatus],
+    phase: &'static str,
+) -> &'static str {
+    let unknown = || ContainerState {
+        terminated: Some(ContainerStateTerminated {
+            exit_code: 137,
+            reason: Some(CONTAINER_STATUS_UNKNOWN.to_string()),
+            message: Some(
+                "The container could not be located when the pod was terminated".to_string(),
+            ),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let ran = |s: &ContainerStatus| {
+        s.state
+            .as_ref()
+            .is_some_and(|x| x.terminated.is_some() || x.running.is_some())
+    };
+    for s in app.iter_mut() {
+        if s.state
+            .as_ref()
+            .and_then(|x| x.terminated.as_ref())
+            .is_none()
+        {
+            s.state = Some(unknown());
+            s.ready = false;
+            s.started = Some(false);
+        }
+    }
+    let last_started = init.iter().rposition(ran);
+    if let Some(last) = last_started {
+        for s in init[..last].iter_mut().filter(|s| !ran(s)) {
+            s.state = Some(unknown());
+        }
+    }
+    match phase {
+        "Pending" | "Running" => "Failed",
+        p => p,
     }
 }
 

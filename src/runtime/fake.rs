@@ -174,6 +174,16 @@ impl FakeRuntime {
         }
     }
 
+    /// Every record of the container named `name` loses the label `label`, as records made
+    /// by an earlier version of the agent lack labels it writes now.
+    pub(crate) fn drop_label(&self, name: &str, label: &str) {
+        for c in self.lock().containers.values_mut() {
+            if c.labels.get(labels::CONTAINER_NAME).map(String::as_str) == Some(name) {
+                c.labels.remove(label);
+            }
+        }
+    }
+
     /// Every record of the container named `name` disappears (removed behind the agent's back).
     pub(crate) fn vanish(&self, name: &str) {
         self.lock()

@@ -3,12 +3,17 @@
 //! container a record belongs to, its attempt (restart count), and, once it has died, how.
 //! Upstream's names are used where tools look for them.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_openapi::api::core::v1::Container;
 
 pub const POD_NAME: &str = "io.kubernetes.pod.name";
 pub const POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
 pub const POD_UID: &str = "io.kubernetes.pod.uid";
 pub const CONTAINER_NAME: &str = "io.kubernetes.container.name";
+/// The hash of the fields of the container's spec that may change while it runs
+/// (`container_hash`); a running container whose hash differs from its spec's is restarted.
+pub const CONTAINER_HASH: &str = "io.kubernetes.container.hash";
 
 pub const KIND: &str = "kubelet-rs.io/kind";
 pub const ATTEMPT: &str = "kubelet-rs.io/attempt";
@@ -94,4 +99,88 @@ pub fn pod_filter(uid: &str) -> String {
 /// The containerd filter selecting every record the agent made.
 pub fn managed_filter() -> String {
     format!("labels.\"{KIND}\"")
+}
+
+/// The container's hash as upstream's `HashContainer` picks its fields: since 1.31 only the
+/// name and the image, the only fields of a running pod's container the API lets change
+/// (besides resources, which a resize changes in place). Hashing more would restart every
+/// container whenever defaulting of any other field changed between agent versions.
+/// FNV-1a (32 bits) over the JSON of those fields, in hex as upstream's label value; the
+/// value is only ever compared with values this agent wrote, so it need not equal
+/// upstream's byte for byte (upstream hashes a spew dump of that JSON).
+pub fn container_hash(c: &Container) -> String {
+    let picked = BTreeMap::from([
+        ("image", c.image.as_deref().unwrap_or_default()),
+        ("name", c.name.as_str()),
+    ]);
+    let json = serde_json::to_vec(&picked).unwrap_or_default();
+    let hash = json.iter().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(*b)).wrapping_mul(0x0100_0193)
+    });
+    format!("{hash:x}")
+}
+
+/// Whether a record runs an older definition of `c` than the spec's: its hash label differs.
+/// A record without the label (made before the agent wrote it) counts as current, so an
+/// upgrade of the agent restarts nothing.
+pub fn spec_changed(record_labels: &HashMap<String, String>, c: &Container) -> bool {
+    record_labels
+        .get(CONTAINER_HASH)
+        .is_some_and(|h| *h != container_hash(c))
+}
+
+#[cfg(test)]
+mod hash_tests {
+    use super::*;
+
+    fn container(name: &str, image: &str) -> Container {
+        Container {
+            name: name.into(),
+            image: Some(image.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn fnv1a_of_the_picked_fields() {
+        // FNV-1a 32 of the empty input is its offset basis; of "a" the published vector.
+        let fnv = |s: &[u8]| {
+            s.iter().fold(0x811c_9dc5_u32, |h, b| {
+                (h ^ u32::from(*b)).wrapping_mul(0x0100_0193)
+            })
+        };
+        assert_eq!(fnv(b""), 0x811c_9dc5);
+        assert_eq!(fnv(b"a"), 0xe40c_292c);
+        let c = container("app", "busybox:1");
+        assert_eq!(
+            container_hash(&c),
+            format!("{:x}", fnv(br#"{"image":"busybox:1","name":"app"}"#))
+        );
+    }
+
+    #[test]
+    fn only_name_and_image_count() {
+        let c = container("app", "busybox:1");
+        let mut other_command = c.clone();
+        other_command.command = Some(vec!["sleep".into()]);
+        assert_eq!(container_hash(&c), container_hash(&other_command));
+        assert_ne!(
+            container_hash(&c),
+            container_hash(&container("app", "busybox:2"))
+        );
+        assert_ne!(
+            container_hash(&c),
+            container_hash(&container("web", "busybox:1"))
+        );
+    }
+
+    #[test]
+    fn a_record_without_the_label_is_current() {
+        let c = container("app", "busybox:1");
+        assert!(!spec_changed(&HashMap::new(), &c));
+        let same = HashMap::from([(CONTAINER_HASH.to_string(), container_hash(&c))]);
+        assert!(!spec_changed(&same, &c));
+        let old = HashMap::from([(CONTAINER_HASH.to_string(), "0".to_string())]);
+        assert!(spec_changed(&old, &c));
+    }
 }

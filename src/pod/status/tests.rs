@@ -68,6 +68,8 @@ fn status(p: &Pod, records: &[ContainerRecord], waiting: &HashMap<String, Waitin
         start_time: t(0),
         now: t(3),
         previous: None,
+        terminal: false,
+        failure: None,
     })
 }
 
@@ -116,6 +118,8 @@ fn readiness_probe_gates_ready() {
         start_time: t(0),
         now: t(3),
         previous: None,
+        terminal: false,
+        failure: None,
     });
     let c = &s.container_statuses.as_ref().unwrap()[0];
     assert!(!c.ready);
@@ -281,9 +285,97 @@ fn transition_times_carry_over() {
         start_time: t(0),
         now: t(100),
         previous: Some(&first),
+        terminal: false,
+        failure: None,
     });
     assert_eq!(
         cond(&second, "Ready").last_transition_time,
         cond(&first, "Ready").last_transition_time
+    );
+}
+
+/// The status of a pod the worker terminated (`terminal`) or failed (`failure`).
+fn terminal_status(
+    p: &Pod,
+    records: &[ContainerRecord],
+    failure: Option<&PodFailure>,
+) -> PodStatus {
+    compute(&StatusInput {
+        pod: p,
+        records,
+        waiting: &HashMap::new(),
+        probes: &HashMap::new(),
+        sandbox_ready: false,
+        pod_ips: &[],
+        host_ip: "192.0.2.1",
+        start_time: t(0),
+        now: t(3),
+        previous: None,
+        terminal: true,
+        failure,
+    })
+}
+
+#[test]
+fn a_deleted_pod_whose_containers_were_killed_failed_whatever_its_policy() {
+    let p = pod("Always", false);
+    let killed = terminal_status(&p, &[rec("app", Kind::App, 0, exited(143))], None);
+    assert_eq!(killed.phase.as_deref(), Some("Failed"));
+    assert_eq!(
+        cond(&killed, "Ready").reason.as_deref(),
+        Some("PodCompleted")
+    );
+    let clean = terminal_status(&p, &[rec("app", Kind::App, 0, exited(0))], None);
+    assert_eq!(clean.phase.as_deref(), Some("Succeeded"));
+}
+
+#[test]
+fn a_terminated_pods_container_that_never_ran_is_status_unknown() {
+    let p = pod("Always", false);
+    let s = terminal_status(&p, &[], None);
+    assert_eq!(s.phase.as_deref(), Some("Failed"));
+    let c = &s.container_statuses.as_ref().unwrap()[0];
+    let t = c.state.as_ref().unwrap().terminated.as_ref().unwrap();
+    assert_eq!(t.reason.as_deref(), Some(CONTAINER_STATUS_UNKNOWN));
+    assert_eq!(t.exit_code, 137);
+}
+
+#[test]
+fn a_failed_pod_carries_its_reason_and_message() {
+    let p = pod("Always", false);
+    let f = PodFailure {
+        reason: "DeadlineExceeded".into(),
+        message: "Pod was active on the node longer than the specified deadline".into(),
+    };
+    let s = terminal_status(&p, &[rec("app", Kind::App, 0, exited(137))], Some(&f));
+    assert_eq!(s.phase.as_deref(), Some("Failed"));
+    assert_eq!(s.reason.as_deref(), Some("DeadlineExceeded"));
+    assert_eq!(s.message, Some(f.message.clone()));
+}
+
+#[test]
+fn a_terminal_phase_stays() {
+    let p = pod("Always", false);
+    let recs = [rec("app", Kind::App, 0, exited(1))];
+    let failed = terminal_status(&p, &recs, None);
+    // The same records, no longer marked terminal (a later pass): still Failed.
+    let later = compute(&StatusInput {
+        pod: &p,
+        records: &recs,
+        waiting: &HashMap::new(),
+        probes: &HashMap::new(),
+        sandbox_ready: false,
+        pod_ips: &[],
+        host_ip: "192.0.2.1",
+        start_time: t(0),
+        now: t(4),
+        previous: Some(&failed),
+        terminal: false,
+        failure: None,
+    });
+    assert_eq!(later.phase.as_deref(), Some("Failed"));
+    assert_eq!(
+        status(&p, &recs, &HashMap::new()).phase.as_deref(),
+        Some("Running")
     );
 }

@@ -14,6 +14,7 @@
 //! - `probes`: the probe workers of running containers;
 //! - `publish`: the status for the status manager and what the stats collector samples.
 
+mod events;
 mod exits;
 mod probes;
 mod publish;
@@ -36,7 +37,7 @@ use tracing::{info, warn};
 
 use super::backoff::Backoff;
 use super::files::PodDir;
-use super::status::Waiting;
+use super::status::{PodFailure, Waiting};
 use super::status_manager::StatusManager;
 use crate::config::Config;
 use crate::network::cni::Cni;
@@ -78,6 +79,9 @@ pub struct Shared {
     pub oom_seen: OomSeen,
     /// Stamped by the manager's loop; read by /healthz/syncloop.
     pub sync_loop: Arc<super::sync_health::SyncLoopHealth>,
+    /// Where the workers' pod and container Events go (`Recorder::disabled()` without an
+    /// API server).
+    pub recorder: crate::events::Recorder,
 }
 
 pub type StatsPods =
@@ -116,6 +120,11 @@ pub struct Worker {
     /// The pod's records as this pass listed them, kept current with what the pass did;
     /// `None` when the pass could not list them (then nothing is published).
     view: Option<Vec<ContainerRecord>>,
+    /// The pod is being deleted: its containers are stopped for good, and its status says so.
+    terminating: bool,
+    /// The agent failed the pod as a whole (activeDeadlineSeconds): its containers are killed
+    /// and not restarted.
+    failure: Option<PodFailure>,
 }
 
 fn policy(pod: &Pod) -> &str {
@@ -130,6 +139,28 @@ fn host_network(pod: &Pod) -> bool {
         .as_ref()
         .and_then(|s| s.host_network)
         .unwrap_or(false)
+}
+
+/// The grace period of a pod being deleted, as upstream's calculateEffectiveGracePeriod:
+/// the API's deletionGracePeriodSeconds (the apiserver computed it from the request and the
+/// spec), else the spec's terminationGracePeriodSeconds; never below 1 s.
+fn deletion_grace_period(pod: &Pod) -> Duration {
+    let secs = pod
+        .metadata
+        .deletion_grace_period_seconds
+        .filter(|s| *s > 0)
+        .or_else(|| {
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+        })
+        .unwrap_or(30)
+        .max(1);
+    Duration::from_secs(secs as u64)
+}
+
+fn is_deleted(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_some()
 }
 
 fn grace_period(pod: &Pod) -> Duration {
@@ -181,6 +212,8 @@ impl Worker {
             started_any: false,
             image_failures: HashMap::new(),
             view: None,
+            terminating: false,
+            failure: None,
         }
     }
 
@@ -198,23 +231,34 @@ impl Worker {
         )
     }
 
-    /// The worker loop: sync while the pod is desired, terminate and clean up once it is not.
+    /// The worker loop: sync while the pod is desired, terminate and clean up once it is not
+    /// or once the API deletes it (then with the deletion's grace period and a final status).
     pub async fn run(mut self, mut desired: watch::Receiver<Option<Arc<Pod>>>, wake: Arc<Notify>) {
-        let uid = self.pod_ref.uid.clone();
         self.wake = wake.clone();
-        loop {
+        let deleted = loop {
             let current = desired.borrow_and_update().clone();
-            let Some(pod) = current else { break };
+            let Some(pod) = current else { break None };
+            if is_deleted(&pod) {
+                break Some(pod);
+            }
             let next = self.pass(&pod).await;
             tokio::select! {
                 _ = wake.notified() => {}
-                r = desired.changed() => if r.is_err() { break },
+                r = desired.changed() => if r.is_err() { break None },
                 _ = tokio::time::sleep(next) => {}
             }
-        }
-        // Removed: stop everything, retrying until clean-up is complete. Probes stop first so
-        // a dying container is not probed.
+        };
+        // Probes stop first so a dying container is not probed.
         self.probes.clear();
+        match deleted {
+            Some(pod) => self.finish_deleted(pod, desired).await,
+            None => self.finish_removed(desired).await,
+        }
+        info!(pod = %self.pod_ref.display(), "pod removed");
+    }
+
+    /// The pod left every source: stop everything, retrying until clean-up is complete.
+    async fn finish_removed(&mut self, desired: watch::Receiver<Option<Arc<Pod>>>) {
         let pod = desired.borrow().clone();
         let grace = match pod.as_deref() {
             Some(p) => grace_period(p),
@@ -226,6 +270,58 @@ impl Worker {
                     .map_or(Duration::from_secs(30), grace_period)
             }
         };
+        self.clean_up(grace).await;
+        self.forget();
+    }
+
+    /// The API deletes the pod (graceful deletion): stop its containers within the
+    /// deletion's grace period, publish the final status (every container terminated, the
+    /// phase terminal), remove what the pod holds on the node, then drop its status, which
+    /// lets the status sync delete the pod object. Later copies of the same deleting pod
+    /// only matter when they shorten the grace period, as upstream (a grace period only
+    /// ever decreases).
+    async fn finish_deleted(
+        &mut self,
+        pod: Arc<Pod>,
+        mut desired: watch::Receiver<Option<Arc<Pod>>>,
+    ) {
+        self.terminating = true;
+        self.failure = None;
+        self.waiting.clear();
+        let mut grace = deletion_grace_period(&pod);
+        info!(pod = %self.pod_ref.display(), grace_seconds = grace.as_secs(), "pod is being deleted; stopping it");
+        let mut delay = RETRY;
+        loop {
+            let stopped = tokio::select! {
+                r = self.stop_pod(&pod, grace) => r,
+                shorter = shorter_grace(&mut desired, grace) => {
+                    info!(pod = %self.pod_ref.display(), grace_seconds = shorter.as_secs(), "deletion grace period shortened");
+                    grace = shorter;
+                    continue;
+                }
+            };
+            match stopped {
+                Ok(()) => break,
+                Err(e) => {
+                    warn!(pod = %self.pod_ref.display(), error = %e, "cannot stop the pod; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(30));
+                }
+            }
+        }
+        // The latest copy of the pod carries the status (its metadata may have moved on).
+        let latest = desired
+            .borrow()
+            .clone()
+            .filter(|p| is_deleted(p))
+            .unwrap_or(pod);
+        self.publish(&latest).await;
+        self.clean_up(grace).await;
+        self.forget();
+    }
+
+    /// Removes everything of the pod, retrying until clean-up is complete.
+    async fn clean_up(&mut self, grace: Duration) {
         let mut delay = RETRY;
         loop {
             match self.terminate(grace).await {
@@ -237,12 +333,16 @@ impl Worker {
                 }
             }
         }
-        self.shared.statuses.remove(&uid);
-        crate::metrics::forget_pod_probe_series(&uid);
+    }
+
+    /// The pod is gone from the node: its status, probe series and stats entry go too.
+    fn forget(&self) {
+        let uid = &self.pod_ref.uid;
+        self.shared.statuses.remove(uid);
+        crate::metrics::forget_pod_probe_series(uid);
         if let Ok(mut m) = self.shared.stats_pods.write() {
-            m.remove(&uid);
+            m.remove(uid);
         }
-        info!(pod = %self.pod_ref.display(), "pod removed");
     }
 
     /// One pass: reconcile, then publish what the pass saw and did. Returns when to look
@@ -257,6 +357,28 @@ impl Worker {
         };
         self.publish(pod).await;
         next
+    }
+}
+
+/// Resolves when a later copy of the deleting pod shortens its grace period below `current`
+/// (never, when the pod is gone from the sources or no copy shortens it).
+async fn shorter_grace(
+    desired: &mut watch::Receiver<Option<Arc<Pod>>>,
+    current: Duration,
+) -> Duration {
+    loop {
+        if desired.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+        let shorter = desired
+            .borrow_and_update()
+            .as_deref()
+            .filter(|p| is_deleted(p))
+            .map(deletion_grace_period)
+            .filter(|g| *g < current);
+        if let Some(g) = shorter {
+            return g;
+        }
     }
 }
 

@@ -9,7 +9,8 @@ use chrono::Utc;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use tracing::{debug, warn};
 
-use super::{grace_period, Sandbox, Worker};
+use super::{events, grace_period, Sandbox, Worker};
+use crate::events::EventType;
 use crate::pod::status;
 use crate::prober::{ContainerProbes, ProbeOptions, ProbeTarget};
 use crate::runtime::containers::{ContainerRecord, State};
@@ -79,12 +80,28 @@ impl Worker {
                     .map(|g| Duration::from_secs(g.max(1) as u64))
                     .unwrap_or_else(|| grace_period(pod));
                 let msg = format!("{}; container {} will be restarted", f.message, c.name);
-                warn!(pod = %self.pod_ref.display(), container = %c.name, reason = "Unhealthy", message = %f.message, "probe failed; killing container");
+                warn!(pod = %self.pod_ref.display(), container = %c.name, reason = events::UNHEALTHY, message = %f.message, "probe failed; killing container");
+                self.container_event(
+                    pod,
+                    Kind::App,
+                    &c.name,
+                    EventType::Warning,
+                    events::UNHEALTHY,
+                    f.message.clone(),
+                );
+                // upstream's computePodActions words for the kill.
+                let killing = format!(
+                    "Container {} failed {} probe, will be restarted",
+                    c.name,
+                    f.kind.to_ascii_lowercase()
+                );
                 let set = HashMap::from([(labels::MESSAGE.to_string(), msg)]);
                 self.shared.rt.set_labels(&r.id, set.clone()).await?;
                 self.label_record(&r.id, set);
                 self.probes.remove(&r.id);
-                let (id, status) = self.stop_one(Some(pod), r, grace, &sandbox.ips).await?;
+                let (id, status) = self
+                    .stop_one(Some(pod), r, grace, &sandbox.ips, Some(killing))
+                    .await?;
                 self.saw_exit(&id, status);
                 debug!(pod = %self.pod_ref.display(), container = %c.name, container_id = %id, "container stopped after a failed probe");
             }

@@ -35,14 +35,11 @@ impl Worker {
             sandbox_ready: sandbox.is_some_and(|s| s.is_running()),
             pod_ips: &ips,
             host_ip: &self.shared.host_ip,
-            // The oldest record dates the pod's start across agent restarts.
-            start_time: records
-                .iter()
-                .filter_map(|r| r.created_at)
-                .min()
-                .map_or(self.start_time, |t| t.min(self.start_time)),
+            start_time: self.pod_start(pod, &records),
             now: Utc::now(),
             previous: self.last_status.as_ref(),
+            terminal: self.terminating,
+            failure: self.failure.as_ref(),
         });
         self.publish_stats_info(pod, &records, status.start_time.as_ref())
             .await;

@@ -5,17 +5,24 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
 use tracing::{error, info};
 
 use super::sandbox::latest_sandbox;
-use super::{policy, resync_interval, Worker, RETRY};
-use crate::pod::status::{self, attempts, StatusInput, Waiting};
+use super::{events, grace_period, policy, resync_interval, Worker, RETRY};
+use crate::events::EventType;
+use crate::pod::status::{self, attempts, PodFailure, StatusInput, Waiting};
 use crate::runtime::containers::{ContainerRecord, State};
-use crate::runtime::labels::{Kind, PodRef};
+use crate::runtime::labels::{self, Kind, PodRef};
 use crate::runtime::RuntimeError;
 use crate::volume::{self, Allocatable, DownwardContext};
+
+/// The pod's activeDeadlineSeconds, if it has one.
+fn active_deadline(pod: &Pod) -> Option<chrono::Duration> {
+    let secs = pod.spec.as_ref()?.active_deadline_seconds?;
+    Some(chrono::Duration::seconds(secs.max(0)))
+}
 
 fn should_restart(policy: &str, exit_code: i32) -> bool {
     match policy {
@@ -80,18 +87,18 @@ impl Worker {
         self.finalize_view().await?;
         self.collect_garbage().await;
 
-        // A pod that reached Succeeded or Failed stays there; its sandbox is stopped.
+        self.check_active_deadline(pod);
+
+        // A pod that reached Succeeded or Failed stays there: what still runs of it (a pod
+        // failed as a whole) is stopped within its grace period, then its sandbox.
         let st = self.preview_status(pod);
         if matches!(st.phase.as_deref(), Some("Succeeded") | Some("Failed")) {
-            let running = latest_sandbox(self.records())
-                .filter(|s| s.is_running())
-                .map(|s| s.id.clone());
-            if let Some(id) = running {
+            let records = self.records().to_vec();
+            self.stop_containers(Some(pod), &records, grace_period(pod))
+                .await?;
+            if latest_sandbox(self.records()).is_some_and(|s| s.is_running()) {
                 info!(pod = %self.pod_ref.display(), "pod is terminal; stopping its sandbox");
-                rt.kill(&id, libc::SIGKILL as u32).await?;
-                if let Some(code) = rt.wait_exit(&id, Duration::from_secs(10)).await? {
-                    self.saw_exit(&id, code);
-                }
+                self.stop_sandbox().await?;
             }
             return Ok(self.shared.cfg.sync_frequency);
         }
@@ -106,6 +113,12 @@ impl Worker {
                 if self.sandbox_error.as_deref() != Some(&msg) {
                     error!(pod = %self.pod_ref.display(), error = %msg, "cannot create pod sandbox");
                 }
+                self.pod_event(
+                    pod,
+                    EventType::Warning,
+                    events::FAILED_CREATE_POD_SANDBOX,
+                    format!("Failed to create pod sandbox: {msg}"),
+                );
                 self.sandbox_error = Some(msg);
                 return Ok(RETRY);
             }
@@ -135,6 +148,7 @@ impl Worker {
                 if self.volume_error.as_ref() != Some(&w) {
                     error!(pod = %self.pod_ref.display(), error = %e, "pod volumes cannot be set up");
                 }
+                self.pod_event(pod, EventType::Warning, events::FAILED_MOUNT, e.to_string());
                 for c in pod.spec.iter().flat_map(|s| {
                     s.init_containers
                         .iter()
@@ -179,6 +193,14 @@ impl Worker {
 
         for c in &spec.containers {
             let tries = attempts(self.records(), &c.name, Kind::App);
+            let changed = tries
+                .first()
+                .filter(|r| r.is_running() && labels::spec_changed(&r.labels, c))
+                .map(|r| (*r).clone());
+            if let Some(r) = changed {
+                self.restart_changed(pod, c, &r, &sandbox).await?;
+                continue;
+            }
             let step = step_for(&tries, |code| should_restart(policy(pod), code));
             if matches!(step, Step::Done) {
                 self.waiting.remove(&c.name);
@@ -192,7 +214,83 @@ impl Worker {
             }
         }
         self.manage_probes(pod, &sandbox).await?;
+        if let Some(left) = self.until_active_deadline(pod) {
+            // Look again when the deadline passes (a little after, so it has).
+            next = next.min(left + Duration::from_millis(50));
+        }
         Ok(next)
+    }
+
+    /// A running container whose spec changed (its image, as the API allows) is killed and
+    /// started again at once, whatever the restart policy, as upstream's computePodActions:
+    /// the new definition is not a crash, so no back-off applies.
+    async fn restart_changed(
+        &mut self,
+        pod: &Pod,
+        c: &Container,
+        r: &ContainerRecord,
+        sandbox: &super::Sandbox,
+    ) -> Result<(), RuntimeError> {
+        info!(pod = %self.pod_ref.display(), container = %c.name, container_id = %r.id, "container definition changed; restarting it");
+        self.probes.remove(&r.id);
+        let msg = format!("Container {} definition changed, will be restarted", c.name);
+        let (id, status) = self
+            .stop_one(Some(pod), r, grace_period(pod), &sandbox.ips, Some(msg))
+            .await?;
+        self.saw_exit(&id, status);
+        self.start(pod, c, Kind::App, r.attempt + 1, sandbox, None)
+            .await;
+        Ok(())
+    }
+
+    /// When the pod started on this node, as its status says: the oldest of its records
+    /// (that survives an agent restart), the worker's own start, and the start the API
+    /// already shows.
+    pub(super) fn pod_start(&self, pod: &Pod, records: &[ContainerRecord]) -> DateTime<Utc> {
+        let api = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.start_time.as_ref())
+            .and_then(|t| DateTime::from_timestamp(t.0.as_second(), 0));
+        records
+            .iter()
+            .filter_map(|r| r.created_at)
+            .chain(api)
+            .fold(self.start_time, DateTime::min)
+    }
+
+    /// How long until the pod's activeDeadlineSeconds passes; `None` without a deadline
+    /// or once it passed.
+    fn until_active_deadline(&self, pod: &Pod) -> Option<Duration> {
+        let deadline = active_deadline(pod)?;
+        let active = Utc::now() - self.pod_start(pod, self.records());
+        (deadline - active).to_std().ok().filter(|d| !d.is_zero())
+    }
+
+    /// Fails the pod once it has been active longer than its activeDeadlineSeconds, as
+    /// upstream's active deadline handler: phase Failed, reason DeadlineExceeded, and an
+    /// event; its containers are then killed and never restarted.
+    fn check_active_deadline(&mut self, pod: &Pod) {
+        if self.failure.is_some() || active_deadline(pod).is_none() {
+            return;
+        }
+        if self.until_active_deadline(pod).is_some() {
+            return;
+        }
+        let failure = PodFailure {
+            reason: events::DEADLINE_EXCEEDED.to_string(),
+            message: "Pod was active on the node longer than the specified deadline".to_string(),
+        };
+        info!(pod = %self.pod_ref.display(), reason = %failure.reason, "pod was active longer than its activeDeadlineSeconds; failing it");
+        self.pod_event(
+            pod,
+            EventType::Normal,
+            &failure.reason,
+            failure.message.clone(),
+        );
+        // Its containers end for good: their statuses show how, not why they would wait.
+        self.waiting.clear();
+        self.failure = Some(failure);
     }
 
     /// Carries out a step; `Some(wait)` when the container must wait out its back-off.
@@ -208,7 +306,7 @@ impl Worker {
             Step::Running | Step::Done => {}
             Step::Start { attempt, after } => {
                 if let Some(finished) = after {
-                    if let Some(wait) = self.in_backoff(pod, c, finished) {
+                    if let Some(wait) = self.in_backoff(pod, c, kind, finished) {
                         return Ok(Some(wait));
                     }
                 }
@@ -232,9 +330,11 @@ impl Worker {
             sandbox_ready: true,
             pod_ips: &[],
             host_ip: "",
-            start_time: self.start_time,
+            start_time: self.pod_start(pod, self.records()),
             now: Utc::now(),
-            previous: None,
+            previous: self.last_status.as_ref(),
+            terminal: self.terminating,
+            failure: self.failure.as_ref(),
         })
     }
 
@@ -247,15 +347,27 @@ impl Worker {
         &mut self,
         pod: &Pod,
         c: &Container,
+        kind: Kind,
         finished: chrono::DateTime<Utc>,
     ) -> Option<Duration> {
         let key = self.backoff_key(c);
         let wait = self.backoff.in_backoff(&key, finished, Utc::now())?;
+        let shown = PodRef::display(&super::pod_ref(pod));
         let msg = format!(
-            "back-off {}s restarting failed container={} pod={}",
+            "back-off {}s restarting failed container={} pod={shown}",
             self.backoff.current(&key).as_secs(),
             c.name,
-            PodRef::display(&super::pod_ref(pod))
+        );
+        self.container_event(
+            pod,
+            kind,
+            &c.name,
+            EventType::Warning,
+            events::BACK_OFF,
+            format!(
+                "Back-off restarting failed container {} in pod {shown}",
+                c.name
+            ),
         );
         self.waiting
             .insert(c.name.clone(), Waiting::new("CrashLoopBackOff", msg));

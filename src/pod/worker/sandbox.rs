@@ -9,7 +9,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use tracing::{info, warn};
 
-use super::{blocking, host_network, Sandbox, Worker};
+use super::{blocking, events, host_network, Sandbox, Worker};
+use crate::events::EventType;
 use crate::network::cni::{AttachRequest, PortMapping};
 use crate::network::netns;
 use crate::pod::files::SandboxState;
@@ -66,8 +67,14 @@ impl Worker {
         let attempt = latest.as_ref().map(|s| s.attempt + 1).unwrap_or(0);
         if let Some(old) = &latest {
             warn!(pod = %self.pod_ref.display(), "pod sandbox is not running; recreating it and its containers");
+            self.pod_event(
+                pod,
+                EventType::Normal,
+                events::SANDBOX_CHANGED,
+                "Pod sandbox changed, it will be killed and re-created.".into(),
+            );
             let records = self.view.clone().unwrap_or_default();
-            self.stop_containers(&records, Duration::from_secs(2))
+            self.stop_containers(Some(pod), &records, Duration::from_secs(2))
                 .await?;
             self.teardown_network(Some(old)).await?;
             rt.remove_container(&old.id).await?;

@@ -10,8 +10,9 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use tracing::{debug, info, warn};
 
-use super::{blocking, Sandbox, Worker, POST_START_TIMEOUT};
+use super::{blocking, events, Sandbox, Worker, POST_START_TIMEOUT};
 use crate::config::format_duration;
+use crate::events::EventType;
 use crate::logs;
 use crate::pod::qos::{oom_score_adj, qos_class};
 use crate::pod::status::Waiting;
@@ -44,6 +45,16 @@ impl Worker {
                 info!(pod = %self.pod_ref.display(), container = %c.name, container_id = %id, attempt, "container started");
             }
             Err(w) => {
+                if let Some(msg) = failed_event_message(&w) {
+                    self.container_event(
+                        pod,
+                        kind,
+                        &c.name,
+                        EventType::Warning,
+                        events::FAILED,
+                        msg,
+                    );
+                }
                 if self.waiting.get(&c.name) != Some(&w) {
                     warn!(pod = %self.pod_ref.display(), container = %c.name, reason = %w.reason, message = %w.message, "container not started");
                 }
@@ -56,23 +67,40 @@ impl Worker {
     /// the runtime has, IfNotPresent pulls when it is missing, Always checks the registry
     /// (a pull of an image that is already complete costs only the manifest check). A
     /// failed pull is ErrImagePull, then ImagePullBackOff until its back-off ends.
-    async fn resolve_image(&mut self, c: &Container) -> Result<ImageInfo, Waiting> {
+    async fn resolve_image(
+        &mut self,
+        pod: &Pod,
+        c: &Container,
+        kind: Kind,
+    ) -> Result<ImageInfo, Waiting> {
         let image = c.image.clone().unwrap_or_default();
+        // The recorder and the field path, not `self`: the pull below updates the worker.
+        let (recorder, path) = (
+            self.shared.recorder.clone(),
+            events::field_path(kind, &c.name),
+        );
+        let event = |t: EventType, reason: &str, msg: String| {
+            recorder.pod(pod, path.as_deref(), t, reason, msg)
+        };
         let pull_policy = c.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
         if pull_policy != "Always" {
             match self.shared.rt.resolve_image(&image).await {
                 Ok(i) => {
-                    info!(pod = %self.pod_ref.display(), container = %c.name, image = %image,
-                          "Container image \"{image}\" already present on machine");
+                    let msg = format!("Container image \"{image}\" already present on machine");
+                    info!(pod = %self.pod_ref.display(), container = %c.name, image = %image, "{msg}");
+                    event(EventType::Normal, events::PULLED, msg);
                     return Ok(i);
                 }
                 Err(RuntimeError::ImageNotFound(_)) if pull_policy == "Never" => {
-                    return Err(Waiting::new(
-                        "ErrImageNeverPull",
-                        format!(
-                            "Container image \"{image}\" is not present with pull policy of Never"
-                        ),
-                    ))
+                    let msg = format!(
+                        "Container image \"{image}\" is not present with pull policy of Never"
+                    );
+                    event(
+                        EventType::Warning,
+                        events::ERR_IMAGE_NEVER_PULL,
+                        msg.clone(),
+                    );
+                    return Err(Waiting::new("ErrImageNeverPull", msg));
                 }
                 Err(RuntimeError::ImageNotFound(_)) => {}
                 Err(e) => return Err(Waiting::new("ErrImagePull", e.to_string())),
@@ -82,6 +110,11 @@ impl Worker {
         let now = Utc::now();
         if let Some(last) = self.image_failures.get(&key) {
             if let Some(wait) = self.backoff.in_backoff(&key, last.0, now) {
+                event(
+                    EventType::Normal,
+                    events::BACK_OFF,
+                    format!("Back-off pulling image \"{image}\""),
+                );
                 return Err(Waiting::new(
                     "ImagePullBackOff",
                     format!(
@@ -93,18 +126,29 @@ impl Worker {
             }
         }
         info!(pod = %self.pod_ref.display(), container = %c.name, image = %image, "pulling image");
+        event(
+            EventType::Normal,
+            events::PULLING,
+            format!("Pulling image \"{image}\""),
+        );
         let asked = std::time::Instant::now();
         match self.shared.rt.pull_image(&image, &[]).await {
             Ok(out) => {
                 self.image_failures.remove(&key);
+                // Upstream's wording, also when the registry had nothing new (upstream's
+                // pull then costs only the manifest check too, and says the same).
+                let waited = asked.elapsed().max(out.duration);
+                let msg = format!(
+                    "Successfully pulled image \"{image}\" in {} ({} including waiting). Image size: {} bytes.",
+                    format_duration(out.duration),
+                    format_duration(waited),
+                    out.size
+                );
+                event(EventType::Normal, events::PULLED, msg.clone());
                 if out.pulled {
-                    // Upstream's wording (an event and a log line there; no status field).
-                    let waited = asked.elapsed().max(out.duration);
                     info!(pod = %self.pod_ref.display(), container = %c.name, image = %image,
                           size_bytes = out.size, fetched_bytes = out.bytes,
-                          seconds = out.duration.as_secs_f64(),
-                          "Successfully pulled image \"{image}\" in {} ({} including waiting). Image size: {} bytes.",
-                          format_duration(out.duration), format_duration(waited), out.size);
+                          seconds = out.duration.as_secs_f64(), "{msg}");
                 } else {
                     debug!(pod = %self.pod_ref.display(), container = %c.name, image = %image,
                            "image up to date with the registry");
@@ -113,6 +157,11 @@ impl Worker {
             }
             Err(e) => {
                 let msg = e.to_string();
+                event(
+                    EventType::Warning,
+                    events::FAILED,
+                    format!("Failed to pull image \"{image}\": {msg}"),
+                );
                 self.backoff.next(&key, now, now);
                 self.image_failures.insert(key, (now, msg.clone()));
                 Err(Waiting::new("ErrImagePull", msg))
@@ -129,7 +178,7 @@ impl Worker {
         sandbox: &Sandbox,
     ) -> Result<String, Waiting> {
         let rt = self.shared.rt.clone();
-        let image = self.resolve_image(c).await?;
+        let image = self.resolve_image(pod, c, kind).await?;
         let mut ctx = self.pod_context(pod, &sandbox.id, None, sandbox.pid, &sandbox.ips, "");
         let qos = qos_class(pod);
         let mem_request = c
@@ -191,6 +240,10 @@ impl Worker {
         let extra = HashMap::from([
             (labels::LOG_PATH.to_string(), log_path.display().to_string()),
             (labels::CGROUP_PARENT.to_string(), ctx.cgroup_parent.clone()),
+            (
+                labels::CONTAINER_HASH.to_string(),
+                labels::container_hash(c),
+            ),
         ]);
         let new = NewContainer {
             id: &id,
@@ -206,6 +259,14 @@ impl Worker {
         rt.create_container(new.clone())
             .await
             .map_err(|e| Waiting::new("CreateContainerError", e.to_string()))?;
+        self.container_event(
+            pod,
+            kind,
+            &c.name,
+            EventType::Normal,
+            events::CREATED,
+            format!("Created container: {}", c.name),
+        );
         let mut record = new.as_record(None);
 
         let uri = logs::logger_uri(
@@ -241,6 +302,14 @@ impl Worker {
                 return Err(Waiting::new("RunContainerError", msg));
             }
         };
+        self.container_event(
+            pod,
+            kind,
+            &c.name,
+            EventType::Normal,
+            events::STARTED,
+            format!("Started container {}", c.name),
+        );
         let started_label = HashMap::from([(labels::STARTED_AT.to_string(), format_time(started))]);
         if rt.set_labels(&id, started_label.clone()).await.is_ok() {
             record.labels.extend(started_label);
@@ -257,7 +326,22 @@ impl Worker {
                 prober::run_handler(hook, &target, exec.as_ref(), POST_START_TIMEOUT).await
             {
                 // As upstream: the container is killed and the pod shows PostStartHookError.
-                warn!(pod = %self.pod_ref.display(), container = %c.name, reason = "FailedPostStartHook", message = %msg, "postStart hook failed; killing container");
+                warn!(pod = %self.pod_ref.display(), container = %c.name, reason = events::FAILED_POST_START_HOOK, message = %msg, "postStart hook failed; killing container");
+                // As upstream, the hook's output stays out of the event (it may hold
+                // secrets), and the kill says why.
+                let warn = |reason: &str, msg: &str| {
+                    (EventType::Warning, reason.to_string(), msg.to_string())
+                };
+                for (t, reason, msg) in [
+                    warn(events::FAILED_POST_START_HOOK, "PostStartHook failed"),
+                    (
+                        EventType::Normal,
+                        events::KILLING.to_string(),
+                        events::FAILED_POST_START_HOOK.to_string(),
+                    ),
+                ] {
+                    self.container_event(pod, kind, &c.name, t, &reason, msg);
+                }
                 let text = format!("FailedPostStartHook: {msg}");
                 let message = HashMap::from([(labels::MESSAGE.to_string(), text.clone())]);
                 if rt.set_labels(&id, message.clone()).await.is_ok() {
@@ -323,4 +407,17 @@ fn new_with_labels(
         None,
     )
     .unwrap_or_else(|| r.clone())
+}
+
+/// The message of upstream's "Failed" event for a container that could not be created or
+/// started: the image errors by their reason ("Error: ErrImagePull"), others by their
+/// message. A failed postStart hook has its own events.
+fn failed_event_message(w: &Waiting) -> Option<String> {
+    match w.reason.as_str() {
+        "PostStartHookError" => None,
+        "ErrImagePull" | "ImagePullBackOff" | "ErrImageNeverPull" => {
+            Some(format!("Error: {}", w.reason))
+        }
+        _ => Some(format!("Error: {}", w.message)),
+    }
 }

@@ -7,8 +7,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use tracing::{info, warn};
 
+use super::events;
 use super::sandbox::{latest_sandbox, split_ips, SandboxError};
 use super::{blocking, Worker};
+use crate::events::EventType;
 use crate::pod::files::{remove_log_links, remove_pod_cgroups};
 use crate::pod::qos::{pod_cgroup_parent, QosClass};
 use crate::prober;
@@ -19,18 +21,26 @@ use crate::volume;
 
 impl Worker {
     /// Stops every running non-sandbox container in parallel, each as `stop_one` does.
+    /// `pod` gives the containers' hooks; without it, the pod as the sandbox saved it.
     pub(super) async fn stop_containers(
         &mut self,
+        pod: Option<&Pod>,
         records: &[ContainerRecord],
         grace: Duration,
     ) -> Result<(), RuntimeError> {
-        let dir = self.pod_dir();
-        let pod = blocking(move || dir.load_pod()).await;
+        let saved = match pod {
+            Some(_) => None,
+            None => {
+                let dir = self.pod_dir();
+                blocking(move || dir.load_pod()).await
+            }
+        };
+        let pod = pod.or(saved.as_ref());
         let ips = split_ips(latest_sandbox(records).and_then(|s| s.labels.get(labels::POD_IPS)));
         let running = records
             .iter()
             .filter(|r| r.kind != Kind::Sandbox && r.is_running());
-        let stops = running.map(|r| self.stop_one(pod.as_ref(), r, grace, &ips));
+        let stops = running.map(|r| self.stop_one(pod, r, grace, &ips, None));
         let ended = futures::future::join_all(stops).await;
         for (id, status) in ended.into_iter().collect::<Result<Vec<_>, _>>()? {
             self.saw_exit(&id, status);
@@ -38,7 +48,40 @@ impl Worker {
         Ok(())
     }
 
-    /// Stops one container as upstream: its preStop hook within the grace period, then the
+    /// Stops the pod for good, as upstream's pod termination before its clean-up: its
+    /// containers within `grace`, then its sandbox. How each ended is recorded in the view,
+    /// which the final status is published from.
+    pub(super) async fn stop_pod(
+        &mut self,
+        pod: &Pod,
+        grace: Duration,
+    ) -> Result<(), RuntimeError> {
+        let rt = self.shared.rt.clone();
+        self.view = None;
+        self.view = Some(rt.pod_containers(&self.pod_ref.uid).await?);
+        self.finalize_view().await?;
+        let records = self.view.clone().unwrap_or_default();
+        self.stop_containers(Some(pod), &records, grace).await?;
+        self.stop_sandbox().await?;
+        self.finalize_view().await
+    }
+
+    /// Kills the pod's running sandbox, once nothing of the pod is to run in it any more.
+    pub(super) async fn stop_sandbox(&mut self) -> Result<(), RuntimeError> {
+        let running = latest_sandbox(self.view.as_deref().unwrap_or(&[]))
+            .filter(|s| s.is_running())
+            .map(|s| s.id.clone());
+        let Some(id) = running else { return Ok(()) };
+        let rt = self.shared.rt.clone();
+        rt.kill(&id, libc::SIGKILL as u32).await?;
+        if let Some(code) = rt.wait_exit(&id, Duration::from_secs(10)).await? {
+            self.saw_exit(&id, code);
+        }
+        Ok(())
+    }
+
+    /// Stops one container as upstream's killContainer: the Killing event (`message`, or
+    /// "Stopping container <name>"), its preStop hook within the grace period, then the
     /// stop signal, then SIGKILL when what is left of the grace period (at least 2 s) ends.
     /// Returns the container's id and exit status.
     pub(super) async fn stop_one(
@@ -47,6 +90,7 @@ impl Worker {
         r: &ContainerRecord,
         grace: Duration,
         pod_ips: &[String],
+        message: Option<String>,
     ) -> Result<(String, u32), RuntimeError> {
         let rt = &self.shared.rt;
         let spec = pod.and_then(|p| p.spec.as_ref()).and_then(|s| {
@@ -55,7 +99,18 @@ impl Worker {
                 .chain(s.init_containers.iter().flatten())
                 .find(|c| c.name == r.name)
         });
-        let started = std::time::Instant::now();
+        if let (Some(pod), Some(_)) = (pod, spec) {
+            let msg = message.unwrap_or_else(|| format!("Stopping container {}", r.name));
+            self.container_event(
+                pod,
+                r.kind,
+                &r.name,
+                EventType::Normal,
+                events::KILLING,
+                msg,
+            );
+        }
+        let started = tokio::time::Instant::now();
         if let Some((c, hook)) = spec.and_then(|c| {
             c.lifecycle
                 .as_ref()
@@ -65,7 +120,19 @@ impl Worker {
             let target = self.probe_target(c, &r.id, pod_ips);
             info!(pod = %self.pod_ref.display(), container = %r.name, "running preStop hook");
             if let Err(msg) = prober::run_handler(hook, &target, rt.as_ref(), grace).await {
-                warn!(pod = %self.pod_ref.display(), container = %r.name, reason = "FailedPreStopHook", message = %msg, "preStop hook failed")
+                warn!(pod = %self.pod_ref.display(), container = %r.name, reason = events::FAILED_PRE_STOP_HOOK, message = %msg, "preStop hook failed");
+                if let Some(pod) = pod {
+                    // As upstream, the hook's output stays out of the event (it may hold
+                    // secrets); the log line above has it.
+                    self.container_event(
+                        pod,
+                        r.kind,
+                        &r.name,
+                        EventType::Warning,
+                        events::FAILED_PRE_STOP_HOOK,
+                        "PreStopHook failed".into(),
+                    );
+                }
             }
         }
         let remaining = grace
@@ -90,7 +157,7 @@ impl Worker {
     pub async fn terminate(&mut self, grace: Duration) -> Result<(), SandboxError> {
         let rt = self.shared.rt.clone();
         let records = rt.pod_containers(&self.pod_ref.uid).await?;
-        self.stop_containers(&records, grace).await?;
+        self.stop_containers(None, &records, grace).await?;
         for r in records.iter().filter(|r| r.kind != Kind::Sandbox) {
             rt.remove_container(&r.id).await?;
         }

@@ -17,6 +17,7 @@ use crate::pod::sync_health::SyncLoopHealth;
 use crate::runtime::events::OomSeen;
 use crate::runtime::fake::{FakeRuntime, Script};
 
+mod lifecycle;
 mod manager;
 
 const UID: &str = "0f0f0f0f-uid";
@@ -57,6 +58,7 @@ fn harness_with(tune: impl FnOnce(&mut Config)) -> Harness {
         oom_score_adj_min: -1000,
         oom_seen,
         sync_loop: Arc::new(SyncLoopHealth::new(Duration::from_secs(60))),
+        recorder: crate::events::Recorder::disabled(),
     });
     Harness {
         fake,

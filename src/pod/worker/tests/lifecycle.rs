@@ -1,0 +1,247 @@
+//! The lifecycle of pods the API drives: graceful deletion (grace period, preStop, final
+//! status, clean-up), restarts when a container's spec changes, and activeDeadlineSeconds.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use tokio::sync::{watch, Notify};
+
+use super::{harness, phase, pod, status_of, worker, Harness, UID};
+use crate::pod::worker::Worker;
+use crate::runtime::fake::Script;
+use crate::runtime::labels;
+
+/// `p` as the API shows it once deleted with this grace period.
+fn deleting(p: &Pod, grace_seconds: i64) -> Pod {
+    let mut d = p.clone();
+    d.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+    d.metadata.deletion_grace_period_seconds = Some(grace_seconds);
+    d
+}
+
+/// Sleeps on the paused clock until `done` holds (at most ten minutes of it).
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..6000 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+fn running(h: &Harness, name: &str) -> bool {
+    h.shared.statuses.get(UID).is_some()
+        && status_of(h, name)
+            .state
+            .is_some_and(|s| s.running.is_some())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deleted_pod_stops_within_its_grace_period_reports_and_goes() {
+    let h = harness();
+    h.fake.script("stubborn", [Script::IgnoreTerm]);
+    let mut p = pod(&[], &["stubborn", "polite"], "Always");
+    p.spec.as_mut().unwrap().containers[0].lifecycle = Some(
+        serde_json::from_value(serde_json::json!({
+            "preStop": {"exec": {"command": ["/bin/drain"]}}
+        }))
+        .unwrap(),
+    );
+    let (tx, rx) = watch::channel(Some(Arc::new(p.clone())));
+    let w = Worker::new(h.shared.clone(), super::super::pod_ref(&p));
+    let done = tokio::spawn(w.run(rx, Arc::new(Notify::new())));
+    until("both containers to run", || {
+        running(&h, "stubborn") && running(&h, "polite")
+    })
+    .await;
+
+    // Deleted with 20 s (the spec says 5: the API's value wins).
+    let gone = deleting(&p, 20);
+    tx.send_replace(Some(Arc::new(gone.clone())));
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        h.fake.calls_of("exec stubborn#0"),
+        ["exec stubborn#0 /bin/drain"]
+    );
+    assert_eq!(h.fake.calls_of("kill stubborn#0"), ["kill stubborn#0 15"]);
+    assert_eq!(h.fake.calls_of("kill polite#0"), ["kill polite#0 15"]);
+    // The API sends the same deleting pod again (its status or metadata moved on): the
+    // termination goes on as it was, it does not start over.
+    let mut again = gone.clone();
+    again.metadata.resource_version = Some("42".into());
+    again.status = Some(Default::default());
+    tx.send_replace(Some(Arc::new(again)));
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    assert!(
+        h.fake.calls_of("kill stubborn#0 9").is_empty(),
+        "SIGKILL before the grace period ended"
+    );
+
+    // Hold the clean-up so the final status can be read before the worker drops it.
+    h.fake.hang("remove_container");
+    until("the clean-up", || {
+        !h.fake.calls_of("remove_container").is_empty()
+    })
+    .await;
+    assert_eq!(
+        h.fake.calls_of("kill stubborn#0"),
+        ["kill stubborn#0 15", "kill stubborn#0 9"]
+    );
+    assert_eq!(
+        h.fake.calls_of("exec stubborn#0").len(),
+        1,
+        "preStop ran once"
+    );
+    assert_eq!(h.fake.calls_of("start_task stubborn").len(), 1);
+    assert_eq!(phase(&h), "Failed");
+    for (name, code) in [("stubborn", 137), ("polite", 143)] {
+        let c = status_of(&h, name);
+        let t = c.state.unwrap().terminated.unwrap();
+        assert_eq!(t.exit_code, code, "{name}");
+        assert!(!c.ready, "{name}");
+    }
+    h.fake.unhang("remove_container");
+    tokio::time::timeout(Duration::from_secs(600), done)
+        .await
+        .expect("the worker finishes")
+        .unwrap();
+    assert!(
+        h.shared.statuses.get(UID).is_none(),
+        "status dropped at the end"
+    );
+    assert!(h.fake.records(UID).is_empty(), "{:?}", h.fake.records(UID));
+    assert!(!h.shared.cfg.root_dir.join("pods").join(UID).exists());
+    assert_eq!(
+        h.fake.calls_of("start_task").len(),
+        3,
+        "nothing started again"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shorter_grace_period_cuts_a_deletion_short() {
+    let h = harness();
+    h.fake.script("stubborn", [Script::IgnoreTerm]);
+    let p = pod(&[], &["stubborn"], "Always");
+    let (tx, rx) = watch::channel(Some(Arc::new(p.clone())));
+    let w = Worker::new(h.shared.clone(), super::super::pod_ref(&p));
+    let done = tokio::spawn(w.run(rx, Arc::new(Notify::new())));
+    until("the container to run", || running(&h, "stubborn")).await;
+    tx.send_replace(Some(Arc::new(deleting(&p, 300))));
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(h.fake.calls_of("kill stubborn#0 9").is_empty());
+    // Deleted again with 1 s (as `kubectl delete --grace-period=1` does).
+    tx.send_replace(Some(Arc::new(deleting(&p, 1))));
+    tokio::time::timeout(Duration::from_secs(60), done)
+        .await
+        .expect("the shorter grace period ends the deletion")
+        .unwrap();
+    assert_eq!(h.fake.calls_of("kill stubborn#0 9").len(), 1);
+    assert!(h.fake.records(UID).is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_changed_image_restarts_that_container_only() {
+    let h = harness();
+    h.fake.add_to_registry("busybox:2");
+    // Never: a changed definition restarts the container whatever the policy says.
+    let mut p = pod(&[], &["app", "sidecar"], "Never");
+    let mut w = worker(&h, &p);
+    w.pass(&p).await;
+    p.spec.as_mut().unwrap().containers[0].image = Some("busybox:2".into());
+    w.pass(&p).await;
+    w.pass(&p).await;
+    assert_eq!(h.fake.calls_of("kill app#0"), ["kill app#0 15"]);
+    assert_eq!(
+        h.fake.calls_of("start_task app"),
+        ["start_task app#0", "start_task app#1"]
+    );
+    assert!(h.fake.calls_of("kill sidecar").is_empty());
+    assert_eq!(h.fake.calls_of("start_task sidecar").len(), 1);
+    let app = status_of(&h, "app");
+    assert_eq!(app.restart_count, 1);
+    assert_eq!(app.image, "busybox:2");
+    assert!(app.state.unwrap().running.is_some());
+    let last = app.last_state.unwrap().terminated.unwrap();
+    assert_eq!(last.exit_code, 143);
+    assert_eq!(status_of(&h, "sidecar").restart_count, 0);
+    assert_eq!(phase(&h), "Running");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_record_without_the_hash_label_is_left_running() {
+    let h = harness();
+    h.fake.add_to_registry("busybox:2");
+    let mut p = pod(&[], &["app"], "Always");
+    let mut w = worker(&h, &p);
+    w.pass(&p).await;
+    // As an agent before the label left it; even a changed image does not restart it.
+    h.fake.drop_label("app", labels::CONTAINER_HASH);
+    p.spec.as_mut().unwrap().containers[0].image = Some("busybox:2".into());
+    w.pass(&p).await;
+    w.pass(&p).await;
+    assert!(
+        h.fake.calls_of("kill app").is_empty(),
+        "{:?}",
+        h.fake.calls()
+    );
+    assert_eq!(h.fake.calls_of("start_task app").len(), 1);
+    assert!(running(&h, "app"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_past_its_active_deadline_fails_and_is_not_restarted() {
+    let h = harness();
+    let p = pod(&[], &["app", "sidecar"], "Always");
+    let mut w = worker(&h, &p);
+    w.pass(&p).await;
+    assert!(running(&h, "app"));
+    // The deadline is set on the running pod (the API allows adding one), and the pod has
+    // been active for a minute already.
+    let mut late = p.clone();
+    late.spec.as_mut().unwrap().active_deadline_seconds = Some(30);
+    let started =
+        k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(60);
+    late.status = Some(k8s_openapi::api::core::v1::PodStatus {
+        start_time: Some(Time(started)),
+        ..Default::default()
+    });
+    w.pass(&late).await;
+    w.pass(&late).await;
+    assert_eq!(h.fake.calls_of("kill app#0"), ["kill app#0 15"]);
+    assert_eq!(h.fake.calls_of("kill sidecar#0"), ["kill sidecar#0 15"]);
+    assert_eq!(h.fake.calls_of("kill POD#0"), ["kill POD#0 9"]);
+    assert_eq!(h.fake.calls_of("start_task app").len(), 1, "not restarted");
+    let st = h
+        .shared
+        .statuses
+        .get(UID)
+        .unwrap()
+        .pod
+        .status
+        .clone()
+        .unwrap();
+    assert_eq!(st.phase.as_deref(), Some("Failed"));
+    assert_eq!(st.reason.as_deref(), Some("DeadlineExceeded"));
+    assert_eq!(
+        st.message.as_deref(),
+        Some("Pod was active on the node longer than the specified deadline")
+    );
+    let app = status_of(&h, "app");
+    assert_eq!(app.state.unwrap().terminated.unwrap().exit_code, 143);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_within_its_active_deadline_runs_and_is_looked_at_again_when_it_passes() {
+    let h = harness();
+    let mut p = pod(&[], &["app"], "Always");
+    p.spec.as_mut().unwrap().active_deadline_seconds = Some(5);
+    let mut w = worker(&h, &p);
+    let next = w.pass(&p).await;
+    assert!(running(&h, "app"));
+    assert_eq!(phase(&h), "Running");
+    assert!(next <= Duration::from_secs(6), "next look at {next:?}");
+}
