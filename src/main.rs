@@ -15,6 +15,11 @@ use kubelet_rs::pod::{PodManager, StatusStore};
 use kubelet_rs::runtime::events::{spawn_task_events, OomSeen};
 use kubelet_rs::runtime::pull::{PullOptions, Puller};
 use kubelet_rs::runtime::{Containerd, ContainerdRuntime, Runtime};
+use kubelet_rs::events::{EventType, Recorder};
+use kubelet_rs::node;
+use kubelet_rs::pod::mirror::MirrorPods;
+use kubelet_rs::pod::status_sync::StatusSync;
+use kubelet_rs::source::apiserver::spawn_api_source;
 use kubelet_rs::source::{spawn_file_source, spawn_http_source, SourceKind};
 use kubelet_rs::stats::{Cgroups, Collector, CollectorConfig, PodInfo};
 use kubelet_rs::{logs, server};
@@ -140,15 +145,25 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     .with_result_cache(cfg.root_dir.join("cni-results"));
     let oom_seen = OomSeen::default();
     let sync_loop = Arc::new(SyncLoopHealth::new(cfg.sync_frequency));
-    let runtime: Arc<dyn Runtime> = Arc::new(ContainerdRuntime {
+    let containerd_runtime = Arc::new(ContainerdRuntime {
         containerd: rt.clone(),
         puller: new_puller(&cfg, &rt),
     });
+    let runtime: Arc<dyn Runtime> = containerd_runtime.clone();
+    // Events go to the API in cluster mode; a standalone node records none (as upstream).
+    let recorder = match &api {
+        Some(api) => {
+            let (recorder, sink) = Recorder::new(api.client().clone(), cfg.node_name.clone());
+            tokio::spawn(sink);
+            recorder
+        }
+        None => Recorder::disabled(),
+    };
     let shared = Arc::new(Shared {
         rt: runtime.clone(),
         cni,
         cfg: cfg.clone(),
-        statuses,
+        statuses: statuses.clone(),
         exe: logs::logger_executable(&cfg.root_dir, &cfg.container_runtime_endpoint)
             .context("choosing the containers' log writer")?,
         host_ip: host_ip()
@@ -162,7 +177,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         oom_score_adj_min: oom_score_adj_min(),
         oom_seen: oom_seen.clone(),
         sync_loop: sync_loop.clone(),
-        recorder: kubelet_rs::events::Recorder::disabled(),
+        recorder: recorder.clone(),
     });
     server_state.set_sync_loop(sync_loop);
 
@@ -189,13 +204,31 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             tx.clone(),
         );
     }
+    // Cluster mode: the Node (registration, status, Lease), the pods bound to it, their
+    // statuses back to the API, and the static pods' mirrors, all on the one client.
+    let mut node_view = None;
+    if let Some(api) = &api {
+        let client = api.client().clone();
+        recorder.node(EventType::Normal, "Starting", "Starting kubelet.");
+        expected.push(SourceKind::Api);
+        let view = node::start(client.clone(), cfg.clone(), containerd_runtime.clone());
+        let (_source, api_pods) =
+            spawn_api_source(client.clone(), cfg.node_name.clone(), tx.clone());
+        tokio::spawn(StatusSync::new(client.clone(), statuses.clone(), api_pods.clone()).run());
+        tokio::spawn(MirrorPods::new(client, statuses.clone(), api_pods, view.clone()).run());
+        node_view = Some(view);
+    }
     if expected.is_empty() {
         warn!(
-            "no pod source configured (--pod-manifest-path, --manifest-url): the node runs no pods"
+            "no pod source configured (--pod-manifest-path, --manifest-url, --kubeconfig): \
+             the node runs no pods"
         );
     }
 
-    let mut manager = PodManager::new(shared, &expected);
+    let mut manager = PodManager::new(shared, &expected).with_events(recorder);
+    if let Some(view) = node_view {
+        manager = manager.with_node(view);
+    }
     manager.recover().await;
     start_image_gc(&cfg, &runtime);
     let (ev_tx, ev_rx) = mpsc::channel(256);

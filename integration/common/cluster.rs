@@ -250,6 +250,11 @@ impl ClusterNode {
             format!("--client-ca-file={}", cluster.ca_file().display()),
             "--authorization-mode=Webhook".to_string(),
             "--authentication-token-webhook".to_string(),
+            // The test machine's disk may well be fuller than upstream's defaults allow
+            // (nodefs.available<10%): DiskPressure would taint the node and the scheduler
+            // would place nothing on it.
+            "--eviction-hard=memory.available<100Mi,nodefs.available<1%,nodefs.inodesFree<1%,imagefs.available<1%"
+                .to_string(),
         ];
         flags.append(&mut node.extra_args);
         node.extra_args = flags;
