@@ -6,11 +6,13 @@
 //! - `correlator`: the aggregator, the repeat counter and the spam filter.
 //! - `sink`: the task writing Events through the kube client, with upstream's retries.
 //! - `lru`: the bounded caches the correlator keeps.
+//! - `token_bucket`: the rate limits (per object, and the sink's requests).
 
 mod correlator;
 mod event;
 mod lru;
 mod sink;
+mod token_bucket;
 
 use std::future::Future;
 use std::sync::Arc;
