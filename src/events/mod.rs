@@ -76,7 +76,8 @@ impl Recorder {
     }
 
     /// A recorder whose Events (as recorded, before correlation) arrive on the receiver,
-    /// for other modules' tests. Node name `test-node`.
+    /// for other modules' tests. Node name `test-node`; as in cluster mode, events beyond
+    /// `QUEUE_LEN` unread ones are dropped.
     #[cfg(test)]
     pub(crate) fn capturing() -> (Recorder, mpsc::Receiver<Event>) {
         Recorder::with_queue("test-node".to_string(), QUEUE_LEN)
