@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use super::event::event_name;
 use super::lru::LruCache;
+use super::token_bucket::TokenBucket;
 
 /// Entries in each of the three caches (upstream's maxLruCacheEntries).
 pub(crate) const CACHE_ENTRIES: usize = 4096;
@@ -154,7 +155,9 @@ impl Correlator {
     /// The spam filter: true while the event's source and object have a token left.
     fn allow(&mut self, event: &Event, now: Instant) -> bool {
         self.spam
-            .get_or_insert_with(&spam_key(event), || TokenBucket::full(now))
+            .get_or_insert_with(&spam_key(event), || {
+                TokenBucket::full(SPAM_BURST, SPAM_REFILL, now)
+            })
             .take(now)
     }
 }
@@ -254,35 +257,6 @@ impl Observation {
             name: event.metadata.name.clone().unwrap_or_default(),
             resource_version: event.metadata.resource_version.clone(),
         }
-    }
-}
-
-/// A token bucket holding up to `SPAM_BURST` tokens, refilled by one per `SPAM_REFILL`.
-/// The fill is kept as time, so the refill is exact (no floating point).
-#[derive(Debug)]
-struct TokenBucket {
-    /// Time credited towards tokens: one token per `SPAM_REFILL`.
-    credit: Duration,
-    at: Instant,
-}
-
-impl TokenBucket {
-    fn full(now: Instant) -> TokenBucket {
-        TokenBucket {
-            credit: SPAM_REFILL * SPAM_BURST,
-            at: now,
-        }
-    }
-
-    fn take(&mut self, now: Instant) -> bool {
-        let elapsed = now.saturating_duration_since(self.at);
-        self.credit = (self.credit + elapsed).min(SPAM_REFILL * SPAM_BURST);
-        self.at = now;
-        if self.credit < SPAM_REFILL {
-            return false;
-        }
-        self.credit -= SPAM_REFILL;
-        true
     }
 }
 

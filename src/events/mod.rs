@@ -6,11 +6,13 @@
 //! - `correlator`: the aggregator, the repeat counter and the spam filter.
 //! - `sink`: the task writing Events through the kube client, with upstream's retries.
 //! - `lru`: the bounded caches the correlator keeps.
+//! - `token_bucket`: the rate limits (per object, and the sink's requests).
 
 mod correlator;
 mod event;
 mod lru;
 mod sink;
+mod token_bucket;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -74,7 +76,8 @@ impl Recorder {
     }
 
     /// A recorder whose Events (as recorded, before correlation) arrive on the receiver,
-    /// for other modules' tests. Node name `test-node`.
+    /// for other modules' tests. Node name `test-node`; as in cluster mode, events beyond
+    /// `QUEUE_LEN` unread ones are dropped.
     #[cfg(test)]
     pub(crate) fn capturing() -> (Recorder, mpsc::Receiver<Event>) {
         Recorder::with_queue("test-node".to_string(), QUEUE_LEN)

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use tracing::{debug, error, warn};
 
 use super::correlator::{Correlated, Correlator};
+use super::token_bucket::TokenBucket;
 
 /// Tries per Event before it is given up (upstream's maxTriesPerEvent).
 pub(crate) const MAX_TRIES: u32 = 12;
@@ -22,6 +23,12 @@ pub(crate) const RETRY_SLEEP: Duration = Duration::from_secs(10);
 /// How long one create or patch may take before it counts as a failed try: a half-open
 /// connection must not hold the queue for good.
 pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The sink's own request rate: a burst of 100, then 50 a second (the kubelet's
+/// eventBurst and eventRecordQPS defaults, which its event client is built with), so many
+/// pods failing at once cannot swamp the API server either.
+pub(crate) const REQUEST_BURST: u32 = 100;
+pub(crate) const REQUEST_INTERVAL: Duration = Duration::from_millis(20);
 
 /// The status cause the API server gives when an object is created in a namespace being
 /// deleted (upstream's v1.NamespaceTerminatingCause).
@@ -95,103 +102,118 @@ impl WriteError {
 
 /// Runs the sink until every recorder is gone and the queue is empty.
 pub(crate) async fn run(client: kube::Client, mut queue: mpsc::Receiver<Event>) {
-    let mut correlator = Correlator::default();
+    let mut sink = Sink {
+        client,
+        correlator: Correlator::default(),
+        requests: TokenBucket::full(REQUEST_BURST, REQUEST_INTERVAL, Instant::now()),
+    };
     while let Some(event) = queue.recv().await {
-        record(&client, &mut correlator, event).await;
+        sink.record(event).await;
     }
     debug!("event sink stopped: no recorder left");
 }
 
-async fn record(client: &kube::Client, correlator: &mut Correlator, event: Event) {
-    let object = describe(&event.involved_object);
-    let (event, patch) = match correlator.correlate(event, Instant::now(), Timestamp::now()) {
-        Correlated::Skip => {
-            debug!(
-                %object,
-                "event dropped: too many events about this object (spam filter)"
-            );
-            return;
-        }
-        Correlated::Create(event) => (event, None),
-        Correlated::Patch { event, patch } => (event, Some(patch)),
-    };
-    let mut tries = 0;
-    loop {
-        let err = match write(client, &event, patch.as_ref()).await {
-            Ok(stored) => {
-                correlator.update_state(&stored);
-                return;
-            }
-            Err(err) => err,
-        };
-        let reason = event.reason.as_deref().unwrap_or_default();
-        if !err.retriable() {
-            if err.expected() {
-                debug!(%object, reason, error = %err, "server rejected event (will not retry)");
-            } else {
-                error!(%object, reason, error = %err, "server rejected event (will not retry)");
-            }
-            return;
-        }
-        tries += 1;
-        if tries >= MAX_TRIES {
-            error!(%object, reason, error = %err, tries, "unable to write event (retry limit exceeded)");
-            return;
-        }
-        warn!(%object, reason, error = %err, tries, "unable to write event (will retry after sleeping)");
-        let delay = if tries == 1 {
-            RETRY_SLEEP.mul_f64(rand::random::<f64>())
-        } else {
-            RETRY_SLEEP
-        };
-        tokio::time::sleep(delay).await;
-    }
+struct Sink {
+    client: kube::Client,
+    correlator: Correlator,
+    requests: TokenBucket,
 }
 
-/// One try: a repeat patches the Event it repeats; a new Event, or a repeat whose Event is
-/// gone (expired, or never written because the filter dropped the first), is created.
-async fn write(
-    client: &kube::Client,
-    event: &Event,
-    patch: Option<&serde_json::Value>,
-) -> Result<Event, WriteError> {
-    let namespace = event.metadata.namespace.clone().unwrap_or_default();
-    let name = event.metadata.name.clone().unwrap_or_default();
-    let api: Api<Event> = Api::namespaced(client.clone(), &namespace);
-    let timeout = |namespace: &str, name: &str| WriteError::Timeout {
-        namespace: namespace.to_string(),
-        name: name.to_string(),
-        timeout: REQUEST_TIMEOUT,
-    };
-    if let Some(patch) = patch {
-        let patched = tokio::time::timeout(
-            REQUEST_TIMEOUT,
-            api.patch(&name, &PatchParams::default(), &Patch::Strategic(patch)),
-        )
-        .await
-        .map_err(|_| timeout(&namespace, &name))?;
-        match patched {
-            Ok(stored) => return Ok(stored),
-            Err(kube::Error::Api(status)) if status.is_not_found() => {}
-            Err(source) => {
-                return Err(WriteError::Patch {
-                    namespace,
-                    name,
-                    source,
-                })
+impl Sink {
+    async fn record(&mut self, event: Event) {
+        let object = describe(&event.involved_object);
+        let now = Instant::now();
+        let (event, patch) = match self.correlator.correlate(event, now, Timestamp::now()) {
+            Correlated::Skip => {
+                debug!(
+                    %object,
+                    "event dropped: too many events about this object (spam filter)"
+                );
+                return;
             }
+            Correlated::Create(event) => (event, None),
+            Correlated::Patch { event, patch } => (event, Some(patch)),
+        };
+        let mut tries = 0;
+        loop {
+            let err = match self.write(&event, patch.as_ref()).await {
+                Ok(stored) => {
+                    self.correlator.update_state(&stored);
+                    return;
+                }
+                Err(err) => err,
+            };
+            let reason = event.reason.as_deref().unwrap_or_default();
+            if !err.retriable() {
+                if err.expected() {
+                    debug!(%object, reason, error = %err, "server rejected event (will not retry)");
+                } else {
+                    error!(%object, reason, error = %err, "server rejected event (will not retry)");
+                }
+                return;
+            }
+            tries += 1;
+            if tries >= MAX_TRIES {
+                error!(%object, reason, error = %err, tries, "unable to write event (retry limit exceeded)");
+                return;
+            }
+            warn!(%object, reason, error = %err, tries, "unable to write event (will retry after sleeping)");
+            let delay = if tries == 1 {
+                RETRY_SLEEP.mul_f64(rand::random::<f64>())
+            } else {
+                RETRY_SLEEP
+            };
+            tokio::time::sleep(delay).await;
         }
     }
-    let mut new = event.clone();
-    new.metadata.resource_version = None;
-    tokio::time::timeout(REQUEST_TIMEOUT, api.create(&PostParams::default(), &new))
-        .await
-        .map_err(|_| timeout(&namespace, &name))?
-        .map_err(|source| WriteError::Create {
-            namespace,
-            name,
-            source,
-        })
+
+    /// One try: a repeat patches the Event it repeats; a new Event, or a repeat whose Event is
+    /// gone (expired, or never written because the filter dropped the first), is created.
+    async fn write(
+        &mut self,
+        event: &Event,
+        patch: Option<&serde_json::Value>,
+    ) -> Result<Event, WriteError> {
+        let namespace = event.metadata.namespace.clone().unwrap_or_default();
+        let name = event.metadata.name.clone().unwrap_or_default();
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
+        let timeout = |namespace: &str, name: &str| WriteError::Timeout {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            timeout: REQUEST_TIMEOUT,
+        };
+        if let Some(patch) = patch {
+            self.requests.wait().await;
+            let patched = tokio::time::timeout(
+                REQUEST_TIMEOUT,
+                api.patch(&name, &PatchParams::default(), &Patch::Strategic(patch)),
+            )
+            .await
+            .map_err(|_| timeout(&namespace, &name))?;
+            match patched {
+                Ok(stored) => return Ok(stored),
+                Err(kube::Error::Api(status)) if status.is_not_found() => {}
+                Err(source) => {
+                    return Err(WriteError::Patch {
+                        namespace,
+                        name,
+                        source,
+                    })
+                }
+            }
+        }
+        let mut new = event.clone();
+        new.metadata.resource_version = None;
+        self.requests.wait().await;
+        tokio::time::timeout(REQUEST_TIMEOUT, api.create(&PostParams::default(), &new))
+            .await
+            .map_err(|_| timeout(&namespace, &name))?
+            .map_err(|source| WriteError::Create {
+                namespace,
+                name,
+                source,
+            })
+    }
 }
 
 /// `Pod team/web` or `Node n1`, with the container's field path when there is one.
