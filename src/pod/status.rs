@@ -309,7 +309,7 @@ pub fn compute(input: &StatusInput) -> PodStatus {
         .unwrap_or(&[]);
     let app_specs: &[Container] = spec.map(|s| s.containers.as_slice()).unwrap_or(&[]);
 
-    let init: Vec<ContainerStatus> = init_specs
+    let mut init: Vec<ContainerStatus> = init_specs
         .iter()
         .map(|c| {
             container_status(
@@ -333,7 +333,7 @@ pub fn compute(input: &StatusInput) -> PodStatus {
     } else {
         "PodInitializing"
     };
-    let app: Vec<ContainerStatus> = app_specs
+    let mut app: Vec<ContainerStatus> = app_specs
         .iter()
         .map(|c| {
             container_status(
@@ -346,8 +346,6 @@ pub fn compute(input: &StatusInput) -> PodStatus {
             )
         })
         .collect();
-    let mut init = init;
-    let mut app = app;
     let mut phase = phase(pod, &init, &app, input.terminal);
     if input.terminal {
         phase = settle_terminated(&mut init, &mut app, phase);
@@ -360,14 +358,10 @@ pub fn compute(input: &StatusInput) -> PodStatus {
         .previous
         .and_then(|p| p.phase.as_deref())
         .or_else(|| pod.status.as_ref().and_then(|s| s.phase.as_deref()));
-    if !is_terminal(phase) {
-        if let Some(p @ ("Succeeded" | "Failed")) = earlier {
-            phase = if p == "Succeeded" {
-                "Succeeded"
-            } else {
-                "Failed"
-            };
-        }
+    match earlier {
+        Some("Succeeded") if !is_terminal(phase) => phase = "Succeeded",
+        Some("Failed") if !is_terminal(phase) => phase = "Failed",
+        _ => {}
     }
     let terminal = is_terminal(phase);
 

@@ -74,3 +74,36 @@ async fn a_pod_whose_source_drops_it_while_it_starts_is_cleaned_up() {
     assert!(h.shared.statuses.get(UID).is_none());
     assert!(!h.shared.cfg.root_dir.join("pods").join(UID).exists());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_deleted_pod_sent_again_after_its_worker_finished_starts_nothing() {
+    let h = harness();
+    let mut m = PodManager::new(h.shared.clone(), &[SourceKind::File]);
+    let p = pod(&[], &["app"], "Always");
+    m.apply(update(&[&p])).await;
+    while h.fake.calls_of("start_task app").is_empty() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut gone = p.clone();
+    gone.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::now(),
+    ));
+    gone.metadata.deletion_grace_period_seconds = Some(1);
+    m.apply(update(&[&gone])).await;
+    let done = tokio::time::timeout(Duration::from_secs(300), m.done_rx.recv())
+        .await
+        .expect("the worker finishes");
+    assert_eq!(done.as_deref(), Some(UID));
+    // Until the status sync deletes the object, the API keeps sending it.
+    gone.metadata.resource_version = Some("43".into());
+    m.apply(update(&[&gone])).await;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(
+        h.fake.calls_of("start_task").len(),
+        2,
+        "{:?}",
+        h.fake.calls()
+    );
+    assert!(h.fake.records(UID).is_empty());
+    assert!(h.shared.statuses.get(UID).is_none());
+}
