@@ -108,9 +108,12 @@ fn node_registers_ready_with_its_status_and_lease() {
         "images: {images:?}"
     );
 
-    // The Lease: held by the node, owned by the Node, renewed.
+    // The Lease: held by the node, owned by the Node (from the first renewal after the Node
+    // exists, as upstream), renewed.
     let lease_of = |n: &ClusterNode| n.cluster.get(&["-n", "kube-node-lease", "lease", &name]);
-    n.wait_api(30, "the Lease exists", |_| lease_of(&n).is_some());
+    n.wait_api(30, "the Lease is owned by the Node", |_| {
+        lease_of(&n).is_some_and(|l| l["metadata"]["ownerReferences"][0]["kind"] == "Node")
+    });
     let lease = lease_of(&n).unwrap();
     assert_eq!(lease["spec"]["holderIdentity"], name.as_str());
     assert_eq!(lease["spec"]["leaseDurationSeconds"], 40);
@@ -324,14 +327,17 @@ fn restarted_agent_keeps_pods_mirrors_and_statuses() {
     let before_pod = n.api_pod(&pod).unwrap();
     let before_mirror = n.api_pod(&mirror).unwrap();
     let node_uid = n.node_object()["metadata"]["uid"].clone();
-    let tasks = n.tasks();
+    let mut tasks = n.tasks();
+    tasks.sort();
 
     n.kill9();
     n.launch();
     std::thread::sleep(Duration::from_secs(15));
 
     assert_eq!(n.node_object()["metadata"]["uid"], node_uid, "a second Node");
-    assert_eq!(n.tasks(), tasks, "a container was restarted");
+    let mut tasks_after = n.tasks();
+    tasks_after.sort();
+    assert_eq!(tasks_after, tasks, "a container was restarted");
     let after_pod = n.api_pod(&pod).unwrap();
     let after_mirror = n.api_pod(&mirror).unwrap();
     assert_eq!(
