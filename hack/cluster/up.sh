@@ -5,7 +5,7 @@
 # admin kubeconfig for kubectl and the controllers, the apiserver's kubelet client certificate,
 # and an `env` file to source. Nodes get their kubeconfigs from hack/cluster/node-kubeconfig.sh.
 #
-#   hack/cluster/up.sh [--dir DIR] [--port-offset N]
+#   hack/cluster/up.sh [--dir DIR] [--port-offset N] [--audit]
 #   hack/cluster/down.sh [--dir DIR]
 #   hack/cluster/component.sh stop|start NAME [--dir DIR]   one component (e.g. kube-apiserver)
 #
@@ -13,6 +13,9 @@
 # existing directory is reused (certificates kept, etcd data wiped so every start is a fresh
 # cluster). --port-offset N moves every port by N, so two control planes can run at once
 # (apiserver 6443+N, etcd 2379+N and 2380+N, controller-manager 10257+N, scheduler 10259+N).
+# --audit makes the apiserver log every request at level Metadata (who, verb, resource, code;
+# no bodies) to DIR/logs/audit.log, one JSON event per line (hack/bench/cluster.sh counts a
+# node's requests there).
 set -euo pipefail
 
 # shellcheck source=hack/lib.sh
@@ -20,11 +23,13 @@ source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
 DIR=/var/lib/kubelet-rs-cluster
 OFFSET=0
+AUDIT=0
 while (($# > 0)); do
 	case "$1" in
 	--dir) DIR="$2"; shift ;;
 	--port-offset) OFFSET="$2"; shift ;;
-	-h | --help) sed -n '2,17s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	--audit) AUDIT=1 ;;
+	-h | --help) sed -n '2,20s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	*) die "unknown argument '$1' (see --help)" ;;
 	esac
 	shift
@@ -84,7 +89,22 @@ start etcd etcd --name krs --data-dir "$DIR/etcd" \
 	--initial-cluster "krs=http://127.0.0.1:$ETCD_PEER_PORT" --listen-metrics-urls ""
 wait_for "etcd" 30 curl -sf "http://127.0.0.1:$ETCD_PORT/health"
 
-start kube-apiserver "$BIN/kube-apiserver" \
+AUDIT_FLAGS=()
+if ((AUDIT)); then
+	# RequestReceived and ResponseComplete for each request (watches too: ResponseStarted is
+	# left out, so a request's first event is always RequestReceived).
+	cat >"$DIR/audit-policy.yaml" <<POLICY
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["ResponseStarted"]
+rules:
+- level: Metadata
+POLICY
+	AUDIT_FLAGS=(--audit-policy-file "$DIR/audit-policy.yaml" --audit-log-path "$LOGS/audit.log"
+		--audit-log-format json --audit-log-mode blocking --audit-log-maxsize 0)
+fi
+
+start kube-apiserver "$BIN/kube-apiserver" "${AUDIT_FLAGS[@]}" \
 	--etcd-servers "http://127.0.0.1:$ETCD_PORT" \
 	--bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
 	--tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \

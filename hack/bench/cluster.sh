@@ -1,0 +1,385 @@
+#!/usr/bin/env bash
+# Cluster-mode benchmark of one agent, kubelet-rs or the upstream kubelet, joined as its own node
+# to a control plane of its own (hack/cluster/up.sh --audit), on the same containerd. Run it once
+# per agent, one at a time (both use the machine's pod network and image store), and compare the
+# tables. Needs root, containerd, the test images (hack/build-images.sh) and the Kubernetes
+# binaries (hack/cluster/build.sh).
+#
+#   hack/bench/cluster.sh --agent kubelet-rs|upstream [--dir DIR] [--port-offset N]
+#
+# What it measures (wall clock from bash's $EPOCHREALTIME, no process forked for a stamp):
+#  (b) agent start → Node Ready: from just before the agent process is started to the moment a
+#      `kubectl get nodes -w` started beforehand delivers the Node with condition Ready=True.
+#      Fresh control plane, so this includes registering the Node.
+#  (a) pod created → Running: a `kubectl get pods -w` runs for the whole benchmark and every
+#      event is stamped as it arrives. A round records t0, then `kubectl create -f` of a List
+#      of N pods (busybox `sleep 3600`, automountServiceAccountToken false, nodeSelector on the
+#      node's kubernetes.io/hostname, so through the scheduler; dnsPolicy Default, as this
+#      cluster has no DNS); a pod's latency is its first
+#      event with phase Running minus t0. N=1 is run ONE_RUNS times, N=BATCH (30) BATCH_RUNS
+#      times; p50 and p99 are nearest-rank percentiles over all pods of all rounds of that size,
+#      "all Running" is the median over rounds of the last pod's latency. For N=30, t0 is before
+#      the first of kubectl's 30 sequential POSTs. Pods of a round are deleted (and gone from the
+#      API) before the next round, except the last round's.
+#  (c) API requests per minute when idle: with the last BATCH pods Running, after SETTLE_SECONDS,
+#      the apiserver's audit events of stage RequestReceived from user system:node:<node> over
+#      IDLE_SECONDS, times 60/IDLE_SECONDS (a watch counts once, when it is opened); the table
+#      also breaks them down by verb and resource.
+#  (d) agent RSS with 30 pods: VmRSS of the agent process at the end of that idle window, and its
+#      peak (VmHWM) since it started; plus its CPU seconds over the window. The containerd side
+#      (containerd itself, the shims; kubelet-rs's log writers) is listed apart: not the agent.
+#
+# Knobs (environment): ONE_RUNS (10), BATCH (30), BATCH_RUNS (3), SETTLE_SECONDS (30),
+# IDLE_SECONDS (300: the upstream kubelet reports an unchanged node status every 5 minutes, so a
+# shorter window would catch that report or not by chance). KEEP_CLUSTER=1 leaves the control
+# plane up (pods and agent are removed). NO_BUILD=1 skips `cargo build --release`.
+# The agent: upstream = $(hack/cluster/build.sh --print)/kubelet through the CRI plugin
+# (hack/bench/upstream-kubelet.sh), node bench-upstream; kubelet-rs = target/release/kubelet-rs
+# (built here) in containerd namespace krs-bench-cluster, node bench-rs. Its state and log are in
+# DIR/upstream/<node> or DIR/kubelet-rs/<node>; the pod and node watch stamps in DIR/bench.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+# shellcheck source=hack/lib.sh
+source hack/lib.sh
+
+AGENT=""
+DIR=/var/lib/kubelet-rs-bench-cluster
+OFFSET=300
+while (($# > 0)); do
+	case "$1" in
+	--agent) AGENT="$2"; shift ;;
+	--dir) DIR="$2"; shift ;;
+	--port-offset) OFFSET="$2"; shift ;;
+	-h | --help) sed -n '2,40s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	*) die "unknown argument '$1' (see --help)" ;;
+	esac
+	shift
+done
+case "$AGENT" in
+upstream) NODE=bench-upstream ;;
+kubelet-rs) NODE=bench-rs ;;
+*) die "--agent kubelet-rs|upstream is required" ;;
+esac
+
+ONE_RUNS="${ONE_RUNS:-10}"
+BATCH="${BATCH:-30}"
+BATCH_RUNS="${BATCH_RUNS:-3}"
+SETTLE_SECONDS="${SETTLE_SECONDS:-30}"
+IDLE_SECONDS="${IDLE_SECONDS:-300}"
+RS_NS=krs-bench-cluster
+PORT=$((10250 + OFFSET))
+POD_PREFIX=krs-bench-
+require_root
+require_cmd ctr curl awk
+require_containerd
+
+K8S_BIN="$(hack/cluster/build.sh --print)"
+KUBECTL="$K8S_BIN/kubectl"
+[[ -x "$KUBECTL" ]] || die "no $KUBECTL; run hack/cluster/build.sh"
+if [[ "$AGENT" == kubelet-rs ]]; then
+	if [[ -z "${NO_BUILD:-}" ]]; then
+		require_cargo
+		cargo build --release --quiet
+	fi
+	RS_BIN="$PWD/target/release/kubelet-rs"
+	RS_STATE="$DIR/kubelet-rs/$NODE"
+	[[ -x "$RS_BIN" ]] || die "no $RS_BIN"
+	for img in pause busybox; do
+		KUBELET_RS_NAMESPACE=$RS_NS ctr_ns images import --snapshotter overlayfs \
+			"$KUBELET_RS_CACHE/images/$img.oci.tar" >/dev/null
+	done
+else
+	hack/bench/upstream-kubelet.sh prepare
+fi
+
+now_us() { echo "${EPOCHREALTIME/./}"; }
+kc() { "$KUBECTL" --kubeconfig "$DIR/admin.kubeconfig" "$@"; }
+
+AGENT_PID=""
+WATCH_PIDS=()
+cleanup() {
+	local rc=$?
+	set +e
+	trap - EXIT
+	log "cleaning up"
+	if ((rc != 0)) && [[ -f "$DIR/admin.kubeconfig" ]]; then
+		echo "node $NODE taints: $(kc get node "$NODE" -o jsonpath='{.spec.taints}' 2>&1)" >&2
+		echo "node $NODE conditions: $(kc get node "$NODE" -o jsonpath='{range .status.conditions[*]}{.type}={.status} {end}' 2>&1)" >&2
+		kc get pods -l app=krs-bench -o wide 2>&1 | grep -v ' Running ' | head -5 >&2
+	fi
+	if [[ -n "$AGENT_PID" ]] && kill -0 "$AGENT_PID" 2>/dev/null; then
+		# Through the agent, so it stops and removes the pods' containers itself.
+		kc delete pods -l app=krs-bench --wait=true --timeout=180s >/dev/null 2>&1
+		wait_runtime_empty 120
+	fi
+	stop_agent
+	if [[ "$AGENT" == upstream ]]; then
+		hack/bench/upstream-kubelet.sh clean "$POD_PREFIX"
+	else
+		local id ids
+		ids="$(KUBELET_RS_NAMESPACE=$RS_NS ctr_ns containers ls -q 2>/dev/null)"
+		for id in $ids; do
+			KUBELET_RS_NAMESPACE=$RS_NS ctr_ns tasks kill -s SIGKILL "$id" >/dev/null 2>&1
+			KUBELET_RS_NAMESPACE=$RS_NS ctr_ns tasks delete -f "$id" >/dev/null 2>&1
+			KUBELET_RS_NAMESPACE=$RS_NS ctr_ns containers rm "$id" >/dev/null 2>&1 &&
+				warn "removed left-over container $id in namespace $RS_NS"
+		done
+	fi
+	local p
+	for p in "${WATCH_PIDS[@]}"; do kill "$p" 2>/dev/null; done
+	if [[ -z "${KEEP_CLUSTER:-}" ]]; then
+		hack/cluster/down.sh --dir "$DIR" >/dev/null
+	fi
+	exit "$rc"
+}
+
+# Containers of the benchmark's pods still in containerd (the upstream kubelet removes a deleted
+# pod's sandbox at its next container GC, about a minute later).
+runtime_containers() {
+	if [[ "$AGENT" == upstream ]]; then
+		ctr --address "$CONTAINERD_SOCKET" --connect-timeout 5s -n k8s.io containers ls -q \
+			"labels.\"io.kubernetes.pod.name\"~=^$POD_PREFIX" 2>/dev/null
+	else
+		KUBELET_RS_NAMESPACE=$RS_NS ctr_ns containers ls -q 2>/dev/null
+	fi
+}
+wait_runtime_empty() {
+	local deadline=$((SECONDS + $1))
+	while [[ -n "$(runtime_containers)" ]]; do
+		((SECONDS < deadline)) || { warn "containers of deleted pods still in containerd after $1s"; return 1; }
+		sleep 1
+	done
+}
+
+start_agent() {
+	if [[ "$AGENT" == upstream ]]; then
+		hack/bench/upstream-kubelet.sh start "$NODE" --dir "$DIR" --port "$PORT" >/dev/null
+		AGENT_PID="$(cat "$DIR/upstream/$NODE/kubelet.pid")"
+		START_US="$(cat "$DIR/upstream/$NODE/started_us")"
+		AGENT_LOG="$DIR/upstream/$NODE/kubelet.log"
+	else
+		local kubeconfig
+		kubeconfig="$(hack/cluster/node-kubeconfig.sh "$NODE" --dir "$DIR")"
+		if ! grep -q " $RS_STATE/" /proc/mounts; then rm -rf "$RS_STATE"; fi
+		mkdir -p "$RS_STATE/root" "$RS_STATE/pod-logs"
+		AGENT_LOG="$RS_STATE/agent.log"
+		START_US="$(now_us)"
+		"$RS_BIN" --kubeconfig "$kubeconfig" --hostname-override "$NODE" \
+			--client-ca-file "$DIR/pki/ca.crt" --anonymous-auth=false \
+			--authorization-mode Webhook --authentication-token-webhook \
+			--root-dir "$RS_STATE/root" --pod-logs-dir "$RS_STATE/pod-logs" \
+			--containerd-namespace "$RS_NS" --port "$PORT" --read-only-port 0 \
+			--healthz-port $((PORT - 2)) \
+			--image-gc-high-threshold 100 --image-gc-low-threshold 99 \
+			>>"$AGENT_LOG" 2>&1 </dev/null &
+		AGENT_PID=$!
+		echo "$AGENT_PID" >"$RS_STATE/agent.pid"
+	fi
+}
+
+stop_agent() {
+	if [[ "$AGENT" == upstream ]]; then
+		hack/bench/upstream-kubelet.sh stop "$NODE" --dir "$DIR" >/dev/null
+	elif [[ -n "$AGENT_PID" ]] && kill -0 "$AGENT_PID" 2>/dev/null; then
+		kill "$AGENT_PID"
+		local i
+		for ((i = 0; i < 200; i++)); do
+			kill -0 "$AGENT_PID" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -9 "$AGENT_PID" 2>/dev/null || true
+	fi
+	AGENT_PID=""
+}
+
+# watch_stamped FILE ARGS...: `kubectl get ARGS -w`, each event line prefixed with the
+# microsecond it arrived.
+watch_stamped() {
+	local out="$1"
+	shift
+	: >"$out"
+	# kubectl itself is the background job ($!), so killing it ends the stamping loop too.
+	"$KUBECTL" --kubeconfig "$DIR/admin.kubeconfig" get "$@" -w --output-watch-events \
+		> >(while IFS= read -r line; do printf '%s %s\n' "${EPOCHREALTIME/./}" "$line"; done >>"$out") &
+	WATCH_PIDS+=($!)
+}
+
+# wait_until SECONDS WHAT COMMAND...: polls COMMAND every 0.1 s.
+wait_until() {
+	local limit="$1" what="$2"
+	local deadline=$((SECONDS + limit))
+	shift 2
+	until "$@"; do
+		((SECONDS < deadline)) || die "timed out after ${limit}s waiting for $what; agent log: $AGENT_LOG"
+		kill -0 "$AGENT_PID" 2>/dev/null || die "the agent exited; see $AGENT_LOG"
+		sleep 0.1
+	done
+}
+
+node_ready_seen() { awk '$4 == "True" { f = 1 } END { exit !f }' "$BENCH/node.events"; }
+node_untainted() { [[ -z "$(kc get node "$NODE" -o jsonpath='{.spec.taints}')" ]]; }
+
+# The microsecond stamp of each pod's first Running event, for pods named PREFIX*: "name stamp".
+running_stamps() {
+	awk -v p="$1" '$3 ~ "^" p && $4 == "Running" && !($3 in seen) { seen[$3] = $1; print $3, $1 }' "$BENCH/pods.events"
+}
+all_running() { [[ "$(running_stamps "$1" | wc -l)" -ge "$2" ]]; }
+none_left() { [[ -z "$(kc get pods -l "round=$1" -o name)" ]]; }
+
+write_round() {
+	local round="$1" n="$2" i
+	{
+		echo "apiVersion: v1"
+		echo "kind: List"
+		echo "items:"
+		for ((i = 0; i < n; i++)); do
+			cat <<YAML
+- apiVersion: v1
+  kind: Pod
+  metadata:
+    name: $POD_PREFIX$round-$i
+    labels: {app: krs-bench, round: "$round"}
+  spec:
+    automountServiceAccountToken: false
+    dnsPolicy: Default
+    terminationGracePeriodSeconds: 1
+    nodeSelector: {kubernetes.io/hostname: $NODE}
+    containers:
+    - name: c
+      image: docker.io/library/busybox:1.36
+      imagePullPolicy: IfNotPresent
+      command: ["sleep", "3600"]
+YAML
+		done
+	} >"$BENCH/$round.yaml"
+}
+
+# One round: N pods created at once; appends each pod's latency (ms) to $BENCH/latency-N and
+# the round's last one to $BENCH/all-N.
+run_round() {
+	local round="$1" n="$2" keep="${3:-}" t0
+	write_round "$round" "$n"
+	t0="$(now_us)"
+	kc create -f "$BENCH/$round.yaml" >/dev/null
+	awk -v a="$t0" -v b="$(now_us)" 'BEGIN { printf "%.0f\n", (b - a) / 1000 }' >>"$BENCH/created-$n"
+	wait_until 300 "$n pods of round $round Running" all_running "$POD_PREFIX$round-" "$n"
+	running_stamps "$POD_PREFIX$round-" | awk -v t0="$t0" '{ printf "%.1f\n", ($2 - t0) / 1000 }' >"$BENCH/$round.ms"
+	cat "$BENCH/$round.ms" >>"$BENCH/latency-$n"
+	sort -n "$BENCH/$round.ms" | tail -1 >>"$BENCH/all-$n"
+	log "round $round: $n pods Running, last after $(tail -1 "$BENCH/all-$n") ms"
+	if [[ -z "$keep" ]]; then
+		kc delete pods -l "round=$round" --wait=true --timeout=180s >/dev/null
+		wait_until 180 "the pods of round $round to be gone" none_left "$round"
+	fi
+}
+
+# Nearest-rank percentile P of the numbers on stdin.
+percentile() { sort -n | awk -v p="$1" '{ a[NR] = $1 } END { r = int((p * NR + 99) / 100); if (r < 1) r = 1; print a[r] }'; }
+median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) }'; }
+cpu_seconds() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$1/stat"; }
+status_kb() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }
+# "count KiB" of processes whose command line matches the regular expression.
+procs_rss() { ps -eo rss=,args= | awk -v re="$1" '$0 ~ re && !/awk/ { s += $1; n++ } END { printf "%d %d", n, s }'; }
+
+trap cleanup EXIT
+hack/cluster/up.sh --dir "$DIR" --port-offset "$OFFSET" --audit
+BENCH="$DIR/bench"
+rm -rf "$BENCH"
+mkdir -p "$BENCH"
+AUDIT_LOG="$DIR/logs/audit.log"
+
+# (b) agent start → Node Ready.
+watch_stamped "$BENCH/node.events" nodes --field-selector "metadata.name=$NODE" \
+	-o jsonpath='{.type} {.object.metadata.name} {.object.status.conditions[?(@.type=="Ready")].status}{"\n"}'
+sleep 2
+start_agent
+wait_until 180 "node $NODE Ready" node_ready_seen
+READY_US="$(awk '$4 == "True" { print $1; exit }' "$BENCH/node.events")"
+READY_MS="$(awk -v a="$START_US" -v b="$READY_US" 'BEGIN { printf "%.0f", (b - a) / 1000 }')"
+log "agent pid $AGENT_PID; node $NODE Ready $READY_MS ms after the agent started"
+wait_until 120 "the node's taints to be lifted" node_untainted
+sleep 5
+
+# (a) pod created → Running.
+watch_stamped "$BENCH/pods.events" pods -l app=krs-bench \
+	-o jsonpath='{.type} {.object.metadata.name} {.object.status.phase}{"\n"}'
+sleep 2
+for ((r = 0; r < ONE_RUNS; r++)); do run_round "one$r" 1; done
+for ((r = 0; r < BATCH_RUNS; r++)); do
+	keep=""
+	((r == BATCH_RUNS - 1)) && keep=keep
+	run_round "batch$r" "$BATCH" "$keep"
+done
+
+# (c) and (d): idle with the last BATCH pods Running.
+log "idle: ${SETTLE_SECONDS}s to settle, then ${IDLE_SECONDS}s measured"
+sleep "$SETTLE_SECONDS"
+[[ "$(running_stamps "${POD_PREFIX}batch$((BATCH_RUNS - 1))-" | wc -l)" -ge "$BATCH" ]] || die "pods are not all Running"
+a0="$(stat -c %s "$AUDIT_LOG")"
+c0="$(cpu_seconds "$AGENT_PID")"
+sleep "$IDLE_SECONDS"
+a1="$(stat -c %s "$AUDIT_LOG")"
+c1="$(cpu_seconds "$AGENT_PID")"
+RSS_KB="$(status_kb "$AGENT_PID" VmRSS)"
+HWM_KB="$(status_kb "$AGENT_PID" VmHWM)"
+RUNNING_NOW="$(kc get pods -l app=krs-bench --field-selector status.phase=Running -o name | wc -l)"
+if [[ "$AGENT" == upstream ]]; then
+	read -r SHIMS SHIMS_KB <<<"$(procs_rss 'containerd-shim.* -namespace k8s.io ')"
+	read -r LOGGERS LOGGERS_KB <<<"0 0"
+else
+	read -r SHIMS SHIMS_KB <<<"$(procs_rss "containerd-shim.* -namespace $RS_NS ")"
+	read -r LOGGERS LOGGERS_KB <<<"$(procs_rss 'kubelet-rs-cri-logger')"
+fi
+CONTAINERD_KB="$(status_kb "$(pgrep -xo containerd)" VmRSS)"
+tail -c +$((a0 + 1)) "$AUDIT_LOG" | head -c $((a1 - a0)) |
+	grep -F '"stage":"RequestReceived"' | grep -F "\"username\":\"system:node:$NODE\"" >"$BENCH/idle-requests.json" || true
+REQUESTS="$(wc -l <"$BENCH/idle-requests.json")"
+# verb resource[/subresource] for each request.
+awk '{
+	verb = ""; res = ""; sub_ = ""
+	if (match($0, /"verb":"[^"]*"/)) verb = substr($0, RSTART + 8, RLENGTH - 9)
+	if (match($0, /"objectRef":\{[^}]*\}/)) {
+		o = substr($0, RSTART, RLENGTH)
+		if (match(o, /"resource":"[^"]*"/)) res = substr(o, RSTART + 12, RLENGTH - 13)
+		if (match(o, /"subresource":"[^"]*"/)) sub_ = "/" substr(o, RSTART + 15, RLENGTH - 16)
+	} else if (match($0, /"requestURI":"[^"?]*/)) res = substr($0, RSTART + 14, RLENGTH - 14)
+	print verb, res sub_
+}' "$BENCH/idle-requests.json" | sort | uniq -c | sort -rn >"$BENCH/idle-requests.txt"
+
+mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
+per_min() { awk -v n="$1" -v s="$IDLE_SECONDS" 'BEGIN { printf "%.1f", n * 60 / s }'; }
+echo
+echo "### $AGENT (node $NODE, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg))"
+echo
+echo "| measure | value |"
+echo "|---|---|"
+echo "| (b) agent start → Node Ready | $READY_MS ms |"
+for n in 1 "$BATCH"; do
+	runs=$ONE_RUNS
+	[[ "$n" == "$BATCH" ]] && runs=$BATCH_RUNS
+	what="$n pods at once"
+	[[ "$n" == 1 ]] && what="1 pod"
+	echo "| (a) $what, created → Running: p50 / p99 over $(wc -l <"$BENCH/latency-$n") pods in $runs rounds | $(percentile 50 <"$BENCH/latency-$n") / $(percentile 99 <"$BENCH/latency-$n") ms |"
+	[[ "$n" == 1 ]] || echo "| (a) $what, the last one Running: median of rounds ($(paste -sd' ' "$BENCH/all-$n")) | $(median <"$BENCH/all-$n") ms |"
+	[[ "$n" == 1 ]] || echo "| (a) $what, \`kubectl create\` returned (in the latencies above): median of rounds | $(median <"$BENCH/created-$n") ms |"
+done
+echo "| (c) API requests by system:node:$NODE, idle with $RUNNING_NOW pods Running ($REQUESTS in ${IDLE_SECONDS}s) | $(per_min "$REQUESTS") /min |"
+echo "| (d) agent RSS with $RUNNING_NOW pods (VmRSS at the end of the idle window) | $(mib "$RSS_KB") MiB |"
+echo "| (d) agent peak RSS since start (VmHWM) | $(mib "$HWM_KB") MiB |"
+echo "| agent CPU over the ${IDLE_SECONDS}s idle window | $(awk -v a="$c0" -v b="$c1" 'BEGIN { printf "%.2f", b - a }') s |"
+echo "| not the agent: containerd-shim processes of these pods | $SHIMS, $(mib "$SHIMS_KB") MiB RSS in all |"
+[[ "$AGENT" == upstream ]] || echo "| not the agent: log writer processes | $LOGGERS, $(mib "$LOGGERS_KB") MiB RSS in all |"
+echo "| not the agent: containerd (shared, whole daemon) | $(mib "$CONTAINERD_KB") MiB RSS |"
+echo
+echo "Idle requests by verb and resource (count in ${IDLE_SECONDS}s):"
+echo
+echo '```'
+cat "$BENCH/idle-requests.txt"
+echo '```'
+echo
+echo "Events about the benchmark's pods and the node (reason, count summed):"
+echo
+echo '```'
+kc get events -o jsonpath='{range .items[*]}{.reason} {.count}{"\n"}{end}' |
+	awk '{ c[$1] += ($2 == "" ? 1 : $2) } END { for (r in c) print c[r], r }' | sort -rn
+echo '```'
