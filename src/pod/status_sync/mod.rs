@@ -18,7 +18,7 @@
 mod compare;
 mod patch;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -95,7 +95,7 @@ impl Entry {
 enum Outcome {
     /// The API holds this status (patched now, with the API's answer, or found equal).
     Synced {
-        patched: Option<Pod>,
+        patched: Option<Box<Pod>>,
     },
     /// The pod is finished with on the API side: deleted, gone, or removed here.
     Forget,
@@ -216,7 +216,7 @@ impl StatusSync {
                 e.failures = 0;
                 e.retry_at = None;
                 if let Some(p) = patched {
-                    e.patched = Some(Arc::new(p));
+                    e.patched = Some(Arc::new(*p));
                 }
                 if e.removed {
                     // Its status is in the API and nothing else is to be done there.
@@ -309,7 +309,7 @@ impl StatusSync {
                     Ok(p) => {
                         debug!(pod = %full_name(&target), uid, version = e.version, "status for pod updated");
                         phase = merged.phase.clone();
-                        patched = Some(p);
+                        patched = Some(Box::new(p));
                     }
                     Err(err) if err.pod_is_gone() => {
                         info!(pod = %full_name(&target), uid, "pod does not exist on the server or was recreated; skipping its status");

@@ -212,7 +212,7 @@ async fn nothing_is_written_before_the_view_is_synced() {
 #[tokio::test(start_paused = true)]
 async fn a_changed_status_is_patched_once_with_the_latest() {
     let api_pod = in_api(pod("u1", "web", "api", status("Pending", false, 100)), 7);
-    let mut h = start(&[api_pod.clone()], true);
+    let mut h = start(std::slice::from_ref(&api_pod), true);
     // Two changes before the sync runs: only the latest goes out.
     h.statuses
         .set(pod("u1", "web", "api", status("Running", false, 200)));
