@@ -390,3 +390,26 @@ async fn a_static_pods_status_lands_on_its_mirror() {
     assert_eq!(call.body["metadata"], json!({"uid": "mirror-1"}));
     assert_eq!(phase_of(&call.body), Some("Running"));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_condition_another_controller_added_is_kept() {
+    let mut api_status = status("Running", false, 100);
+    api_status
+        .conditions
+        .as_mut()
+        .unwrap()
+        .push(condition("example.com/Gate", "True", 50));
+    let api_pod = in_api(pod("u1", "web", "api", api_status), 7);
+    let mut h = start(&[api_pod], true);
+    h.statuses
+        .set(pod("u1", "web", "api", status("Running", true, 200)));
+    let call = next_call(&mut h.handle).await.expect("a status patch");
+    assert_eq!(
+        call.body["status"]["conditions"],
+        json!([{"type": "Ready", "status": "True", "lastTransitionTime": "1970-01-01T00:03:20Z"}])
+    );
+    assert_eq!(
+        call.body["status"]["$setElementOrder/conditions"],
+        json!([{"type": "example.com/Gate"}, {"type": "Ready"}, {"type": "PodScheduled"}])
+    );
+}
