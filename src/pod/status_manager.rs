@@ -330,6 +330,24 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn a_removal_carries_the_last_status_a_subscriber_did_not_see() {
+        let m = StatusManager::new();
+        let mut sub = m.subscribe();
+        m.set(pod("a", "Running"));
+        m.set(pod("a", "Failed"));
+        m.remove("a");
+        let changes = sub.changes().await.unwrap();
+        let [StatusChange::Removed { uid, last, .. }] = changes.as_slice() else {
+            panic!("expected one removal: {changes:?}");
+        };
+        assert_eq!(uid, "a");
+        assert_eq!(
+            last.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Failed")
+        );
+    }
+
     #[test]
     fn a_pod_removed_and_added_again_shows_as_set() {
         let m = StatusManager::new();

@@ -399,11 +399,13 @@ mod tests {
 
     #[test]
     fn a_finished_api_pod_ends_failed_with_its_lost_containers_terminated() {
-        let mut pod = Pod::default();
-        pod.spec = Some(PodSpec {
-            containers: vec![Default::default(), Default::default()],
+        let mut pod = Pod {
+            spec: Some(PodSpec {
+                containers: vec![Default::default(), Default::default()],
+                ..Default::default()
+            }),
             ..Default::default()
-        });
+        };
         let running = ContainerStatus {
             name: "app".into(),
             state: Some(ContainerState {

@@ -8,7 +8,8 @@
 //! A static pod's status goes to its mirror pod (same name, the mirror's UID). A failed
 //! patch is retried with a back-off, and every [`SYNC_PERIOD`] every pod is compared with
 //! the API again, which repairs anything missed. A pod the API no longer has (404) or has
-//! under another UID (the precondition fails with 409) is dropped, not retried.
+//! under another UID (the UID precondition fails) is dropped, not retried. When a static
+//! pod's mirror is recreated, its status goes to the new mirror as soon as the watch shows it.
 //!
 //! When a pod the API shows with a `deletionTimestamp` leaves the status manager (its worker
 //! stopped everything), its final status (terminal phase, every container terminated) is
@@ -18,7 +19,7 @@
 mod compare;
 mod patch;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -55,11 +56,26 @@ pub enum StatusSyncError {
 }
 
 impl StatusSyncError {
-    /// The API has no such pod (404), or has it under another UID (the UID precondition
-    /// failed: 409): the pod this status was for is gone.
     fn pod_is_gone(&self) -> bool {
         let (StatusSyncError::Patch { source, .. } | StatusSyncError::Delete { source, .. }) = self;
-        matches!(source, kube::Error::Api(s) if s.code == 404 || s.code == 409)
+        api_object_is_gone(source)
+    }
+}
+
+/// The API has no such pod (404), or has one of that name under another UID: a delete's UID
+/// precondition fails with 409, and a status patch whose `metadata.uid` differs is refused
+/// as 422 Invalid on `metadata.uid` ("field is immutable", as kube-apiserver 1.34 answers).
+pub(crate) fn api_object_is_gone(err: &kube::Error) -> bool {
+    let kube::Error::Api(s) = err else {
+        return false;
+    };
+    match s.code {
+        404 | 409 => true,
+        422 => s
+            .details
+            .as_ref()
+            .is_some_and(|d| d.causes.iter().any(|c| c.field == "metadata.uid")),
+        _ => false,
     }
 }
 
@@ -83,6 +99,9 @@ struct Entry {
     /// this status is not sent to it again; a new status or another object (a recreated
     /// mirror) is tried again.
     gone: Option<String>,
+    /// The UID of the API object the status was last synced to; a static pod's mirror can
+    /// be replaced by another.
+    synced_to: Option<String>,
 }
 
 impl Entry {
@@ -95,7 +114,9 @@ impl Entry {
 enum Outcome {
     /// The API holds this status (patched now, with the API's answer, or found equal).
     Synced {
-        patched: Option<Pod>,
+        patched: Option<Box<Pod>>,
+        /// The UID of the API object that holds it.
+        target: String,
     },
     /// The pod is finished with on the API side: deleted, gone, or removed here.
     Forget,
@@ -143,6 +164,7 @@ impl StatusSync {
                 r = self.api.changed(), if view_open => {
                     // Without a watch the last view stays; the resync still runs on it.
                     view_open = r.is_ok();
+                    self.retarget();
                 }
                 _ = sleep_until(retry), if retry.is_some() => {}
                 _ = resync.tick() => {
@@ -152,6 +174,21 @@ impl StatusSync {
                         e.patched = None;
                     }
                 }
+            }
+        }
+    }
+
+    /// A static pod whose mirror was replaced (deleted and created again) syncs again: the new
+    /// mirror starts without the status.
+    fn retarget(&mut self) {
+        let view = self.api.borrow().clone();
+        for e in self.pods.values_mut() {
+            if !mirror::is_static(&e.pod) {
+                continue;
+            }
+            let now = mirror::current_mirror(&view, &e.pod).and_then(|m| m.metadata.uid.clone());
+            if now.is_some() && now != e.synced_to {
+                e.recheck = true;
             }
         }
     }
@@ -175,6 +212,7 @@ impl StatusSync {
                 failures: 0,
                 retry_at: None,
                 gone: None,
+                synced_to: None,
             });
             if e.version != version {
                 e.gone = None;
@@ -210,13 +248,14 @@ impl StatusSync {
             return;
         };
         match outcome {
-            Outcome::Synced { patched } => {
+            Outcome::Synced { patched, target } => {
                 e.synced = e.version;
+                e.synced_to = Some(target);
                 e.recheck = false;
                 e.failures = 0;
                 e.retry_at = None;
                 if let Some(p) = patched {
-                    e.patched = Some(Arc::new(p));
+                    e.patched = Some(Arc::new(*p));
                 }
                 if e.removed {
                     // Its status is in the API and nothing else is to be done there.
@@ -309,7 +348,7 @@ impl StatusSync {
                     Ok(p) => {
                         debug!(pod = %full_name(&target), uid, version = e.version, "status for pod updated");
                         phase = merged.phase.clone();
-                        patched = Some(p);
+                        patched = Some(Box::new(p));
                     }
                     Err(err) if err.pod_is_gone() => {
                         info!(pod = %full_name(&target), uid, "pod does not exist on the server or was recreated; skipping its status");
@@ -333,7 +372,10 @@ impl StatusSync {
                 Err(err) => Outcome::Failed(err),
             };
         }
-        Outcome::Synced { patched }
+        Outcome::Synced {
+            patched,
+            target: target_uid,
+        }
     }
 
     async fn patch_status(

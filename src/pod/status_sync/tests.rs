@@ -212,7 +212,7 @@ async fn nothing_is_written_before_the_view_is_synced() {
 #[tokio::test(start_paused = true)]
 async fn a_changed_status_is_patched_once_with_the_latest() {
     let api_pod = in_api(pod("u1", "web", "api", status("Pending", false, 100)), 7);
-    let mut h = start(&[api_pod.clone()], true);
+    let mut h = start(std::slice::from_ref(&api_pod), true);
     // Two changes before the sync runs: only the latest goes out.
     h.statuses
         .set(pod("u1", "web", "api", status("Running", false, 200)));
@@ -262,7 +262,16 @@ async fn a_uid_mismatch_drops_the_status() {
     h.statuses
         .set(pod("u1", "web", "api", status("Running", true, 200)));
     let call = next_call(&mut h.handle).await.expect("a status patch");
-    call.respond_status(409, "Conflict");
+    // What kube-apiserver 1.34 answers when the pod of that name has another UID.
+    call.respond(
+        422,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 422,
+               "reason": "Invalid",
+               "message": "Pod \"web\" is invalid: metadata.uid: Invalid value: \"u1\": field is immutable",
+               "details": {"name": "web", "kind": "Pod", "causes": [
+                   {"reason": "FieldValueInvalid", "message": "Invalid value: \"u1\": field is immutable",
+                    "field": "metadata.uid"}]}}),
+    );
     let call = next_call(&mut h.handle).await;
     assert!(call.is_none(), "unexpected request: {call:?}");
 }
@@ -314,8 +323,7 @@ async fn a_pod_not_being_deleted_is_not_deleted_when_it_leaves() {
     assert!(call.is_none(), "unexpected request: {call:?}");
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_static_pods_status_lands_on_its_mirror() {
+fn static_and_mirror() -> (Pod, Pod) {
     let mut static_pod = pod(
         "static-1",
         "kube-web-n1",
@@ -340,7 +348,38 @@ async fn a_static_pods_status_lands_on_its_mirror() {
         phase: Some("Pending".into()),
         ..Default::default()
     });
-    let mut h = start(&[in_api(mirror, 3)], true);
+    (static_pod, in_api(mirror, 3))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_recreated_mirror_gets_the_status_again() {
+    let (static_pod, mirror) = static_and_mirror();
+    let mut h = start(std::slice::from_ref(&mirror), true);
+    h.statuses.set(static_pod);
+    let call = next_call(&mut h.handle).await.expect("a status patch");
+    let mut patched = mirror.clone();
+    patched.status = Some(status("Running", true, 100));
+    patched.metadata.resource_version = Some("4".into());
+    call.respond(200, serde_json::to_value(&patched).unwrap());
+    h.api.send_replace(view(&[patched], true));
+    // The mirror is deleted and made again (by the mirror task): a new UID, no status.
+    let mut again = mirror.clone();
+    again.metadata.uid = Some("mirror-2".into());
+    again.metadata.resource_version = Some("9".into());
+    h.api.send_replace(view(&[again], true));
+    let call = next_call(&mut h.handle).await.expect("a status patch");
+    assert_eq!(
+        call.path,
+        "/api/v1/namespaces/default/pods/kube-web-n1/status?"
+    );
+    assert_eq!(call.body["metadata"], json!({"uid": "mirror-2"}));
+    assert_eq!(phase_of(&call.body), Some("Running"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_static_pods_status_lands_on_its_mirror() {
+    let (static_pod, mirror) = static_and_mirror();
+    let mut h = start(&[mirror], true);
     h.statuses.set(static_pod);
     let call = next_call(&mut h.handle).await.expect("a status patch");
     assert_eq!(call.method, "PATCH");
@@ -350,4 +389,27 @@ async fn a_static_pods_status_lands_on_its_mirror() {
     );
     assert_eq!(call.body["metadata"], json!({"uid": "mirror-1"}));
     assert_eq!(phase_of(&call.body), Some("Running"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_condition_another_controller_added_is_kept() {
+    let mut api_status = status("Running", false, 100);
+    api_status
+        .conditions
+        .as_mut()
+        .unwrap()
+        .push(condition("example.com/Gate", "True", 50));
+    let api_pod = in_api(pod("u1", "web", "api", api_status), 7);
+    let mut h = start(&[api_pod], true);
+    h.statuses
+        .set(pod("u1", "web", "api", status("Running", true, 200)));
+    let call = next_call(&mut h.handle).await.expect("a status patch");
+    assert_eq!(
+        call.body["status"]["conditions"],
+        json!([{"type": "Ready", "status": "True", "lastTransitionTime": "1970-01-01T00:03:20Z"}])
+    );
+    assert_eq!(
+        call.body["status"]["$setElementOrder/conditions"],
+        json!([{"type": "example.com/Gate"}, {"type": "Ready"}, {"type": "PodScheduled"}])
+    );
 }
