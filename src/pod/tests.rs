@@ -18,12 +18,17 @@ use crate::source::static_pod::CONFIG_SOURCE_ANNOTATION;
 use crate::source::SourcedPod;
 
 fn shared(dir: &std::path::Path) -> Arc<Shared> {
+    shared_with(dir, |_| {})
+}
+
+fn shared_with(dir: &std::path::Path, tune: impl FnOnce(&mut Config)) -> Arc<Shared> {
     let mut cfg = Config::defaults(false);
     cfg.node_name = "node-a".into();
     cfg.root_dir = dir.join("root");
     cfg.pod_logs_dir = dir.join("pods");
     cfg.container_logs_dir = dir.join("containers");
     cfg.pod_infra_container_image = "pause".into();
+    tune(&mut cfg);
     let oom_seen = OomSeen::default();
     Arc::new(Shared {
         rt: Arc::new(FakeRuntime::new(&["pause", "busybox"], oom_seen.clone())),
@@ -202,4 +207,34 @@ async fn orphans_wait_for_the_api_sources_first_set() {
     assert!(m.orphans.is_empty());
     assert!(m.workers.contains_key("orphan-uid"));
     assert!(m.workers["orphan-uid"].desired.borrow().is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn refused_or_ended_pods_that_get_deleted_get_a_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = shared_with(dir.path(), |cfg| cfg.max_pods = 1);
+    let mut m = PodManager::new(shared, &[SourceKind::Api]);
+    let first = api_pod("uid-first");
+    let _held = hold_worker(&mut m, &first);
+    let refused = api_pod("uid-refused");
+    let mut ended = api_pod("uid-ended");
+    ended.status.as_mut().unwrap().phase = Some("Failed".into());
+    m.apply(api_update(&[&first, &refused, &ended])).await;
+    assert_eq!(
+        m.shared
+            .statuses
+            .get("uid-refused")
+            .and_then(|v| v.pod.status.clone())
+            .and_then(|s| s.reason),
+        Some("OutOfpods".into())
+    );
+    assert!(!m.workers.contains_key("uid-refused"));
+    assert!(!m.workers.contains_key("uid-ended"));
+
+    // Deleted now: each gets a worker (admission lets deleted pods in) so that its finish
+    // reaches the status sync, which removes it from the API server.
+    m.apply(api_update(&[&first, &deleting(refused), &deleting(ended)]))
+        .await;
+    assert!(m.workers.contains_key("uid-refused"));
+    assert!(m.workers.contains_key("uid-ended"));
 }
