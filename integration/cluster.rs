@@ -45,9 +45,14 @@ fn node_registers_ready_with_its_status_and_lease() {
     assert_eq!(labels["kubernetes.io/hostname"], name.as_str());
     assert_eq!(labels["kubernetes.io/os"], "linux");
     assert_eq!(labels["beta.kubernetes.io/os"], "linux");
-    assert!(labels["kubernetes.io/arch"].as_str().is_some_and(|a| !a.is_empty()));
+    assert!(labels["kubernetes.io/arch"]
+        .as_str()
+        .is_some_and(|a| !a.is_empty()));
     assert_eq!(labels["example.com/role"], "test");
-    let taints = node["spec"]["taints"].as_array().cloned().unwrap_or_default();
+    let taints = node["spec"]["taints"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     assert!(
         taints.iter().any(|t| t["key"] == "example.com/dedicated"
             && t["value"] == "test"
@@ -56,15 +61,24 @@ fn node_registers_ready_with_its_status_and_lease() {
     );
 
     let status = &node["status"];
-    let cpus = std::thread::available_parallelism().unwrap().get().to_string();
+    let cpus = std::thread::available_parallelism()
+        .unwrap()
+        .get()
+        .to_string();
     assert_eq!(status["capacity"]["cpu"], cpus.as_str());
     assert_eq!(status["capacity"]["pods"], "110");
     for r in ["memory", "ephemeral-storage"] {
         assert!(status["capacity"][r].is_string(), "capacity {r}: {status}");
-        assert!(status["allocatable"][r].is_string(), "allocatable {r}: {status}");
+        assert!(
+            status["allocatable"][r].is_string(),
+            "allocatable {r}: {status}"
+        );
     }
     // The default hard eviction threshold (memory.available<100Mi) comes off allocatable.
-    assert_ne!(status["capacity"]["memory"], status["allocatable"]["memory"]);
+    assert_ne!(
+        status["capacity"]["memory"],
+        status["allocatable"]["memory"]
+    );
     for (kind, reason) in [
         ("MemoryPressure", "KubeletHasSufficientMemory"),
         ("DiskPressure", "KubeletHasNoDiskPressure"),
@@ -86,8 +100,12 @@ fn node_registers_ready_with_its_status_and_lease() {
     let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
     assert_eq!(info["bootID"], boot_id.trim());
     assert_eq!(info["operatingSystem"], "linux");
-    assert!(info["kubeletVersion"].as_str().is_some_and(|v| v.starts_with('v')));
-    assert!(info["kernelVersion"].as_str().is_some_and(|v| !v.is_empty()));
+    assert!(info["kubeletVersion"]
+        .as_str()
+        .is_some_and(|v| v.starts_with('v')));
+    assert!(info["kernelVersion"]
+        .as_str()
+        .is_some_and(|v| !v.is_empty()));
     let addresses = status["addresses"].as_array().cloned().unwrap_or_default();
     assert!(
         addresses
@@ -95,16 +113,21 @@ fn node_registers_ready_with_its_status_and_lease() {
             .any(|a| a["type"] == "Hostname" && a["address"] == name.as_str()),
         "{addresses:?}"
     );
-    assert!(addresses.iter().any(|a| a["type"] == "InternalIP"), "{addresses:?}");
+    assert!(
+        addresses.iter().any(|a| a["type"] == "InternalIP"),
+        "{addresses:?}"
+    );
     assert_eq!(
         status["daemonEndpoints"]["kubeletEndpoint"]["Port"],
         n.secure_port
     );
     let images = status["images"].as_array().cloned().unwrap_or_default();
     assert!(
-        images.iter().any(|i| i["names"]
-            .as_array()
-            .is_some_and(|ns| ns.iter().any(|n| n.as_str().is_some_and(|n| n.contains("busybox"))))),
+        images
+            .iter()
+            .any(|i| i["names"].as_array().is_some_and(|ns| ns
+                .iter()
+                .any(|n| n.as_str().is_some_and(|n| n.contains("busybox"))))),
         "images: {images:?}"
     );
 
@@ -146,13 +169,25 @@ fn scheduled_pod_runs_reports_logs_and_deletes_gracefully() {
     );
     let p = n.wait_api_pod(&pod, 90, "Running and Ready", is_running);
     assert_eq!(p["spec"]["nodeName"], n.name());
-    assert!(p["status"]["podIP"].as_str().is_some_and(|ip| !ip.is_empty()), "{p}");
-    assert!(p["status"]["hostIP"].as_str().is_some_and(|ip| !ip.is_empty()), "{p}");
+    assert!(
+        p["status"]["podIP"]
+            .as_str()
+            .is_some_and(|ip| !ip.is_empty()),
+        "{p}"
+    );
+    assert!(
+        p["status"]["hostIP"]
+            .as_str()
+            .is_some_and(|ip| !ip.is_empty()),
+        "{p}"
+    );
     assert!(p["status"]["startTime"].is_string(), "{p}");
     let main = container_status(&p, "main");
     assert_eq!(main["ready"], true);
     assert_eq!(main["restartCount"], 0);
-    assert!(main["containerID"].as_str().is_some_and(|id| !id.is_empty()));
+    assert!(main["containerID"]
+        .as_str()
+        .is_some_and(|id| !id.is_empty()));
 
     // kubectl logs goes apiserver -> the agent's port, with the apiserver's client certificate.
     n.wait_api(30, "kubectl logs shows the greeting", |c| {
@@ -206,12 +241,17 @@ fn static_pod_is_mirrored_recreated_and_removed() {
         p["metadata"]["uid"] != old_uid && is_running(p)
     });
     let main = container_status(&again, "main");
-    assert_eq!(main["containerID"], container_id, "the static pod was restarted");
+    assert_eq!(
+        main["containerID"], container_id,
+        "the static pod was restarted"
+    );
     assert_eq!(main["restartCount"], 0);
 
     // Removing the manifest removes the mirror.
     n.remove_manifest("web.yaml");
-    n.wait_api(60, "the mirror pod is removed", |_| n.api_pod(&name).is_none());
+    n.wait_api(60, "the mirror pod is removed", |_| {
+        n.api_pod(&name).is_none()
+    });
 }
 
 #[test]
@@ -239,7 +279,9 @@ spec:
         node = n.name(),
         image = common::BUSYBOX
     ));
-    let p = n.wait_api_pod(&name, 60, "phase Failed", |p| p["status"]["phase"] == "Failed");
+    let p = n.wait_api_pod(&name, 60, "phase Failed", |p| {
+        p["status"]["phase"] == "Failed"
+    });
     assert_eq!(p["status"]["reason"], "NodeAffinity", "{p}");
     assert!(
         p["status"]["message"]
@@ -302,12 +344,22 @@ spec:
         "all ten run on this node"
     );
     n.cluster.apply(&deployment(0));
-    n.wait_api(120, "scaled to zero: no pods left", |_| n.api_pods().is_empty());
-    n.wait_until(60, "their containers are removed", || n.containers().is_empty());
+    n.wait_api(120, "scaled to zero: no pods left", |_| {
+        n.api_pods().is_empty()
+    });
+    n.wait_until(60, "their containers are removed", || {
+        n.containers().is_empty()
+    });
     n.cluster.apply(&deployment(10));
     n.wait_api(180, "10 replicas ready again", ready(10));
-    n.cluster
-        .ok(&["-n", "default", "delete", "deployment", &name, "--wait=false"]);
+    n.cluster.ok(&[
+        "-n",
+        "default",
+        "delete",
+        "deployment",
+        &name,
+        "--wait=false",
+    ]);
 }
 
 #[test]
@@ -334,7 +386,11 @@ fn restarted_agent_keeps_pods_mirrors_and_statuses() {
     n.launch();
     std::thread::sleep(Duration::from_secs(15));
 
-    assert_eq!(n.node_object()["metadata"]["uid"], node_uid, "a second Node");
+    assert_eq!(
+        n.node_object()["metadata"]["uid"],
+        node_uid,
+        "a second Node"
+    );
     let mut tasks_after = n.tasks();
     tasks_after.sort();
     assert_eq!(tasks_after, tasks, "a container was restarted");
@@ -351,11 +407,9 @@ fn restarted_agent_keeps_pods_mirrors_and_statuses() {
         before_pod["status"], after_pod["status"]
     );
     assert_eq!(
-        after_mirror["metadata"]["resourceVersion"],
-        before_mirror["metadata"]["resourceVersion"],
+        after_mirror["metadata"]["resourceVersion"], before_mirror["metadata"]["resourceVersion"],
         "the mirror's status was rewritten:\nbefore {}\nafter {}",
-        before_mirror["status"],
-        after_mirror["status"]
+        before_mirror["status"], after_mirror["status"]
     );
     assert!(is_running(&after_pod));
 }

@@ -52,7 +52,10 @@ fn apiserver_outage_leaves_pods_alone_and_statuses_catch_up() {
     // pod's container exited on its own: only it may be missing).
     let tasks_during: Vec<_> = n.tasks().into_iter().filter(|t| t.2 == "RUNNING").collect();
     for t in &tasks_during {
-        assert!(tasks_before.contains(t), "a container was started during the outage: {t:?}");
+        assert!(
+            tasks_before.contains(t),
+            "a container was started during the outage: {t:?}"
+        );
     }
     for ended in tasks_before.iter().filter(|t| !tasks_during.contains(t)) {
         assert_eq!(
@@ -69,9 +72,12 @@ fn apiserver_outage_leaves_pods_alone_and_statuses_catch_up() {
         c.kubectl(&["get", "--raw", "/readyz"]).0
     });
     let back = Instant::now();
-    n.wait_api_pod(&short, 30, "the short pod's Succeeded phase reached the API", |p| {
-        p["status"]["phase"] == "Succeeded"
-    });
+    n.wait_api_pod(
+        &short,
+        30,
+        "the short pod's Succeeded phase reached the API",
+        |p| p["status"]["phase"] == "Succeeded",
+    );
     let caught_up = back.elapsed();
     assert!(
         caught_up <= Duration::from_secs(10),
@@ -79,7 +85,11 @@ fn apiserver_outage_leaves_pods_alone_and_statuses_catch_up() {
     );
     // The Lease is renewed again.
     let name = n.name().to_string();
-    let lease = || n.cluster.get(&["-n", "kube-node-lease", "lease", &name]).unwrap();
+    let lease = || {
+        n.cluster
+            .get(&["-n", "kube-node-lease", "lease", &name])
+            .unwrap()
+    };
     let renewed = lease()["spec"]["renewTime"].clone();
     n.wait_api(30, "the Lease is renewed after the outage", |_| {
         lease()["spec"]["renewTime"] != renewed
@@ -88,10 +98,16 @@ fn apiserver_outage_leaves_pods_alone_and_statuses_catch_up() {
     assert_eq!(n.node_object()["metadata"]["uid"], node_uid);
     assert_eq!(n.api_pods().len(), pods_before, "{:?}", n.api_pods());
     let mirror_after = n.api_pod(&mirror).unwrap();
-    assert_eq!(mirror_after["metadata"]["uid"], mirror_before["metadata"]["uid"]);
+    assert_eq!(
+        mirror_after["metadata"]["uid"],
+        mirror_before["metadata"]["uid"]
+    );
     let mut tasks_after: Vec<_> = n.tasks().into_iter().filter(|t| t.2 == "RUNNING").collect();
     let mut tasks_during = tasks_during;
     tasks_after.sort();
     tasks_during.sort();
-    assert_eq!(tasks_after, tasks_during, "containers changed after the outage");
+    assert_eq!(
+        tasks_after, tasks_during,
+        "containers changed after the outage"
+    );
 }

@@ -291,7 +291,8 @@ impl ClusterNode {
     /// hostname label), named `<name>-<node>`; returns the full name.
     pub fn create_pod(&self, name: &str, script: &str, extra_spec: &str) -> String {
         let full = format!("{name}-{}", self.name());
-        self.cluster.apply(&api_busybox_pod(&full, self.name(), script, extra_spec));
+        self.cluster
+            .apply(&api_busybox_pod(&full, self.name(), script, extra_spec));
         full
     }
 
@@ -368,9 +369,16 @@ impl Drop for ClusterNode {
             ]);
         }
         let name = self.name().to_string();
-        self.cluster.kubectl(&["delete", "node", &name, "--wait=false"]);
         self.cluster
-            .kubectl(&["-n", "kube-node-lease", "delete", "lease", &name, "--wait=false"]);
+            .kubectl(&["delete", "node", &name, "--wait=false"]);
+        self.cluster.kubectl(&[
+            "-n",
+            "kube-node-lease",
+            "delete",
+            "lease",
+            &name,
+            "--wait=false",
+        ]);
     }
 }
 

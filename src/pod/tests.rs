@@ -44,6 +44,7 @@ fn shared_with(dir: &std::path::Path, tune: impl FnOnce(&mut Config)) -> Arc<Sha
         oom_score_adj_min: -1000,
         oom_seen,
         sync_loop: Arc::new(SyncLoopHealth::new(Duration::from_secs(60))),
+        recorder: crate::events::Recorder::disabled(),
     })
 }
 
