@@ -165,7 +165,10 @@ pub(crate) fn not_ready_message(errors: &[String]) -> Option<String> {
         [one] => Some(one.to_string()),
         many => Some(format!(
             "[{}]",
-            many.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            many.iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         )),
     }
 }
@@ -266,7 +269,10 @@ mod tests {
         r.memory_available = Some(99 << 20);
         assert!(pressure(&r, 8 << 30, &hard).memory, "below 100Mi");
         r.memory_available = Some(100 << 20);
-        assert!(!pressure(&r, 8 << 30, &hard).memory, "at the threshold is fine");
+        assert!(
+            !pressure(&r, 8 << 30, &hard).memory,
+            "at the threshold is fine"
+        );
 
         let mut r = calm();
         r.nodefs = Some(fs(1000, 99, 100, 50));
@@ -340,7 +346,10 @@ mod tests {
         set_ready_condition(&mut c, &[], at(10));
         assert_eq!(c[0].status, "True");
         assert_eq!(c[0].reason.as_deref(), Some("KubeletReady"));
-        assert_eq!(c[0].message.as_deref(), Some("kubelet is posting ready status"));
+        assert_eq!(
+            c[0].message.as_deref(),
+            Some("kubelet is posting ready status")
+        );
         assert_eq!(c[0].last_transition_time, Some(Time(at(10))));
 
         let before = c.clone();

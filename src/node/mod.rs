@@ -45,7 +45,10 @@ pub enum NodeError {
         #[source]
         source: kube::Error,
     },
-    #[error("node {node:?}: {op} lease {}/{node}: {source}", lease::LEASE_NAMESPACE)]
+    #[error(
+        "node {node:?}: {op} lease {}/{node}: {source}",
+        lease::LEASE_NAMESPACE
+    )]
     LeaseApi {
         node: String,
         op: &'static str,

@@ -124,7 +124,13 @@ pub(crate) mod fake {
             if *self.down.lock().unwrap() {
                 return Err(down());
             }
-            Ok(self.images.lock().unwrap().iter().map(|(i, _)| i.clone()).collect())
+            Ok(self
+                .images
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|(i, _)| i.clone())
+                .collect())
         }
         async fn image_size(&self, digest: &str) -> Result<u64, RuntimeError> {
             *self.size_calls.lock().unwrap() += 1;
@@ -174,14 +180,23 @@ mod tests {
         );
         assert_eq!(images[1].size_bytes, Some(300));
         sizes.node_images(&rt).await.unwrap();
-        assert_eq!(*rt.size_calls.lock().unwrap(), 2, "sizes are read once per digest");
+        assert_eq!(
+            *rt.size_calls.lock().unwrap(),
+            2,
+            "sizes are read once per digest"
+        );
     }
 
     #[tokio::test]
     async fn at_most_fifty_images() {
         let rt = FakeNodeRuntime::default();
         *rt.images.lock().unwrap() = (0..60)
-            .map(|i| (listed(&format!("img{i}:v"), &format!("sha256:{i}")), i as u64))
+            .map(|i| {
+                (
+                    listed(&format!("img{i}:v"), &format!("sha256:{i}")),
+                    i as u64,
+                )
+            })
             .collect();
         let images = ImageSizes::default().node_images(&rt).await.unwrap();
         assert_eq!(images.len(), MAX_IMAGES);

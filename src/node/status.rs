@@ -109,7 +109,10 @@ pub(crate) fn reconcile_existing(existing: &mut Node, initial: &Node) -> bool {
         .annotations
         .as_ref()
         .and_then(|a| a.get(ANNOTATION_CMAD));
-    let annotations = existing.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    let annotations = existing
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new);
     match wanted_cmad {
         Some(v) if annotations.get(ANNOTATION_CMAD) != Some(v) => {
             annotations.insert(ANNOTATION_CMAD.to_string(), v.clone());

@@ -83,7 +83,10 @@ fn initial_node_has_upstreams_labels_taints_and_annotation() {
     assert_eq!(labels[LABEL_ARCH], go_arch());
     assert_eq!(labels["beta.kubernetes.io/arch"], go_arch());
     assert_eq!(labels["role"], "db");
-    assert_eq!(labels[LABEL_HOSTNAME], "override", "--node-labels win, as upstream");
+    assert_eq!(
+        labels[LABEL_HOSTNAME], "override",
+        "--node-labels win, as upstream"
+    );
     assert_eq!(
         node.metadata.annotations.as_ref().unwrap()[ANNOTATION_CMAD],
         "true"
@@ -136,7 +139,10 @@ fn status_carries_capacity_info_addresses_and_ready() {
     assert_eq!(capacity["pods"].0, "110");
     assert_eq!(capacity["ephemeral-storage"].0, "100Gi");
     let allocatable = status.allocatable.as_ref().unwrap();
-    assert_eq!(allocatable["memory"].0, "3996Mi", "4Gi - 100Mi hard eviction");
+    assert_eq!(
+        allocatable["memory"].0, "3996Mi",
+        "4Gi - 100Mi hard eviction"
+    );
     assert_eq!(allocatable["cpu"].0, "2");
     let info = status.node_info.as_ref().unwrap();
     assert_eq!(info.container_runtime_version, "containerd://1.7.24");
@@ -247,7 +253,10 @@ fn a_heartbeat_alone_is_no_change_but_a_new_fact_is() {
     set_node_status(&mut first, &cfg, &observed(), at(100));
     let mut second = first.clone();
     set_node_status(&mut second, &cfg, &observed(), at(110));
-    let (a, b) = (first.status.as_ref().unwrap(), second.status.as_ref().unwrap());
+    let (a, b) = (
+        first.status.as_ref().unwrap(),
+        second.status.as_ref().unwrap(),
+    );
     assert!(!status_changed(a, b));
 
     // The API's canonical spelling of the same amount is no change either.
@@ -287,7 +296,10 @@ fn the_patch_carries_the_status_and_removes_vanished_resources() {
     let status = &patch["status"];
     assert_eq!(status["conditions"].as_array().unwrap().len(), 4);
     assert_eq!(status["capacity"]["hugepages-2Mi"], Value::Null);
-    assert!(status["capacity"].get("cpu").is_none(), "unchanged keys left out");
+    assert!(
+        status["capacity"].get("cpu").is_none(),
+        "unchanged keys left out"
+    );
     assert_eq!(status["nodeInfo"]["kubeletVersion"], KUBELET_VERSION);
     assert_eq!(status["addresses"][0]["type"], "InternalIP");
     assert_eq!(status["daemonEndpoints"]["kubeletEndpoint"]["Port"], 10250);
@@ -300,5 +312,8 @@ fn required_labels_are_restored() {
     assert!(!ensure_required_labels(&mut node));
     node.metadata.labels.as_mut().unwrap().remove(LABEL_ARCH);
     assert!(ensure_required_labels(&mut node));
-    assert_eq!(node.metadata.labels.as_ref().unwrap()[LABEL_ARCH], go_arch());
+    assert_eq!(
+        node.metadata.labels.as_ref().unwrap()[LABEL_ARCH],
+        go_arch()
+    );
 }
