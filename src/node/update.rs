@@ -140,7 +140,7 @@ impl StatusUpdater {
             .is_none_or(|at| at.elapsed() >= self.cfg.node_status_report_frequency);
         if !changed && !labels_fixed && !report_due {
             debug!(node = %name, "node status unchanged; not reported");
-            self.publish.send_replace(Some(Arc::new(original)));
+            self.publish_node(original);
             return Ok(());
         }
         let patch = status_patch(&original, &node);
@@ -152,8 +152,23 @@ impl StatusUpdater {
             )
             .await?;
         self.last_report = Some(Instant::now());
-        self.publish.send_replace(Some(Arc::new(patched)));
+        self.publish_node(patched);
         Ok(())
+    }
+
+    /// Readers are woken only when the object is a new version of the Node.
+    fn publish_node(&self, node: Node) {
+        self.publish.send_if_modified(|current| {
+            let same = current.as_ref().is_some_and(|c| {
+                c.metadata.uid == node.metadata.uid
+                    && c.metadata.resource_version.is_some()
+                    && c.metadata.resource_version == node.metadata.resource_version
+            });
+            if !same {
+                *current = Some(Arc::new(node));
+            }
+            !same
+        });
     }
 }
 
