@@ -130,8 +130,16 @@ fn status_carries_capacity_info_addresses_and_ready() {
     let mut cfg = config();
     cfg.port = 10250;
     let mut node = initial_node(&cfg);
-    let problems = set_node_status(&mut node, &cfg, &observed(), at(1000));
-    assert!(problems.is_empty(), "{problems:?}");
+    let outcome = set_node_status(&mut node, &cfg, &observed(), at(1000));
+    assert!(outcome.problems.is_empty(), "{outcome:?}");
+    assert_eq!(
+        outcome.events,
+        [
+            "NodeHasSufficientMemory",
+            "NodeHasNoDiskPressure",
+            "NodeHasSufficientPID"
+        ]
+    );
     let status = node.status.as_ref().unwrap();
     let capacity = status.capacity.as_ref().unwrap();
     assert_eq!(capacity["cpu"].0, "2");
@@ -200,7 +208,12 @@ fn ready_is_false_with_upstreams_message_while_runtime_or_network_is_down() {
 
     seen.runtime = Err("down".into());
     seen.images = None;
-    set_node_status(&mut node, &cfg, &seen, at(1010));
+    assert!(
+        set_node_status(&mut node, &cfg, &seen, at(1010))
+            .events
+            .is_empty(),
+        "still not ready: no event"
+    );
     let ready = condition(&node, "Ready");
     assert!(ready
         .message
@@ -230,15 +243,17 @@ fn node_ip_must_be_on_an_interface() {
     let mut cfg = config();
     cfg.node_ip = Some("10.0.1.1".parse().unwrap());
     let mut node = initial_node(&cfg);
-    assert!(set_node_status(&mut node, &cfg, &observed(), at(1)).is_empty());
+    assert!(set_node_status(&mut node, &cfg, &observed(), at(1))
+        .problems
+        .is_empty());
     assert_eq!(
         node.status.as_ref().unwrap().addresses.as_ref().unwrap()[0].address,
         "10.0.1.1"
     );
     cfg.node_ip = Some("192.0.2.9".parse().unwrap());
-    let problems = set_node_status(&mut node, &cfg, &observed(), at(2));
+    let outcome = set_node_status(&mut node, &cfg, &observed(), at(2));
     assert_eq!(
-        problems,
+        outcome.problems,
         vec![
             "failed to validate nodeIP: node IP: \"192.0.2.9\" not found in the host's network interfaces"
                 .to_string()

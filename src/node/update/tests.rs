@@ -13,6 +13,7 @@ fn updater() -> (StatusUpdater, ApiHandle, watch::Receiver<Option<Arc<Node>>>) {
         timeout: Duration::from_secs(10),
         last_report: None,
         publish,
+        recorder: Recorder::disabled(),
     };
     (updater, api, view)
 }
