@@ -76,6 +76,12 @@ impl NodeError {
     }
 }
 
+/// The host's address as the node reports it without --node-ip: the IPv4 address of the
+/// interface holding the default route, else the first non-loopback IPv4 address.
+pub fn host_ip() -> Option<std::net::IpAddr> {
+    machine::default_route_ip()
+}
+
 /// Upstream's heartbeat client timeout: the status period, at most the lease duration, so
 /// a half-open connection cannot hold a heartbeat past the point it matters.
 fn heartbeat_timeout(cfg: &Config) -> Duration {
