@@ -15,6 +15,9 @@ use crate::stats::disk::FsCapacity;
 /// What a pressure condition says in each state (upstream's reasons and messages).
 struct PressureWords {
     kind: &'static str,
+    /// The node events recorded on a change to True and to False.
+    true_event: &'static str,
+    false_event: &'static str,
     true_reason: &'static str,
     true_message: &'static str,
     false_reason: &'static str,
@@ -23,6 +26,8 @@ struct PressureWords {
 
 const MEMORY: PressureWords = PressureWords {
     kind: "MemoryPressure",
+    true_event: "NodeHasInsufficientMemory",
+    false_event: "NodeHasSufficientMemory",
     true_reason: "KubeletHasInsufficientMemory",
     true_message: "kubelet has insufficient memory available",
     false_reason: "KubeletHasSufficientMemory",
@@ -31,6 +36,8 @@ const MEMORY: PressureWords = PressureWords {
 
 const DISK: PressureWords = PressureWords {
     kind: "DiskPressure",
+    true_event: "NodeHasDiskPressure",
+    false_event: "NodeHasNoDiskPressure",
     true_reason: "KubeletHasDiskPressure",
     true_message: "kubelet has disk pressure",
     false_reason: "KubeletHasNoDiskPressure",
@@ -39,6 +46,8 @@ const DISK: PressureWords = PressureWords {
 
 const PID: PressureWords = PressureWords {
     kind: "PIDPressure",
+    true_event: "NodeHasInsufficientPID",
+    false_event: "NodeHasSufficientPID",
     true_reason: "KubeletHasInsufficientPID",
     true_message: "kubelet has insufficient PID available",
     false_reason: "KubeletHasSufficientPID",
@@ -102,12 +111,13 @@ fn time(now: Timestamp) -> Time {
     Time(now)
 }
 
+/// Returns the event to record when the condition changed.
 fn set_pressure(
     conditions: &mut Vec<NodeCondition>,
     words: &PressureWords,
     under_pressure: bool,
     now: Timestamp,
-) {
+) -> Option<&'static str> {
     let index = match conditions.iter().position(|c| c.type_ == words.kind) {
         Some(i) => i,
         None => {
@@ -121,28 +131,45 @@ fn set_pressure(
     };
     let c = &mut conditions[index];
     c.last_heartbeat_time = Some(time(now));
-    let (status, reason, message) = if under_pressure {
-        ("True", words.true_reason, words.true_message)
+    let (status, reason, message, event) = if under_pressure {
+        (
+            "True",
+            words.true_reason,
+            words.true_message,
+            words.true_event,
+        )
     } else {
-        ("False", words.false_reason, words.false_message)
+        (
+            "False",
+            words.false_reason,
+            words.false_message,
+            words.false_event,
+        )
     };
-    if c.status != status {
-        c.status = status.to_string();
-        c.reason = Some(reason.to_string());
-        c.message = Some(message.to_string());
-        c.last_transition_time = Some(time(now));
+    if c.status == status {
+        return None;
     }
+    c.status = status.to_string();
+    c.reason = Some(reason.to_string());
+    c.message = Some(message.to_string());
+    c.last_transition_time = Some(time(now));
+    Some(event)
 }
 
-/// Updates the three pressure conditions in place.
+/// Updates the three pressure conditions in place; returns the events of those that changed.
 pub(crate) fn set_pressure_conditions(
     conditions: &mut Vec<NodeCondition>,
     pressure: Pressure,
     now: Timestamp,
-) {
-    set_pressure(conditions, &MEMORY, pressure.memory, now);
-    set_pressure(conditions, &DISK, pressure.disk, now);
-    set_pressure(conditions, &PID, pressure.pid, now);
+) -> Vec<&'static str> {
+    [
+        set_pressure(conditions, &MEMORY, pressure.memory, now),
+        set_pressure(conditions, &DISK, pressure.disk, now),
+        set_pressure(conditions, &PID, pressure.pid, now),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 /// The runtime's network message when no CNI configuration is there yet (containerd's CRI
@@ -165,18 +192,22 @@ pub(crate) fn not_ready_message(errors: &[String]) -> Option<String> {
         [one] => Some(one.to_string()),
         many => Some(format!(
             "[{}]",
-            many.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            many.iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         )),
     }
 }
 
 /// Replaces the Ready condition: KubeletReady unless `errors` says why not; the transition
-/// time is kept while the status stays.
+/// time is kept while the status stays. Returns NodeReady or NodeNotReady when an existing
+/// condition changed status (upstream records no event for the first one).
 pub(crate) fn set_ready_condition(
     conditions: &mut Vec<NodeCondition>,
     errors: &[String],
     now: Timestamp,
-) {
+) -> Option<&'static str> {
     let mut ready = match not_ready_message(errors) {
         None => NodeCondition {
             type_: "Ready".into(),
@@ -197,16 +228,23 @@ pub(crate) fn set_ready_condition(
     };
     match conditions.iter_mut().find(|c| c.type_ == "Ready") {
         Some(existing) => {
-            ready.last_transition_time = if existing.status == ready.status {
-                existing.last_transition_time.clone()
-            } else {
+            let changed = existing.status != ready.status;
+            ready.last_transition_time = if changed {
                 Some(time(now))
+            } else {
+                existing.last_transition_time.clone()
+            };
+            let event = match ready.status.as_str() {
+                "True" => "NodeReady",
+                _ => "NodeNotReady",
             };
             *existing = ready;
+            changed.then_some(event)
         }
         None => {
             ready.last_transition_time = Some(time(now));
             conditions.push(ready);
+            None
         }
     }
 }
@@ -266,7 +304,10 @@ mod tests {
         r.memory_available = Some(99 << 20);
         assert!(pressure(&r, 8 << 30, &hard).memory, "below 100Mi");
         r.memory_available = Some(100 << 20);
-        assert!(!pressure(&r, 8 << 30, &hard).memory, "at the threshold is fine");
+        assert!(
+            !pressure(&r, 8 << 30, &hard).memory,
+            "at the threshold is fine"
+        );
 
         let mut r = calm();
         r.nodefs = Some(fs(1000, 99, 100, 50));
@@ -299,7 +340,14 @@ mod tests {
     #[test]
     fn pressure_conditions_move_their_transition_time_only_on_change() {
         let mut c = Vec::new();
-        set_pressure_conditions(&mut c, Pressure::default(), at(100));
+        assert_eq!(
+            set_pressure_conditions(&mut c, Pressure::default(), at(100)),
+            [
+                "NodeHasSufficientMemory",
+                "NodeHasNoDiskPressure",
+                "NodeHasSufficientPID"
+            ]
+        );
         let memory = c.iter().find(|c| c.type_ == "MemoryPressure").unwrap();
         assert_eq!(memory.status, "False");
         assert_eq!(memory.reason.as_deref(), Some("KubeletHasSufficientMemory"));
@@ -310,13 +358,13 @@ mod tests {
         assert_eq!(memory.last_transition_time, Some(Time(at(100))));
         assert_eq!(c.len(), 3);
 
-        set_pressure_conditions(&mut c, Pressure::default(), at(110));
+        assert!(set_pressure_conditions(&mut c, Pressure::default(), at(110)).is_empty());
         let disk = c.iter().find(|c| c.type_ == "DiskPressure").unwrap();
         assert_eq!(disk.last_heartbeat_time, Some(Time(at(110))));
         assert_eq!(disk.last_transition_time, Some(Time(at(100))));
 
         let before = c.clone();
-        set_pressure_conditions(
+        let events = set_pressure_conditions(
             &mut c,
             Pressure {
                 disk: true,
@@ -324,6 +372,7 @@ mod tests {
             },
             at(120),
         );
+        assert_eq!(events, ["NodeHasDiskPressure"]);
         let disk = c.iter().find(|c| c.type_ == "DiskPressure").unwrap();
         assert_eq!(disk.status, "True");
         assert_eq!(disk.reason.as_deref(), Some("KubeletHasDiskPressure"));
@@ -337,19 +386,25 @@ mod tests {
     #[test]
     fn ready_condition_states_and_transitions() {
         let mut c = Vec::new();
-        set_ready_condition(&mut c, &[], at(10));
+        assert_eq!(set_ready_condition(&mut c, &[], at(10)), None);
         assert_eq!(c[0].status, "True");
         assert_eq!(c[0].reason.as_deref(), Some("KubeletReady"));
-        assert_eq!(c[0].message.as_deref(), Some("kubelet is posting ready status"));
+        assert_eq!(
+            c[0].message.as_deref(),
+            Some("kubelet is posting ready status")
+        );
         assert_eq!(c[0].last_transition_time, Some(Time(at(10))));
 
         let before = c.clone();
-        set_ready_condition(&mut c, &[], at(20));
+        assert_eq!(set_ready_condition(&mut c, &[], at(20)), None);
         assert_eq!(c[0].last_transition_time, Some(Time(at(10))));
         assert_eq!(c[0].last_heartbeat_time, Some(Time(at(20))));
         assert!(!conditions_changed(&before, &c), "a heartbeat is no change");
 
-        set_ready_condition(&mut c, &[NETWORK_NOT_READY.to_string()], at(30));
+        assert_eq!(
+            set_ready_condition(&mut c, &[NETWORK_NOT_READY.to_string()], at(30)),
+            Some("NodeNotReady")
+        );
         assert_eq!(c[0].status, "False");
         assert_eq!(c[0].reason.as_deref(), Some("KubeletNotReady"));
         assert_eq!(c[0].message.as_deref(), Some(NETWORK_NOT_READY));
@@ -371,7 +426,7 @@ mod tests {
 
         // A Ready=Unknown left by the node lifecycle controller is a transition.
         c[0].status = "Unknown".into();
-        set_ready_condition(&mut c, &[], at(50));
+        assert_eq!(set_ready_condition(&mut c, &[], at(50)), Some("NodeReady"));
         assert_eq!(c[0].last_transition_time, Some(Time(at(50))));
     }
 }

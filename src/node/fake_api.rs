@@ -25,6 +25,16 @@ pub(crate) struct Seen {
 
 /// Takes the next request and answers it with `status` and `body`.
 pub(crate) async fn answer(handle: &mut ApiHandle, status: u16, body: Value) -> Seen {
+    answer_with(handle, status, |_| body).await
+}
+
+/// Takes the next request and answers it with `status` and what `reply` makes of the
+/// request's body (an API server echoing a created object, say).
+pub(crate) async fn answer_with(
+    handle: &mut ApiHandle,
+    status: u16,
+    reply: impl FnOnce(&Value) -> Value,
+) -> Seen {
     let (request, respond) = handle.next_request().await.expect("a request to the API");
     let method = request.method().to_string();
     let uri = request
@@ -43,6 +53,7 @@ pub(crate) async fn answer(handle: &mut ApiHandle, status: u16, body: Value) -> 
     } else {
         serde_json::from_slice(&bytes).unwrap()
     };
+    let body = reply(&body_seen);
     respond.send_response(
         Response::builder()
             .status(status)

@@ -109,7 +109,8 @@ impl LeaseKeeper {
         let lease = self.new_lease(Some(base)).await;
         self.timed(
             "update lease",
-            self.leases.replace(&self.node, &PostParams::default(), &lease),
+            self.leases
+                .replace(&self.node, &PostParams::default(), &lease),
         )
         .await
     }

@@ -27,6 +27,7 @@ use tokio::sync::watch;
 use tracing::{error, info};
 
 use crate::config::Config;
+use crate::events::Recorder;
 
 pub use runtime::NodeRuntime;
 pub use status::KUBELET_VERSION;
@@ -45,7 +46,10 @@ pub enum NodeError {
         #[source]
         source: kube::Error,
     },
-    #[error("node {node:?}: {op} lease {}/{node}: {source}", lease::LEASE_NAMESPACE)]
+    #[error(
+        "node {node:?}: {op} lease {}/{node}: {source}",
+        lease::LEASE_NAMESPACE
+    )]
     LeaseApi {
         node: String,
         op: &'static str,
@@ -72,6 +76,12 @@ impl NodeError {
     }
 }
 
+/// The host's address as the node reports it without --node-ip: the IPv4 address of the
+/// interface holding the default route, else the first non-loopback IPv4 address.
+pub fn host_ip() -> Option<std::net::IpAddr> {
+    machine::default_route_ip()
+}
+
 /// Upstream's heartbeat client timeout: the status period, at most the lease duration, so
 /// a half-open connection cannot hold a heartbeat past the point it matters.
 fn heartbeat_timeout(cfg: &Config) -> Duration {
@@ -82,8 +92,13 @@ fn heartbeat_timeout(cfg: &Config) -> Duration {
 /// Starts the node's cluster-mode duties on the current tokio runtime: the Lease
 /// heartbeat at once, then registration (when `registerNode`) and the status loop. Returns
 /// the view of the Node that admission and others read; it stays `None` until the Node
-/// was registered or adopted.
-pub fn start(client: kube::Client, cfg: Arc<Config>, runtime: Arc<dyn NodeRuntime>) -> NodeView {
+/// was registered or adopted. Condition changes are recorded as node events on `recorder`.
+pub fn start(
+    client: kube::Client,
+    cfg: Arc<Config>,
+    runtime: Arc<dyn NodeRuntime>,
+    recorder: Recorder,
+) -> NodeView {
     let (publish, view) = watch::channel(None);
     let timeout = heartbeat_timeout(&cfg);
     let keeper = lease::LeaseKeeper::new(
@@ -100,7 +115,8 @@ pub fn start(client: kube::Client, cfg: Arc<Config>, runtime: Arc<dyn NodeRuntim
             let observed = update::observe(&cfg, runtime.as_ref(), &mut sizes).await;
             let mut initial = status::initial_node(&cfg);
             let now = Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_default();
-            status::set_node_status(&mut initial, &cfg, &observed, now);
+            let outcome = status::set_node_status(&mut initial, &cfg, &observed, now);
+            update::record_events(&recorder, &cfg.node_name, &outcome.events);
             let node = registration::register(&nodes, &initial, timeout).await;
             publish.send_replace(Some(Arc::new(node)));
         }
@@ -111,6 +127,7 @@ pub fn start(client: kube::Client, cfg: Arc<Config>, runtime: Arc<dyn NodeRuntim
             timeout,
             last_report: None,
             publish,
+            recorder,
         };
         let mut tick = tokio::time::interval(cfg.node_status_update_frequency);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

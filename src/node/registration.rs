@@ -94,3 +94,115 @@ pub(crate) async fn register(nodes: &Api<Node>, initial: &Node, timeout: Duratio
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::fake_api::{answer, client, status};
+    use crate::node::status::tests::{config, observed};
+    use crate::node::status::{initial_node, set_node_status, LABEL_OS};
+    use k8s_openapi::jiff::Timestamp;
+    use serde_json::json;
+
+    fn initial() -> Node {
+        let cfg = config();
+        let mut node = initial_node(&cfg);
+        set_node_status(&mut node, &cfg, &observed(), Timestamp::UNIX_EPOCH);
+        node
+    }
+
+    const TIMEOUT: Duration = Duration::from_secs(10);
+
+    #[tokio::test]
+    async fn creates_the_node_with_its_status() {
+        let (client, mut api) = client();
+        let nodes: Api<Node> = Api::all(client);
+        let task = tokio::spawn(async move { try_register(&nodes, &initial(), TIMEOUT).await });
+        let mut created = serde_json::to_value(initial()).unwrap();
+        created["metadata"]["uid"] = json!("uid-1");
+        let seen = answer(&mut api, 201, created).await;
+        assert_eq!(seen.method, "POST");
+        assert_eq!(seen.uri, "/api/v1/nodes?");
+        assert_eq!(seen.body["metadata"]["name"], "krs-node");
+        assert_eq!(
+            seen.body["metadata"]["labels"]["kubernetes.io/hostname"],
+            "krs-node"
+        );
+        assert_eq!(
+            seen.body["status"]["conditions"].as_array().unwrap().len(),
+            4
+        );
+        let node = task.await.unwrap().unwrap();
+        assert_eq!(node.metadata.uid.as_deref(), Some("uid-1"));
+    }
+
+    #[tokio::test]
+    async fn adopts_an_existing_node_and_fixes_its_default_labels() {
+        let (client, mut api) = client();
+        let nodes: Api<Node> = Api::all(client);
+        let task = tokio::spawn(async move { try_register(&nodes, &initial(), TIMEOUT).await });
+        let seen = answer(
+            &mut api,
+            409,
+            status(409, "AlreadyExists", "nodes \"krs-node\" already exists"),
+        )
+        .await;
+        assert_eq!(seen.method, "POST");
+
+        let mut existing = serde_json::to_value(initial_node(&config())).unwrap();
+        existing["metadata"]["uid"] = json!("uid-old");
+        existing["metadata"]["labels"][LABEL_OS] = json!("plan9");
+        existing["metadata"]["labels"]["team"] = json!("a");
+        let seen = answer(&mut api, 200, existing.clone()).await;
+        assert_eq!(
+            (seen.method.as_str(), seen.uri.as_str()),
+            ("GET", "/api/v1/nodes/krs-node")
+        );
+
+        let mut patched = existing;
+        patched["metadata"]["labels"][LABEL_OS] = json!("linux");
+        let seen = answer(&mut api, 200, patched).await;
+        assert_eq!(seen.method, "PATCH");
+        assert_eq!(seen.uri, "/api/v1/nodes/krs-node/status?");
+        assert_eq!(
+            seen.content_type.as_deref(),
+            Some("application/strategic-merge-patch+json")
+        );
+        assert_eq!(
+            seen.body,
+            json!({"metadata": {"labels": {LABEL_OS: "linux"}}})
+        );
+        let node = task.await.unwrap().unwrap();
+        assert_eq!(
+            node.metadata.uid.as_deref(),
+            Some("uid-old"),
+            "never a second node"
+        );
+    }
+
+    #[tokio::test]
+    async fn adopts_without_a_patch_when_nothing_differs() {
+        let (client, mut api) = client();
+        let nodes: Api<Node> = Api::all(client);
+        let task = tokio::spawn(async move { try_register(&nodes, &initial(), TIMEOUT).await });
+        answer(&mut api, 409, status(409, "AlreadyExists", "exists")).await;
+        answer(&mut api, 200, serde_json::to_value(initial()).unwrap()).await;
+        task.await.unwrap().unwrap();
+        drop(api);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_with_back_off_while_the_api_fails() {
+        let (client, mut api) = client();
+        let nodes: Api<Node> = Api::all(client);
+        let task = tokio::spawn(async move { register(&nodes, &initial(), TIMEOUT).await });
+        let started = tokio::time::Instant::now();
+        answer(&mut api, 500, status(500, "InternalError", "etcd down")).await;
+        answer(&mut api, 503, status(503, "ServiceUnavailable", "starting")).await;
+        let seen = answer(&mut api, 201, serde_json::to_value(initial()).unwrap()).await;
+        assert_eq!(seen.method, "POST", "every try is a create");
+        task.await.unwrap();
+        // Two failures: 100 ms then 200 ms of back-off on the paused clock.
+        assert_eq!(started.elapsed(), Duration::from_millis(300));
+    }
+}

@@ -51,8 +51,7 @@ pub(crate) fn reservation(
         ("memory.available", "memory"),
         ("nodefs.available", "ephemeral-storage"),
     ] {
-        if let (Some(threshold), Some(cap)) = (eviction_hard.get(signal), capacity.get(resource))
-        {
+        if let (Some(threshold), Some(cap)) = (eviction_hard.get(signal), capacity.get(resource)) {
             eviction.insert(resource.to_string(), threshold.amount(*cap));
         }
     }
@@ -182,6 +181,10 @@ mod tests {
         let alloc = allocatable(&cap, &reserved);
         assert_eq!(alloc["cpu"], 0);
         assert_eq!(alloc["memory"], 0);
-        assert_eq!(alloc["ephemeral-storage"], 100 << 30, "no nodefs threshold given");
+        assert_eq!(
+            alloc["ephemeral-storage"],
+            100 << 30,
+            "no nodefs threshold given"
+        );
     }
 }

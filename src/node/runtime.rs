@@ -85,7 +85,7 @@ impl ImageSizes {
                 size_bytes: Some(size as i64),
             });
         }
-        images.sort_by_key(|i| std::cmp::Reverse(i.size_bytes));
+        images.sort_by_key(|image| std::cmp::Reverse(image.size_bytes));
         images.truncate(MAX_IMAGES);
         Ok(images)
     }

@@ -109,7 +109,10 @@ pub(crate) fn reconcile_existing(existing: &mut Node, initial: &Node) -> bool {
         .annotations
         .as_ref()
         .and_then(|a| a.get(ANNOTATION_CMAD));
-    let annotations = existing.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    let annotations = existing
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new);
     match wanted_cmad {
         Some(v) if annotations.get(ANNOTATION_CMAD) != Some(v) => {
             annotations.insert(ANNOTATION_CMAD.to_string(), v.clone());
@@ -161,14 +164,22 @@ fn addresses(cfg: &Config, host: &HostFacts) -> Result<Vec<NodeAddress>, String>
     Ok(out)
 }
 
-/// Sets the node's status from one pass's observations (upstream's setNodeStatus). Returns
-/// the problems a setter met (logged by the caller; the other setters still ran).
+/// What setting the status led to besides the status itself.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct SetOutcome {
+    /// Problems a setter met (logged by the caller; the other setters still ran).
+    pub problems: Vec<String>,
+    /// Node events for conditions that changed (NodeHasDiskPressure, NodeReady, ...).
+    pub events: Vec<&'static str>,
+}
+
+/// Sets the node's status from one pass's observations (upstream's setNodeStatus).
 pub(crate) fn set_node_status(
     node: &mut Node,
     cfg: &Config,
     observed: &Observed,
     now: Timestamp,
-) -> Vec<String> {
+) -> SetOutcome {
     let mut problems = Vec::new();
     let status = node.status.get_or_insert_with(NodeStatus::default);
     match addresses(cfg, &observed.host) {
@@ -225,7 +236,7 @@ pub(crate) fn set_node_status(
         observed.host.machine.memory_bytes,
         &cfg.eviction_hard,
     );
-    conditions::set_pressure_conditions(conditions, pressure, now);
+    let mut events = conditions::set_pressure_conditions(conditions, pressure, now);
     let mut errors = Vec::new();
     if observed.runtime.is_err() {
         errors.push("container runtime is down".to_string());
@@ -243,8 +254,8 @@ pub(crate) fn set_node_status(
             missing.join(", ")
         ));
     }
-    conditions::set_ready_condition(conditions, &errors, now);
-    problems
+    events.extend(conditions::set_ready_condition(conditions, &errors, now));
+    SetOutcome { problems, events }
 }
 
 /// Resource lists compared by value: the API returns its canonical spelling, which may

@@ -12,7 +12,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, GetParams, Patch, PatchParams};
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::machine::read_host;
 use super::runtime::{ImageSizes, NodeRuntime};
@@ -21,6 +21,7 @@ use super::status::{
 };
 use super::NodeError;
 use crate::config::Config;
+use crate::events::{EventType, Recorder};
 use crate::network::cni::Cni;
 
 /// Upstream's nodeStatusUpdateRetry.
@@ -32,6 +33,19 @@ pub(crate) struct StatusUpdater {
     pub(crate) timeout: Duration,
     pub(crate) last_report: Option<Instant>,
     pub(crate) publish: watch::Sender<Option<Arc<Node>>>,
+    pub(crate) recorder: Recorder,
+}
+
+/// Upstream's recordNodeStatusEvent wording.
+pub(crate) fn record_events(recorder: &Recorder, node: &str, events: &[&'static str]) {
+    for event in events {
+        info!(node = %node, event = %event, "recording node status event");
+        recorder.node(
+            EventType::Normal,
+            event,
+            format!("Node {node} status is now: {event}"),
+        );
+    }
 }
 
 /// One observation of the host, the runtime and the CNI configuration.
@@ -126,9 +140,11 @@ impl StatusUpdater {
             .await?;
         let mut node = original.clone();
         let now = Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_default();
-        for problem in set_node_status(&mut node, &self.cfg, observed, now) {
+        let outcome = set_node_status(&mut node, &self.cfg, observed, now);
+        for problem in outcome.problems {
             warn!(node = %name, error = %problem, "node status setter failed");
         }
+        record_events(&self.recorder, name, &outcome.events);
         let labels_fixed = ensure_required_labels(&mut node);
         let default = Default::default();
         let changed = status_changed(
@@ -140,7 +156,7 @@ impl StatusUpdater {
             .is_none_or(|at| at.elapsed() >= self.cfg.node_status_report_frequency);
         if !changed && !labels_fixed && !report_due {
             debug!(node = %name, "node status unchanged; not reported");
-            self.publish.send_replace(Some(Arc::new(original)));
+            self.publish_node(original);
             return Ok(());
         }
         let patch = status_patch(&original, &node);
@@ -152,8 +168,23 @@ impl StatusUpdater {
             )
             .await?;
         self.last_report = Some(Instant::now());
-        self.publish.send_replace(Some(Arc::new(patched)));
+        self.publish_node(patched);
         Ok(())
+    }
+
+    /// Readers are woken only when the object is a new version of the Node.
+    fn publish_node(&self, node: Node) {
+        self.publish.send_if_modified(|current| {
+            let same = current.as_ref().is_some_and(|c| {
+                c.metadata.uid == node.metadata.uid
+                    && c.metadata.resource_version.is_some()
+                    && c.metadata.resource_version == node.metadata.resource_version
+            });
+            if !same {
+                *current = Some(Arc::new(node));
+            }
+            !same
+        });
     }
 }
 

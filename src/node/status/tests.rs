@@ -83,7 +83,10 @@ fn initial_node_has_upstreams_labels_taints_and_annotation() {
     assert_eq!(labels[LABEL_ARCH], go_arch());
     assert_eq!(labels["beta.kubernetes.io/arch"], go_arch());
     assert_eq!(labels["role"], "db");
-    assert_eq!(labels[LABEL_HOSTNAME], "override", "--node-labels win, as upstream");
+    assert_eq!(
+        labels[LABEL_HOSTNAME], "override",
+        "--node-labels win, as upstream"
+    );
     assert_eq!(
         node.metadata.annotations.as_ref().unwrap()[ANNOTATION_CMAD],
         "true"
@@ -127,8 +130,16 @@ fn status_carries_capacity_info_addresses_and_ready() {
     let mut cfg = config();
     cfg.port = 10250;
     let mut node = initial_node(&cfg);
-    let problems = set_node_status(&mut node, &cfg, &observed(), at(1000));
-    assert!(problems.is_empty(), "{problems:?}");
+    let outcome = set_node_status(&mut node, &cfg, &observed(), at(1000));
+    assert!(outcome.problems.is_empty(), "{outcome:?}");
+    assert_eq!(
+        outcome.events,
+        [
+            "NodeHasSufficientMemory",
+            "NodeHasNoDiskPressure",
+            "NodeHasSufficientPID"
+        ]
+    );
     let status = node.status.as_ref().unwrap();
     let capacity = status.capacity.as_ref().unwrap();
     assert_eq!(capacity["cpu"].0, "2");
@@ -136,7 +147,10 @@ fn status_carries_capacity_info_addresses_and_ready() {
     assert_eq!(capacity["pods"].0, "110");
     assert_eq!(capacity["ephemeral-storage"].0, "100Gi");
     let allocatable = status.allocatable.as_ref().unwrap();
-    assert_eq!(allocatable["memory"].0, "3996Mi", "4Gi - 100Mi hard eviction");
+    assert_eq!(
+        allocatable["memory"].0, "3996Mi",
+        "4Gi - 100Mi hard eviction"
+    );
     assert_eq!(allocatable["cpu"].0, "2");
     let info = status.node_info.as_ref().unwrap();
     assert_eq!(info.container_runtime_version, "containerd://1.7.24");
@@ -194,7 +208,12 @@ fn ready_is_false_with_upstreams_message_while_runtime_or_network_is_down() {
 
     seen.runtime = Err("down".into());
     seen.images = None;
-    set_node_status(&mut node, &cfg, &seen, at(1010));
+    assert!(
+        set_node_status(&mut node, &cfg, &seen, at(1010))
+            .events
+            .is_empty(),
+        "still not ready: no event"
+    );
     let ready = condition(&node, "Ready");
     assert!(ready
         .message
@@ -224,15 +243,17 @@ fn node_ip_must_be_on_an_interface() {
     let mut cfg = config();
     cfg.node_ip = Some("10.0.1.1".parse().unwrap());
     let mut node = initial_node(&cfg);
-    assert!(set_node_status(&mut node, &cfg, &observed(), at(1)).is_empty());
+    assert!(set_node_status(&mut node, &cfg, &observed(), at(1))
+        .problems
+        .is_empty());
     assert_eq!(
         node.status.as_ref().unwrap().addresses.as_ref().unwrap()[0].address,
         "10.0.1.1"
     );
     cfg.node_ip = Some("192.0.2.9".parse().unwrap());
-    let problems = set_node_status(&mut node, &cfg, &observed(), at(2));
+    let outcome = set_node_status(&mut node, &cfg, &observed(), at(2));
     assert_eq!(
-        problems,
+        outcome.problems,
         vec![
             "failed to validate nodeIP: node IP: \"192.0.2.9\" not found in the host's network interfaces"
                 .to_string()
@@ -247,7 +268,10 @@ fn a_heartbeat_alone_is_no_change_but_a_new_fact_is() {
     set_node_status(&mut first, &cfg, &observed(), at(100));
     let mut second = first.clone();
     set_node_status(&mut second, &cfg, &observed(), at(110));
-    let (a, b) = (first.status.as_ref().unwrap(), second.status.as_ref().unwrap());
+    let (a, b) = (
+        first.status.as_ref().unwrap(),
+        second.status.as_ref().unwrap(),
+    );
     assert!(!status_changed(a, b));
 
     // The API's canonical spelling of the same amount is no change either.
@@ -287,7 +311,10 @@ fn the_patch_carries_the_status_and_removes_vanished_resources() {
     let status = &patch["status"];
     assert_eq!(status["conditions"].as_array().unwrap().len(), 4);
     assert_eq!(status["capacity"]["hugepages-2Mi"], Value::Null);
-    assert!(status["capacity"].get("cpu").is_none(), "unchanged keys left out");
+    assert!(
+        status["capacity"].get("cpu").is_none(),
+        "unchanged keys left out"
+    );
     assert_eq!(status["nodeInfo"]["kubeletVersion"], KUBELET_VERSION);
     assert_eq!(status["addresses"][0]["type"], "InternalIP");
     assert_eq!(status["daemonEndpoints"]["kubeletEndpoint"]["Port"], 10250);
@@ -300,5 +327,8 @@ fn required_labels_are_restored() {
     assert!(!ensure_required_labels(&mut node));
     node.metadata.labels.as_mut().unwrap().remove(LABEL_ARCH);
     assert!(ensure_required_labels(&mut node));
-    assert_eq!(node.metadata.labels.as_ref().unwrap()[LABEL_ARCH], go_arch());
+    assert_eq!(
+        node.metadata.labels.as_ref().unwrap()[LABEL_ARCH],
+        go_arch()
+    );
 }
