@@ -1,7 +1,7 @@
 //! kubelet-rs: the node agent's entry point. `anyhow` lives here only.
 
 use std::io::IsTerminal;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -166,7 +166,10 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         statuses: statuses.clone(),
         exe: logs::logger_executable(&cfg.root_dir, &cfg.container_runtime_endpoint)
             .context("choosing the containers' log writer")?,
-        host_ip: host_ip()
+        // The pods' hostIP is the node's InternalIP: --node-ip, else the default route's.
+        host_ip: cfg
+            .node_ip
+            .or_else(node::host_ip)
             .map(|i| i.to_string())
             .unwrap_or_else(|| "127.0.0.1".into()),
         memory_capacity: memory_capacity().unwrap_or(i64::MAX),
@@ -211,7 +214,12 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         let client = api.client().clone();
         recorder.node(EventType::Normal, "Starting", "Starting kubelet.");
         expected.push(SourceKind::Api);
-        let view = node::start(client.clone(), cfg.clone(), containerd_runtime.clone());
+        let view = node::start(
+            client.clone(),
+            cfg.clone(),
+            containerd_runtime.clone(),
+            recorder.clone(),
+        );
         let (_source, api_pods) =
             spawn_api_source(client.clone(), cfg.node_name.clone(), tx.clone());
         tokio::spawn(StatusSync::new(client.clone(), statuses.clone(), api_pods.clone()).run());
@@ -268,27 +276,6 @@ fn new_puller(cfg: &Config, rt: &Containerd) -> Puller {
         "image pulls configured"
     );
     puller
-}
-
-/// The node's address: the IPv4 address of the interface holding the default route, else
-/// the first non-loopback IPv4 address.
-fn host_ip() -> Option<IpAddr> {
-    let default_if = procfs::net::route()
-        .unwrap_or_default()
-        .into_iter()
-        .find(|r| r.destination.is_unspecified())
-        .map(|r| r.iface);
-    let addrs: Vec<(String, IpAddr)> = nix::ifaddrs::getifaddrs()
-        .ok()?
-        .filter_map(|a| {
-            let ip = a.address?.as_sockaddr_in()?.ip();
-            Some((a.interface_name, IpAddr::V4(ip)))
-        })
-        .filter(|(_, ip)| !ip.is_loopback())
-        .collect();
-    default_if
-        .and_then(|d| addrs.iter().find(|(n, _)| *n == d).map(|(_, ip)| *ip))
-        .or_else(|| addrs.first().map(|(_, ip)| *ip))
 }
 
 fn memory_capacity() -> Option<i64> {
