@@ -107,7 +107,7 @@ cleanup() {
 		echo "node $NODE conditions: $(kc get node "$NODE" -o jsonpath='{range .status.conditions[*]}{.type}={.status} {end}' 2>&1)" >&2
 		kc get pods -l app=krs-bench -o wide 2>&1 | grep -v ' Running ' | head -5 >&2
 	fi
-	if [[ -n "$AGENT_PID" ]] && kill -0 "$AGENT_PID" 2>/dev/null; then
+	if agent_alive; then
 		# Through the agent, so it stops and removes the pods' containers itself.
 		kc delete pods -l app=krs-bench --wait=true --timeout=180s >/dev/null 2>&1
 		wait_runtime_empty 120
@@ -177,17 +177,24 @@ start_agent() {
 	fi
 }
 
+# Running and not a zombie (kubelet-rs is this shell's child, reaped only by `wait`).
+agent_alive() {
+	[[ -n "$AGENT_PID" ]] && kill -0 "$AGENT_PID" 2>/dev/null &&
+		[[ "$(ps -o stat= -p "$AGENT_PID")" != Z* ]]
+}
+
 stop_agent() {
 	if [[ "$AGENT" == upstream ]]; then
 		hack/bench/upstream-kubelet.sh stop "$NODE" --dir "$DIR" >/dev/null
-	elif [[ -n "$AGENT_PID" ]] && kill -0 "$AGENT_PID" 2>/dev/null; then
+	elif agent_alive; then
 		kill "$AGENT_PID"
 		local i
 		for ((i = 0; i < 200; i++)); do
-			kill -0 "$AGENT_PID" 2>/dev/null || break
+			agent_alive || break
 			sleep 0.1
 		done
 		kill -9 "$AGENT_PID" 2>/dev/null || true
+		wait "$AGENT_PID" 2>/dev/null || true
 	fi
 	AGENT_PID=""
 }
@@ -211,7 +218,7 @@ wait_until() {
 	shift 2
 	until "$@"; do
 		((SECONDS < deadline)) || die "timed out after ${limit}s waiting for $what; agent log: $AGENT_LOG"
-		kill -0 "$AGENT_PID" 2>/dev/null || die "the agent exited; see $AGENT_LOG"
+		agent_alive || die "the agent exited; see $AGENT_LOG"
 		sleep 0.1
 	done
 }
