@@ -164,7 +164,7 @@ fn scheduled_pod_runs_reports_logs_and_deletes_gracefully() {
     let n = ClusterNode::start("cluster-pod", &[]);
     let pod = n.create_pod(
         "hello",
-        "echo hello from $(hostname); trap 'echo bye; exit 0' TERM; while true; do sleep 1; done",
+        "echo hello from $(hostname); trap 'echo bye; exit 0' TERM; i=0; while true; do i=$((i+1)); echo tick $i; sleep 1; done",
         "",
     );
     let p = n.wait_api_pod(&pod, 90, "Running and Ready", is_running);
@@ -195,6 +195,26 @@ fn scheduled_pod_runs_reports_logs_and_deletes_gracefully() {
         ok && out.contains(&format!("hello from {pod}"))
     });
 
+    // kubectl logs -f follows: lines written after it started arrive.
+    let followed = follow_logs(&n, &pod, 5);
+    let started_at: u64 = followed
+        .iter()
+        .find_map(|l| l.strip_prefix("tick ").and_then(|t| t.parse().ok()))
+        .expect("ticks in the followed log");
+    assert!(
+        followed
+            .iter()
+            .any(|l| *l == format!("tick {}", started_at + 3)),
+        "kubectl logs -f did not follow: {followed:?}"
+    );
+
+    // The lifecycle's Events, as kubectl describe shows them (Scheduled is the scheduler's).
+    let describe = n.cluster.ok(&["-n", "default", "describe", "pod", &pod]);
+    for reason in ["Scheduled", "Pulled", "Created", "Started"] {
+        assert!(describe.contains(reason), "no {reason} event:\n{describe}");
+    }
+    assert!(describe.contains("Started container main"), "{describe}");
+
     // Deleting through the API: SIGTERM, the container's trap runs, then the agent removes the
     // pod object (with its UID as precondition) and every container.
     let (ok, out) = n.cluster.kubectl(&[
@@ -211,6 +231,55 @@ fn scheduled_pod_runs_reports_logs_and_deletes_gracefully() {
     n.wait_until(30, "the pod's containers are removed", || {
         n.containers().is_empty()
     });
+    let selector = format!("involvedObject.name={pod},reason=Killing");
+    n.wait_api(30, "a Killing event", |c| {
+        c.ok(&[
+            "-n",
+            "default",
+            "get",
+            "events",
+            "--field-selector",
+            &selector,
+        ])
+        .contains("Stopping container main")
+    });
+}
+
+/// `kubectl logs -f` of the pod's container until `want` lines arrived (or 30 s passed).
+fn follow_logs(n: &ClusterNode, pod: &str, want: usize) -> Vec<String> {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(&n.cluster.kubectl)
+        .arg("--kubeconfig")
+        .arg(&n.cluster.kubeconfig)
+        .args(["-n", "default", "logs", "-f", "--tail", "1", pod])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("kubectl runs");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut lines = Vec::new();
+    while lines.len() < want {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) => lines.push(l),
+            Err(_) => break,
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    lines
 }
 
 #[test]

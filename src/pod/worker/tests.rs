@@ -17,6 +17,7 @@ use crate::pod::sync_health::SyncLoopHealth;
 use crate::runtime::events::OomSeen;
 use crate::runtime::fake::{FakeRuntime, Script};
 
+mod events;
 mod lifecycle;
 mod manager;
 
@@ -34,6 +35,14 @@ fn harness() -> Harness {
 
 /// A harness whose configuration `tune` adjusts.
 fn harness_with(tune: impl FnOnce(&mut Config)) -> Harness {
+    harness_recording_into(tune, crate::events::Recorder::disabled())
+}
+
+/// A harness whose workers record Events into `recorder`.
+fn harness_recording_into(
+    tune: impl FnOnce(&mut Config),
+    recorder: crate::events::Recorder,
+) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = Config::defaults(false);
     cfg.node_name = "node-a".into();
@@ -58,7 +67,7 @@ fn harness_with(tune: impl FnOnce(&mut Config)) -> Harness {
         oom_score_adj_min: -1000,
         oom_seen,
         sync_loop: Arc::new(SyncLoopHealth::new(Duration::from_secs(60))),
-        recorder: crate::events::Recorder::disabled(),
+        recorder,
     });
     Harness {
         fake,

@@ -1,0 +1,83 @@
+//! The Events workers record, as upstream's kubelet records them: one per occurrence, with
+//! the pod as involved object and the container's field path.
+
+use k8s_openapi::api::core::v1::Event;
+use tokio::sync::mpsc;
+
+use super::{harness_recording_into, pod, worker, Harness, UID};
+use crate::events::Recorder;
+use crate::runtime::fake::Script;
+
+fn recording() -> (Harness, mpsc::Receiver<Event>) {
+    let (recorder, events) = Recorder::capturing();
+    (harness_recording_into(|_| {}, recorder), events)
+}
+
+/// (reason, fieldPath, message) of every Event recorded so far.
+fn drain(events: &mut mpsc::Receiver<Event>) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    while let Ok(e) = events.try_recv() {
+        assert_eq!(e.involved_object.uid.as_deref(), Some(UID));
+        assert_eq!(e.involved_object.kind.as_deref(), Some("Pod"));
+        out.push((
+            e.reason.unwrap_or_default(),
+            e.involved_object.field_path.unwrap_or_default(),
+            e.message.unwrap_or_default(),
+        ));
+    }
+    out
+}
+
+fn ev(reason: &str, field: &str, message: &str) -> (String, String, String) {
+    (reason.into(), field.into(), message.into())
+}
+
+#[tokio::test(start_paused = true)]
+async fn starting_a_container_records_pulled_created_started_once() {
+    let (h, mut events) = recording();
+    let p = pod(&[], &["app"], "Always");
+    let mut w = worker(&h, &p);
+    w.pass(&p).await;
+    let app = "spec.containers{app}";
+    assert_eq!(
+        drain(&mut events),
+        [
+            ev(
+                "Pulled",
+                app,
+                "Container image \"busybox\" already present on machine"
+            ),
+            ev("Created", app, "Created container: app"),
+            ev("Started", app, "Started container app"),
+        ]
+    );
+    // A pass with nothing to do records nothing.
+    w.pass(&p).await;
+    assert_eq!(drain(&mut events), []);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_crash_looping_init_container_records_back_off_with_its_field_path() {
+    let (h, mut events) = recording();
+    h.fake.script("setup", [Script::Exit(1), Script::Exit(1)]);
+    let p = pod(&["setup"], &["app"], "Always");
+    let mut w = worker(&h, &p);
+    w.pass(&p).await;
+    w.pass(&p).await;
+    w.pass(&p).await; // in back-off now
+    let recorded = drain(&mut events);
+    let back_off: Vec<_> = recorded.iter().filter(|e| e.0 == "BackOff").collect();
+    assert_eq!(back_off.len(), 1, "{recorded:?}");
+    assert_eq!(back_off[0].1, "spec.initContainers{setup}");
+    assert!(
+        back_off[0]
+            .2
+            .starts_with("Back-off restarting failed container setup in pod "),
+        "{back_off:?}"
+    );
+    assert_eq!(
+        recorded.iter().filter(|e| e.0 == "Started").count(),
+        2,
+        "setup started twice: {recorded:?}"
+    );
+}
