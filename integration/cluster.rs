@@ -41,6 +41,25 @@ fn node_registers_ready_with_its_status_and_lease() {
         c.get(&["node", &name]).is_some_and(|o| is_ready_node(&o))
     });
     let node = n.node_object();
+    // `kubectl get nodes` as a person reads it.
+    let table = n.cluster.ok(&["get", "node", &name, "-o", "wide"]);
+    assert!(
+        table.contains("Ready") && table.contains("containerd://"),
+        "{table}"
+    );
+    // The node's own events, as upstream records them at start.
+    let selector = format!("involvedObject.kind=Node,involvedObject.name={name}");
+    n.wait_api(30, "the node's Starting and condition events", |c| {
+        let events = c.ok(&[
+            "-n",
+            "default",
+            "get",
+            "events",
+            "--field-selector",
+            &selector,
+        ]);
+        events.contains("Starting kubelet.") && events.contains("NodeHasSufficientMemory")
+    });
     let labels = &node["metadata"]["labels"];
     assert_eq!(labels["kubernetes.io/hostname"], name.as_str());
     assert_eq!(labels["kubernetes.io/os"], "linux");
@@ -280,6 +299,41 @@ fn follow_logs(n: &ClusterNode, pod: &str, want: usize) -> Vec<String> {
     let _ = child.kill();
     let _ = child.wait();
     lines
+}
+
+#[test]
+#[ignore = "needs root, containerd and the control plane: run hack/test.sh"]
+fn force_deleted_pod_has_its_containers_removed() {
+    let n = ClusterNode::start("cluster-force", &[]);
+    let pod = n.create_pod("doomed", "while true; do sleep 1; done", "");
+    n.wait_api_pod(&pod, 90, "Running and Ready", is_running);
+    // kubectl get pods -o wide: Running, the pod's IP and this node.
+    let wide = n
+        .cluster
+        .ok(&["-n", "default", "get", "pod", &pod, "-o", "wide"]);
+    let row = wide.lines().nth(1).unwrap_or_default().to_string();
+    let ip = n.api_pod(&pod).unwrap()["status"]["podIP"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        row.contains("Running") && row.contains(&ip) && row.contains(n.name()),
+        "{wide}"
+    );
+    assert!(!n.containers().is_empty());
+    // Gone from the API at once: the agent learns it from the watch and removes everything.
+    n.cluster.ok(&[
+        "-n",
+        "default",
+        "delete",
+        "pod",
+        &pod,
+        "--grace-period=0",
+        "--force",
+    ]);
+    n.wait_until(60, "the force-deleted pod's containers are removed", || {
+        n.containers().is_empty()
+    });
 }
 
 #[test]
