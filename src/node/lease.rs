@@ -73,13 +73,7 @@ impl LeaseKeeper {
         op: &'static str,
         f: impl std::future::Future<Output = Result<T, kube::Error>>,
     ) -> Result<T, NodeError> {
-        tokio::time::timeout(self.timeout, f)
-            .await
-            .map_err(|_| NodeError::Timeout {
-                node: self.node.clone(),
-                op,
-            })?
-            .map_err(|e| self.api_error(op, e))
+        super::timed(&self.node, self.timeout, op, f, |e| self.api_error(op, e)).await
     }
 
     /// One renewal.

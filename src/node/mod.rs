@@ -20,11 +20,13 @@ mod update;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
+use kube::runtime::{reflector, watcher, WatchStreamExt};
 use tokio::sync::watch;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use crate::config::Config;
 use crate::events::Recorder;
@@ -82,6 +84,40 @@ pub fn host_ip() -> Option<std::net::IpAddr> {
     machine::default_route_ip()
 }
 
+/// A watch of this one Node (upstream's node informer) kept in a store the status loop reads
+/// first; relist and back-off are kube-runtime's.
+fn watch_own_node(nodes: &Api<Node>, name: &str) -> reflector::Store<Node> {
+    let (reader, writer) = reflector::store();
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let node = name.to_string();
+    let events = reflector(writer, watcher(nodes.clone(), config)).default_backoff();
+    tokio::spawn(events.for_each(move |event| {
+        if let Err(e) = event {
+            warn!(node = %node, error = %e, "the watch of this Node failed; retrying");
+        }
+        std::future::ready(())
+    }));
+    reader
+}
+
+/// An API call bounded by the heartbeat timeout; a timeout or an API error names the node and
+/// the operation (`api_error` picks the variant: the Node's or the Lease's).
+async fn timed<T>(
+    node: &str,
+    timeout: Duration,
+    op: &'static str,
+    call: impl std::future::Future<Output = Result<T, kube::Error>>,
+    api_error: impl FnOnce(kube::Error) -> NodeError,
+) -> Result<T, NodeError> {
+    tokio::time::timeout(timeout, call)
+        .await
+        .map_err(|_| NodeError::Timeout {
+            node: node.to_string(),
+            op,
+        })?
+        .map_err(api_error)
+}
+
 /// Upstream's heartbeat client timeout: the status period, at most the lease duration, so
 /// a half-open connection cannot hold a heartbeat past the point it matters.
 fn heartbeat_timeout(cfg: &Config) -> Duration {
@@ -109,6 +145,7 @@ pub fn start(
     );
     tokio::spawn(keeper.run());
     let nodes: Api<Node> = Api::all(client);
+    let cache = watch_own_node(&nodes, &cfg.node_name);
     tokio::spawn(async move {
         let mut sizes = runtime::ImageSizes::default();
         if cfg.register_node {
@@ -128,6 +165,7 @@ pub fn start(
             last_report: None,
             publish,
             recorder,
+            cache: Some(cache),
         };
         let mut tick = tokio::time::interval(cfg.node_status_update_frequency);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -10,6 +10,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, GetParams, Patch, PatchParams};
+use kube::runtime::reflector::{self, ObjectRef};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
@@ -34,6 +35,10 @@ pub(crate) struct StatusUpdater {
     pub(crate) last_report: Option<Instant>,
     pub(crate) publish: watch::Sender<Option<Arc<Node>>>,
     pub(crate) recorder: Recorder,
+    /// This Node as a watch of it last showed it (upstream's node lister): the first try of
+    /// each pass reads it instead of asking the API server, so an idle node's status loop
+    /// costs no request unless something changed. `None` (or not synced yet): a GET.
+    pub(crate) cache: Option<reflector::Store<Node>>,
 }
 
 /// Upstream's recordNodeStatusEvent wording.
@@ -97,17 +102,13 @@ impl StatusUpdater {
         op: &'static str,
         f: impl std::future::Future<Output = Result<T, kube::Error>>,
     ) -> Result<T, NodeError> {
-        tokio::time::timeout(self.timeout, f)
-            .await
-            .map_err(|_| NodeError::Timeout {
-                node: self.cfg.node_name.clone(),
-                op,
-            })?
-            .map_err(|source| NodeError::Api {
-                node: self.cfg.node_name.clone(),
-                op,
-                source,
-            })
+        let node = &self.cfg.node_name;
+        super::timed(node, self.timeout, op, f, |source| NodeError::Api {
+            node: node.clone(),
+            op,
+            source,
+        })
+        .await
     }
 
     /// One pass: up to five tries.
@@ -128,16 +129,24 @@ impl StatusUpdater {
 
     async fn try_update(&mut self, observed: &Observed, attempt: usize) -> Result<(), NodeError> {
         let name = &self.cfg.node_name;
-        // The first try reads the API server's cache, cheap on a large cluster; after a
-        // failure the truth is read from etcd.
-        let params = if attempt == 0 {
-            GetParams::any()
-        } else {
-            GetParams::default()
+        let cached = match (&self.cache, attempt) {
+            (Some(cache), 0) => cache.get(&ObjectRef::new(name)),
+            _ => None,
         };
-        let original = self
-            .timed("get", self.nodes.get_with(name, &params))
-            .await?;
+        let original = match cached {
+            Some(node) => Node::clone(&node),
+            None => {
+                // Without the watch's copy the first try reads the API server's cache, cheap
+                // on a large cluster; after a failure the truth is read from etcd.
+                let params = if attempt == 0 {
+                    GetParams::any()
+                } else {
+                    GetParams::default()
+                };
+                self.timed("get", self.nodes.get_with(name, &params))
+                    .await?
+            }
+        };
         let mut node = original.clone();
         let now = Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_default();
         let outcome = set_node_status(&mut node, &self.cfg, observed, now);

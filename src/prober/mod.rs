@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::ContainerPort;
 
 pub use crate::runtime::exec::{ExecError, ExecResult, ExecRunner};
 pub use handler::run_handler;
-pub use worker::{ContainerProbes, LivenessFailure, ProbeOptions, ProbeStatus};
+pub use worker::{ContainerProbes, LivenessFailure, ProbeEvents, ProbeOptions, ProbeStatus};
 
 /// The Kubernetes minor version this agent implements (k8s-openapi v1_34); upstream puts
 /// it in the User-Agent of probe and hook requests.

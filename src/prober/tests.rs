@@ -117,6 +117,7 @@ fn steady() -> ProbeOptions {
     ProbeOptions {
         agent_uptime: Some(Duration::from_secs(3600)),
         running_for: Duration::ZERO,
+        events: None,
     }
 }
 
@@ -998,4 +999,50 @@ async fn probes_and_hooks_give_up_on_a_silent_server_at_their_timeout() {
         "{e}"
     );
     assert!(took >= timeout && took < bound, "http hook took {took:?}");
+}
+
+// ---------- events ----------
+
+#[tokio::test(start_paused = true)]
+async fn every_failed_attempt_is_an_unhealthy_event_below_the_threshold_too() {
+    let fake = Arc::new(FakeExec::default());
+    fake.set("ready", 1);
+    let t0 = Instant::now();
+    let (recorder, mut events) = crate::events::Recorder::capturing();
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web", "namespace": "default", "uid": "u-1"}
+    }))
+    .unwrap();
+    let options = ProbeOptions {
+        events: Some(super::ProbeEvents {
+            recorder,
+            pod: Arc::new(pod),
+            field_path: "spec.containers{app}".into(),
+        }),
+        ..steady()
+    };
+    let c = container(None, Some(exec_probe("ready", 10, 1, 3, 0)), None);
+    let (p, _n) = start(&c, &fake, options);
+    sleep_until_secs(t0, 10.5).await;
+    assert_eq!(fake.calls("ready").len(), 2);
+    let mut seen = Vec::new();
+    while let Ok(e) = events.try_recv() {
+        seen.push(e);
+    }
+    assert_eq!(seen.len(), 2, "one Unhealthy per failed attempt: {seen:?}");
+    for e in &seen {
+        assert_eq!(e.reason.as_deref(), Some("Unhealthy"));
+        assert_eq!(e.type_.as_deref(), Some("Warning"));
+        assert_eq!(
+            e.involved_object.field_path.as_deref(),
+            Some("spec.containers{app}")
+        );
+        assert!(
+            e.message
+                .as_deref()
+                .is_some_and(|m| m.starts_with("Readiness probe failed:")),
+            "{e:?}"
+        );
+    }
+    assert!(!p.status().ready, "readiness never succeeded");
 }

@@ -47,6 +47,10 @@ pub struct LivenessFailure {
 /// Knobs the caller may set; `Default` is what `ContainerProbes::start` uses.
 #[derive(Debug, Clone, Default)]
 pub struct ProbeOptions {
+    /// Where each failed attempt is recorded as an Event (upstream's prober records
+    /// Unhealthy for every failed result and ProbeWarning for warnings, whatever the
+    /// threshold): the pod and the container's field path.
+    pub events: Option<ProbeEvents>,
     /// How long the agent has been up. Upstream spreads first probes over a random part of
     /// the period only while the kubelet is younger than that period (after a restart,
     /// every container's probes would otherwise fire at once); `None` always spreads them.
@@ -54,6 +58,16 @@ pub struct ProbeOptions {
     /// How long the container has been running already (probes started after an agent
     /// restart): it counts towards initialDelaySeconds.
     pub running_for: Duration,
+}
+
+/// The recorder, pod and field path a container's probe Events go to.
+#[derive(Debug, Clone)]
+pub struct ProbeEvents {
+    pub recorder: crate::events::Recorder,
+    pub pod: Arc<k8s_openapi::api::core::v1::Pod>,
+    /// `spec.containers{name}` (or `spec.initContainers{name}` for restartable init
+    /// containers).
+    pub field_path: String,
 }
 
 /// A probe's parameters with upstream's defaults.
@@ -130,9 +144,32 @@ struct Shared {
     state: Mutex<State>,
     started: watch::Sender<bool>,
     on_change: Arc<Notify>,
+    events: Option<ProbeEvents>,
 }
 
 impl Shared {
+    /// Records a failed or warned attempt as upstream's prober does (its words: "Liveness
+    /// probe failed: <output>", "Readiness probe warning: <output>").
+    fn record_attempt(&self, kind: Kind, outcome: &Outcome) {
+        let Some(ev) = &self.events else { return };
+        let (event_type, reason, what) = match outcome {
+            Outcome::Success(_) => return,
+            Outcome::Failure(_) => (crate::events::EventType::Warning, "Unhealthy", "failed"),
+            Outcome::Warning(_) => (crate::events::EventType::Warning, "ProbeWarning", "warning"),
+        };
+        ev.recorder.pod(
+            &ev.pod,
+            Some(&ev.field_path),
+            event_type,
+            reason,
+            format!(
+                "{} probe {what}: {}",
+                kind.label(),
+                outcome.output().trim_end()
+            ),
+        );
+    }
+
     fn status(&self) -> ProbeStatus {
         self.state
             .lock()
@@ -255,6 +292,7 @@ impl ContainerProbes {
             state: Mutex::new(state),
             started: watch::Sender::new(started),
             on_change,
+            events: options.events.clone(),
         });
         let probes = [
             (Kind::Startup, &container.startup_probe),
@@ -321,6 +359,7 @@ async fn run(kind: Kind, spec: ProbeSpec, shared: Arc<Shared>, first_delay: Dura
         }
         let success = outcome.is_success();
         shared.record_metric(kind, success);
+        shared.record_attempt(kind, &outcome);
         if last == Some(success) {
             run_length = run_length.saturating_add(1);
         } else {

@@ -14,6 +14,7 @@ fn updater() -> (StatusUpdater, ApiHandle, watch::Receiver<Option<Arc<Node>>>) {
         last_report: None,
         publish,
         recorder: Recorder::disabled(),
+        cache: None,
     };
     (updater, api, view)
 }

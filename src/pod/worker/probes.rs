@@ -3,6 +3,7 @@
 //! container so the restart policy applies as for any exit.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -10,9 +11,8 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use tracing::{debug, warn};
 
 use super::{events, grace_period, Sandbox, Worker};
-use crate::events::EventType;
 use crate::pod::status;
-use crate::prober::{ContainerProbes, ProbeOptions, ProbeTarget};
+use crate::prober::{ContainerProbes, ProbeEvents, ProbeOptions, ProbeTarget};
 use crate::runtime::containers::{ContainerRecord, State};
 use crate::runtime::labels::{self, Kind};
 use crate::runtime::RuntimeError;
@@ -66,6 +66,11 @@ impl Worker {
                     ProbeOptions {
                         agent_uptime: Some(self.shared.started.elapsed()),
                         running_for,
+                        events: Some(ProbeEvents {
+                            recorder: self.shared.recorder.clone(),
+                            pod: Arc::new(pod.clone()),
+                            field_path: events::field_path(Kind::App, &c.name).unwrap_or_default(),
+                        }),
                     },
                 );
                 self.probes.insert(r.id.clone(), probes);
@@ -80,15 +85,8 @@ impl Worker {
                     .map(|g| Duration::from_secs(g.max(1) as u64))
                     .unwrap_or_else(|| grace_period(pod));
                 let msg = format!("{}; container {} will be restarted", f.message, c.name);
+                // Its Unhealthy events came from the prober, one per failed attempt.
                 warn!(pod = %self.pod_ref.display(), container = %c.name, reason = events::UNHEALTHY, message = %f.message, "probe failed; killing container");
-                self.container_event(
-                    pod,
-                    Kind::App,
-                    &c.name,
-                    EventType::Warning,
-                    events::UNHEALTHY,
-                    f.message.clone(),
-                );
                 // upstream's computePodActions words for the kill.
                 let killing = format!(
                     "Container {} failed {} probe, will be restarted",
