@@ -36,8 +36,12 @@ use crate::source::apiserver::{ApiPods, ApiPodsView};
 
 /// Upstream's syncPeriod: how often every status is compared with the API's copy.
 pub const SYNC_PERIOD: Duration = Duration::from_secs(10);
-/// The first wait after a failed call; it doubles per failure up to [`SYNC_PERIOD`].
+/// The first wait after a failed call; it doubles per failure up to [`RETRY_MAX`].
 const RETRY_INITIAL: Duration = Duration::from_millis(500);
+/// The longest wait between retries: half the sync period, so statuses that changed while
+/// the apiserver was away reach it within a few seconds of its return, not up to a whole
+/// period later.
+const RETRY_MAX: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum StatusSyncError {
@@ -281,7 +285,7 @@ impl StatusSync {
                 e.failures += 1;
                 let wait = RETRY_INITIAL
                     .saturating_mul(1 << (e.failures - 1).min(16))
-                    .min(SYNC_PERIOD);
+                    .min(RETRY_MAX);
                 e.retry_at = Some(Instant::now() + wait);
                 let p = &e.pod.metadata;
                 warn!(
