@@ -318,26 +318,16 @@ impl ClusterNode {
         what: &str,
         pred: impl Fn(&Value) -> bool,
     ) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(timeout_secs);
-        let mut last = None;
-        loop {
-            if let Some(p) = self.api_pod(name) {
-                if pred(&p) {
-                    return p;
-                }
-                last = Some(p);
-            }
-            if Instant::now() > deadline {
-                panic!(
-                    "{}: API pod {name} never reached: {what}\nlast: {}\nagent log:\n{}",
-                    self.node.test,
-                    last.map(|p| serde_json::to_string_pretty(&p).unwrap())
-                        .unwrap_or_else(|| "<absent>".into()),
-                    self.node.log()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(500));
-        }
+        let label = format!("{}: API pod {name}", self.node.test);
+        super::wait_object(
+            &label,
+            timeout_secs,
+            what,
+            || self.api_pod(name),
+            pred,
+            |p| serde_json::to_string_pretty(p).unwrap(),
+            || self.node.log(),
+        )
     }
 
     /// The pods the API has bound to this node.

@@ -256,26 +256,16 @@ impl Node {
         what: &str,
         pred: impl Fn(&Value) -> bool,
     ) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(timeout_secs);
-        let mut last = None;
-        loop {
-            if let Some(p) = self.pod(name) {
-                if pred(&p) {
-                    return p;
-                }
-                last = Some(p);
-            }
-            if Instant::now() > deadline {
-                panic!(
-                    "{}: pod {name} never reached: {what}\nlast status: {}\nagent log:\n{}",
-                    self.test,
-                    last.map(|p| serde_json::to_string_pretty(&p["status"]).unwrap())
-                        .unwrap_or_else(|| "<absent>".into()),
-                    self.log()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        let label = format!("{}: pod {name}", self.test);
+        wait_object(
+            &label,
+            timeout_secs,
+            what,
+            || self.pod(name),
+            pred,
+            |p| serde_json::to_string_pretty(&p["status"]).unwrap(),
+            || self.log(),
+        )
     }
 
     pub fn wait_gone(&self, name: &str, timeout_secs: u64) {
@@ -406,6 +396,39 @@ impl Drop for Node {
             }
         }
         check_no_cgroups_left(&self.test, &left);
+    }
+}
+
+/// Polls `fetch` every 200 ms until the object exists and `pred` holds; panics after
+/// `timeout_secs` with what `show` makes of the last one seen and the agent's log.
+pub fn wait_object(
+    label: &str,
+    timeout_secs: u64,
+    what: &str,
+    fetch: impl Fn() -> Option<Value>,
+    pred: impl Fn(&Value) -> bool,
+    show: impl Fn(&Value) -> String,
+    agent_log: impl Fn() -> String,
+) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(timeout_secs);
+    let mut last = None;
+    loop {
+        if let Some(v) = fetch() {
+            if pred(&v) {
+                return v;
+            }
+            last = Some(v);
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "{label} never reached: {what}\nlast: {}\nagent log:\n{}",
+                last.as_ref()
+                    .map(&show)
+                    .unwrap_or_else(|| "<absent>".into()),
+                agent_log()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
     }
 }
 

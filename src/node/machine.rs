@@ -57,16 +57,26 @@ pub(crate) struct HostFacts {
 /// Reads the host. Blocking: call it from `spawn_blocking`.
 pub(crate) fn read_host(root_dir: &Path, image_fs_path: &Path) -> HostFacts {
     let nodefs = statvfs(root_dir).ok();
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let meminfo = {
+        use procfs::Current;
+        procfs::Meminfo::current().ok()
+    };
+    let bytes = |b: u64| i64::try_from(b).ok();
     HostFacts {
         machine: Machine {
             cpu_cores: online_cpus(),
-            memory_bytes: meminfo_bytes(&meminfo, "MemTotal").unwrap_or(0),
+            memory_bytes: meminfo
+                .as_ref()
+                .and_then(|m| bytes(m.mem_total))
+                .unwrap_or(0),
             ephemeral_storage_bytes: nodefs.map(|f| f.capacity as i64),
             hugepages: hugepages(Path::new("/sys/kernel/mm/hugepages")),
         },
         readings: Readings {
-            memory_available: meminfo_bytes(&meminfo, "MemAvailable"),
+            memory_available: meminfo
+                .as_ref()
+                .and_then(|m| m.mem_available)
+                .and_then(bytes),
             nodefs,
             imagefs: statvfs(image_fs_path).ok(),
             max_pid: max_pid(),
@@ -97,22 +107,6 @@ fn online_cpus() -> i64 {
     // SAFETY: sysconf has no preconditions.
     let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
     n.max(1)
-}
-
-/// A `Key:   123 kB` line of /proc/meminfo, in bytes.
-pub(crate) fn meminfo_bytes(meminfo: &str, key: &str) -> Option<i64> {
-    meminfo.lines().find_map(|line| {
-        let (name, rest) = line.split_once(':')?;
-        if name != key {
-            return None;
-        }
-        let mut parts = rest.split_whitespace();
-        let n: i64 = parts.next()?.parse().ok()?;
-        Some(match parts.next() {
-            Some("kB") => n * 1024,
-            _ => n,
-        })
-    })
 }
 
 /// PRETTY_NAME of os-release, unquoted; upstream falls back to "Linux".
@@ -245,15 +239,6 @@ pub(crate) fn go_arch() -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn meminfo_lines_in_bytes() {
-        let text = "MemTotal:       16318064 kB\nMemFree:  1 kB\nMemAvailable:    8000000 kB\nHugePages_Total:       0\n";
-        assert_eq!(meminfo_bytes(text, "MemTotal"), Some(16318064 * 1024));
-        assert_eq!(meminfo_bytes(text, "MemAvailable"), Some(8000000 * 1024));
-        assert_eq!(meminfo_bytes(text, "HugePages_Total"), Some(0));
-        assert_eq!(meminfo_bytes(text, "Mem"), None);
-    }
 
     #[test]
     fn os_image_is_the_pretty_name() {

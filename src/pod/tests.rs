@@ -2,16 +2,11 @@
 //! already ended, and the API source among the sources it waits for. Workers are stood in
 //! for by handles the tests hold where a running worker would only get in the way.
 
-use std::time::Duration;
-
 use k8s_openapi::api::core::v1::Node;
 use serde_json::json;
 
 use super::*;
 use crate::config::Config;
-use crate::network::cni::Cni;
-use crate::pod::status_manager::StatusManager;
-use crate::pod::sync_health::SyncLoopHealth;
 use crate::runtime::events::OomSeen;
 use crate::runtime::fake::FakeRuntime;
 use crate::source::static_pod::CONFIG_SOURCE_ANNOTATION;
@@ -22,30 +17,15 @@ fn shared(dir: &std::path::Path) -> Arc<Shared> {
 }
 
 fn shared_with(dir: &std::path::Path, tune: impl FnOnce(&mut Config)) -> Arc<Shared> {
-    let mut cfg = Config::defaults(false);
-    cfg.node_name = "node-a".into();
-    cfg.root_dir = dir.join("root");
-    cfg.pod_logs_dir = dir.join("pods");
-    cfg.container_logs_dir = dir.join("containers");
-    cfg.pod_infra_container_image = "pause".into();
-    tune(&mut cfg);
     let oom_seen = OomSeen::default();
-    Arc::new(Shared {
-        rt: Arc::new(FakeRuntime::new(&["pause", "busybox"], oom_seen.clone())),
-        cni: Cni::new(dir.join("cni"), vec![], Duration::from_secs(5)),
-        cfg: Arc::new(cfg),
-        statuses: StatusManager::new(),
-        exe: "/bin/true".into(),
-        host_ip: "192.0.2.10".into(),
-        memory_capacity: 8 << 30,
-        cpu_capacity_millis: 2000,
-        stats_pods: Default::default(),
-        started: std::time::Instant::now(),
-        oom_score_adj_min: -1000,
+    let fake = FakeRuntime::new(&["pause", "busybox"], oom_seen.clone());
+    worker::tests::test_shared(
+        dir,
+        fake,
         oom_seen,
-        sync_loop: Arc::new(SyncLoopHealth::new(Duration::from_secs(60))),
-        recorder: crate::events::Recorder::disabled(),
-    })
+        tune,
+        crate::events::Recorder::disabled(),
+    )
 }
 
 fn api_pod(uid: &str) -> Pod {

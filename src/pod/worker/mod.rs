@@ -23,7 +23,7 @@ mod sandbox;
 mod start;
 mod stop;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -44,18 +44,35 @@ fn harness_recording_into(
     recorder: crate::events::Recorder,
 ) -> Harness {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = Config::defaults(false);
-    cfg.node_name = "node-a".into();
-    cfg.root_dir = dir.path().join("root");
-    cfg.pod_logs_dir = dir.path().join("pods");
-    cfg.container_logs_dir = dir.path().join("containers");
-    cfg.pod_infra_container_image = "pause".into();
-    tune(&mut cfg);
     let oom_seen = OomSeen::default();
     let fake = FakeRuntime::new(&["pause", "busybox"], oom_seen.clone());
-    let shared = Arc::new(Shared {
-        rt: Arc::new(fake.clone()),
-        cni: Cni::new(dir.path().join("cni"), vec![], Duration::from_secs(5)),
+    let shared = test_shared(dir.path(), fake.clone(), oom_seen, tune, recorder);
+    Harness {
+        fake,
+        shared,
+        _dir: dir,
+    }
+}
+
+/// The workers' context for tests: node `node-a`, everything under `dir`, the fake runtime,
+/// host-network pods only (the CNI folder is empty). The manager's tests use it too.
+pub(crate) fn test_shared(
+    dir: &std::path::Path,
+    fake: FakeRuntime,
+    oom_seen: OomSeen,
+    tune: impl FnOnce(&mut Config),
+    recorder: crate::events::Recorder,
+) -> Arc<Shared> {
+    let mut cfg = Config::defaults(false);
+    cfg.node_name = "node-a".into();
+    cfg.root_dir = dir.join("root");
+    cfg.pod_logs_dir = dir.join("pods");
+    cfg.container_logs_dir = dir.join("containers");
+    cfg.pod_infra_container_image = "pause".into();
+    tune(&mut cfg);
+    Arc::new(Shared {
+        rt: Arc::new(fake),
+        cni: Cni::new(dir.join("cni"), vec![], Duration::from_secs(5)),
         cfg: Arc::new(cfg),
         statuses: StatusManager::new(),
         exe: "/bin/true".into(),
@@ -68,12 +85,7 @@ fn harness_recording_into(
         oom_seen,
         sync_loop: Arc::new(SyncLoopHealth::new(Duration::from_secs(60))),
         recorder,
-    });
-    Harness {
-        fake,
-        shared,
-        _dir: dir,
-    }
+    })
 }
 
 /// A host-network pod with these init and app containers (busybox, no command needed by
