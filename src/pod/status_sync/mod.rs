@@ -333,12 +333,18 @@ impl StatusSync {
             _ => target.clone(),
         };
         let deleting = e.removed && !is_static && target.metadata.deletion_timestamp.is_some();
-        let ours = if deleting {
+        let mut ours = if deleting {
             compare::terminated(pod, false)
         } else {
             pod.status.clone().unwrap_or_default()
         };
         let api_status = base.status.clone().unwrap_or_default();
+        // A pod's start time never moves once the API holds one (upstream's status manager
+        // keeps the old status's): a restarted agent, or a static pod whose mirror is the
+        // only record of when it started, would otherwise re-derive it a second off.
+        if api_status.start_time.is_some() {
+            ours.start_time = api_status.start_time.clone();
+        }
         let spec = pod.spec.as_ref();
         let mut phase = api_status.phase.clone();
         let mut patched = None;

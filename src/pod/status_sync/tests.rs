@@ -201,6 +201,20 @@ async fn an_unchanged_status_is_not_patched_after_a_restart() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_start_time_derived_anew_after_a_restart_does_not_move_the_apis() {
+    let at = |secs| Some(ktime(chrono::DateTime::from_timestamp(secs, 0).unwrap()));
+    let mut before = status("Running", true, 100);
+    before.start_time = at(1000);
+    let mut h = start(&[in_api(pod("u1", "web", "api", before), 7)], true);
+    // The restarted worker finds the pod's records a second later than it first saw the pod.
+    let mut again = status("Running", true, 100);
+    again.start_time = at(1001);
+    h.statuses.set(pod("u1", "web", "api", again));
+    let call = next_call(&mut h.handle).await;
+    assert!(call.is_none(), "the start time was rewritten: {call:?}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn nothing_is_written_before_the_view_is_synced() {
     let mut h = start(&[], false);
     h.statuses
