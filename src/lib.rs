@@ -8,6 +8,7 @@ pub mod logs;
 pub mod metrics;
 pub mod network;
 pub mod node;
+pub mod objects;
 pub mod pod;
 pub mod prober;
 pub mod quantity;

@@ -82,6 +82,9 @@ pub struct Shared {
     /// Where the workers' pod and container Events go (`Recorder::disabled()` without an
     /// API server).
     pub recorder: crate::events::Recorder,
+    /// The ConfigMaps, Secrets and tokens pods reference (`objects::Standalone` without an
+    /// API server).
+    pub objects: Arc<dyn crate::objects::ClusterObjects>,
 }
 
 pub type StatsPods =

@@ -85,6 +85,7 @@ pub(crate) fn test_shared(
         oom_seen,
         sync_loop: Arc::new(SyncLoopHealth::new(Duration::from_secs(60))),
         recorder,
+        objects: Arc::new(crate::objects::Standalone),
     })
 }
 

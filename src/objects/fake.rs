@@ -1,0 +1,97 @@
+//! An in-memory [`ClusterObjects`] for unit tests: objects put in by the test, tokens
+//! numbered in the order they are issued, every call counted.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use chrono::Utc;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+
+use super::{ClusterObjects, ObjectError, ObjectKind, ServiceAccountToken, TokenSpec};
+
+#[derive(Default)]
+pub(crate) struct FakeObjects {
+    config_maps: Mutex<HashMap<(String, String), Arc<ConfigMap>>>,
+    secrets: Mutex<HashMap<(String, String), Arc<Secret>>>,
+    /// Tokens issued so far, with the spec each was asked with.
+    pub tokens: Mutex<Vec<TokenSpec>>,
+    /// Pod UIDs currently registered.
+    pub registered: Mutex<Vec<String>>,
+}
+
+fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> (String, String) {
+    (
+        meta.namespace.clone().unwrap_or_else(|| "default".into()),
+        meta.name.clone().unwrap_or_default(),
+    )
+}
+
+impl FakeObjects {
+    pub(crate) fn put_config_map(&self, cm: ConfigMap) {
+        let k = key_of(&cm.metadata);
+        self.config_maps.lock().unwrap().insert(k, Arc::new(cm));
+    }
+    pub(crate) fn put_secret(&self, s: Secret) {
+        let k = key_of(&s.metadata);
+        self.secrets.lock().unwrap().insert(k, Arc::new(s));
+    }
+    pub(crate) fn remove_config_map(&self, namespace: &str, name: &str) {
+        self.config_maps
+            .lock()
+            .unwrap()
+            .remove(&(namespace.to_string(), name.to_string()));
+    }
+}
+
+fn not_found(kind: ObjectKind, namespace: &str, name: &str) -> ObjectError {
+    ObjectError::NotFound {
+        kind,
+        namespace: namespace.into(),
+        name: name.into(),
+    }
+}
+
+#[async_trait]
+impl ClusterObjects for FakeObjects {
+    async fn config_map(&self, namespace: &str, name: &str) -> Result<Arc<ConfigMap>, ObjectError> {
+        self.config_maps
+            .lock()
+            .unwrap()
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+            .ok_or_else(|| not_found(ObjectKind::ConfigMap, namespace, name))
+    }
+    async fn secret(&self, namespace: &str, name: &str) -> Result<Arc<Secret>, ObjectError> {
+        self.secrets
+            .lock()
+            .unwrap()
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+            .ok_or_else(|| not_found(ObjectKind::Secret, namespace, name))
+    }
+    async fn service_account_token(
+        &self,
+        _pod: &Pod,
+        spec: &TokenSpec,
+    ) -> Result<ServiceAccountToken, ObjectError> {
+        let mut tokens = self.tokens.lock().unwrap();
+        tokens.push(spec.clone());
+        let issued = Utc::now();
+        Ok(ServiceAccountToken {
+            token: format!("token-{}-{}", spec.service_account, tokens.len()),
+            issued,
+            expires: issued + chrono::Duration::seconds(spec.expiration_seconds),
+        })
+    }
+    fn register_pod(&self, pod: &Pod) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let mut r = self.registered.lock().unwrap();
+        if !r.contains(&uid) {
+            r.push(uid);
+        }
+    }
+    fn unregister_pod(&self, pod_uid: &str) {
+        self.registered.lock().unwrap().retain(|u| u != pod_uid);
+    }
+}
