@@ -181,9 +181,10 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         oom_seen: oom_seen.clone(),
         sync_loop: sync_loop.clone(),
         recorder: recorder.clone(),
-        // The API-backed objects come with cluster mode's issue 10 work; until then every
-        // reference is refused with a message naming it.
-        objects: Arc::new(kubelet_rs::objects::Standalone),
+        objects: match &api {
+            Some(api) => Arc::new(kubelet_rs::objects::ApiObjects::new(api.client().clone())),
+            None => Arc::new(kubelet_rs::objects::Standalone),
+        },
     });
     server_state.set_sync_loop(sync_loop);
 

@@ -4,12 +4,15 @@
 //! what its own pods reference, so everything is asked for by namespace and name, never
 //! listed across a namespace.
 //!
-//! [`ClusterObjects`] is the seam the workers hold (`Shared::objects`): the API-backed
-//! implementation in cluster mode, [`Standalone`] without an apiserver, and
+//! [`ClusterObjects`] is the seam the workers hold (`Shared::objects`): [`ApiObjects`] in
+//! cluster mode, [`Standalone`] without an apiserver, and
 //! [`fake::FakeObjects`] in unit tests.
 
+mod api;
 #[cfg(test)]
 pub(crate) mod fake;
+
+pub use api::ApiObjects;
 
 use std::sync::Arc;
 
