@@ -5,7 +5,12 @@
 # tables. Needs root, containerd, the test images (hack/build-images.sh) and the Kubernetes
 # binaries (hack/cluster/build.sh).
 #
-#   hack/bench/cluster.sh --agent kubelet-rs|upstream [--dir DIR] [--port-offset N]
+#   hack/bench/cluster.sh --agent kubelet-rs|upstream [--dir DIR] [--port-offset N] [--volumes]
+#
+# --volumes: every pod also mounts what real pods mount: the apiserver's default
+# kube-api-access-* volume (a service-account token from the TokenRequest API, the cluster CA
+# from the kube-root-ca.crt ConfigMap, the namespace) and one configMap and one secret volume
+# (automountServiceAccountToken left on; the ConfigMap and Secret are made once, up front).
 #
 # What it measures (wall clock from bash's $EPOCHREALTIME, no process forked for a stamp):
 #  (b) agent start → Node Ready: from just before the agent process is started to the moment a
@@ -45,12 +50,14 @@ source hack/lib.sh
 AGENT=""
 DIR=/var/lib/kubelet-rs-bench-cluster
 OFFSET=300
+VOLUMES=0
 while (($# > 0)); do
 	case "$1" in
 	--agent) AGENT="$2"; shift ;;
 	--dir) DIR="$2"; shift ;;
 	--port-offset) OFFSET="$2"; shift ;;
-	-h | --help) sed -n '2,40s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	--volumes) VOLUMES=1 ;;
+	-h | --help) sed -n '2,46s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	*) die "unknown argument '$1' (see --help)" ;;
 	esac
 	shift
@@ -234,7 +241,18 @@ all_running() { [[ "$(running_stamps "$1" | wc -l)" -ge "$2" ]]; }
 none_left() { [[ -z "$(kc get pods -l "round=$1" -o name)" ]]; }
 
 write_round() {
-	local round="$1" n="$2" i
+	local round="$1" n="$2" i automount=false volumes="" mounts=""
+	if ((VOLUMES)); then
+		automount=true
+		volumes="
+    volumes:
+    - {name: cfg, configMap: {name: krs-bench-cfg}}
+    - {name: sec, secret: {secretName: krs-bench-sec}}"
+		mounts="
+      volumeMounts:
+      - {name: cfg, mountPath: /etc/cfg}
+      - {name: sec, mountPath: /etc/sec}"
+	fi
 	{
 		echo "apiVersion: v1"
 		echo "kind: List"
@@ -247,7 +265,7 @@ write_round() {
     name: $POD_PREFIX$round-$i
     labels: {app: krs-bench, round: "$round"}
   spec:
-    automountServiceAccountToken: false
+    automountServiceAccountToken: $automount
     dnsPolicy: Default
     terminationGracePeriodSeconds: 1
     nodeSelector: {kubernetes.io/hostname: $NODE}
@@ -255,7 +273,7 @@ write_round() {
     - name: c
       image: docker.io/library/busybox:1.36
       imagePullPolicy: IfNotPresent
-      command: ["sleep", "3600"]
+      command: ["sleep", "3600"]$mounts$volumes
 YAML
 		done
 	} >"$BENCH/$round.yaml"
@@ -305,6 +323,10 @@ READY_US="$(awk '$4 == "True" { print $1; exit }' "$BENCH/node.events")"
 READY_MS="$(awk -v a="$START_US" -v b="$READY_US" 'BEGIN { printf "%.0f", (b - a) / 1000 }')"
 log "agent pid $AGENT_PID; node $NODE Ready $READY_MS ms after the agent started"
 wait_until 120 "the node's taints to be lifted" node_untainted
+if ((VOLUMES)); then
+	kc create configmap krs-bench-cfg --from-literal=app.conf=threads=4 >/dev/null
+	kc create secret generic krs-bench-sec --from-literal=password=hunter2 >/dev/null
+fi
 sleep 5
 
 # (a) pod created → Running.
@@ -356,7 +378,7 @@ awk '{
 mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
 per_min() { awk -v n="$1" -v s="$IDLE_SECONDS" 'BEGIN { printf "%.1f", n * 60 / s }'; }
 echo
-echo "### $AGENT (node $NODE, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "### $AGENT (node $NODE,$( ((VOLUMES)) && echo " pods with token, configMap and secret volumes,") $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg))"
 echo
 echo "| measure | value |"
 echo "|---|---|"
