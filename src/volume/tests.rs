@@ -6,6 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 
 use serde_json::json;
 
+use super::fetch::Fetched;
 use super::mounter::FakeMounter;
 use super::*;
 
@@ -59,7 +60,7 @@ fn every_kind_lands_where_upstream_puts_it() {
     let host = tmp.path().join("host/data");
     let m = FakeMounter::default();
     let p = pod(all_kinds(&host));
-    let v = setup(&p, &pod_dir, &ctx(), &m).unwrap();
+    let v = setup(&p, &pod_dir, &ctx(), &Fetched::default(), &m).unwrap();
     let vols = pod_dir.join("volumes");
 
     let scratch = v.get("scratch").unwrap();
@@ -116,14 +117,14 @@ fn setup_again_reuses_and_updates_downward_files() {
     let host = tmp.path().join("host");
     let m = FakeMounter::default();
     let mut p = pod(all_kinds(&host));
-    let v1 = setup(&p, &pod_dir, &ctx(), &m).unwrap();
+    let v1 = setup(&p, &pod_dir, &ctx(), &Fetched::default(), &m).unwrap();
     let scratch = v1.get("scratch").unwrap().path.clone();
     fs::write(scratch.join("keep"), "x").unwrap();
     let info = v1.get("info").unwrap().path.clone();
     let version = fs::read_link(info.join("..data")).unwrap();
     let mounts = m.calls.lock().unwrap().len();
 
-    let v2 = setup(&p, &pod_dir, &ctx(), &m).unwrap();
+    let v2 = setup(&p, &pod_dir, &ctx(), &Fetched::default(), &m).unwrap();
     assert_eq!(v1, v2);
     assert_eq!(m.calls.lock().unwrap().len(), mounts, "no second tmpfs");
     assert_eq!(fs::read_link(info.join("..data")).unwrap(), version);
@@ -134,7 +135,7 @@ fn setup_again_reuses_and_updates_downward_files() {
         .as_mut()
         .unwrap()
         .insert("tier".into(), "back".into());
-    setup(&p, &pod_dir, &ctx(), &m).unwrap();
+    setup(&p, &pod_dir, &ctx(), &Fetched::default(), &m).unwrap();
     assert_ne!(fs::read_link(info.join("..data")).unwrap(), version);
     assert_eq!(
         fs::read_to_string(info.join("labels")).unwrap(),
@@ -147,23 +148,24 @@ fn unsupported_and_invalid_volumes_are_named() {
     let tmp = tempfile::tempdir().unwrap();
     let m = FakeMounter::default();
     let err = |vols: serde_json::Value| {
-        setup(&pod(vols), tmp.path(), &ctx(), &m)
+        setup(&pod(vols), tmp.path(), &ctx(), &Fetched::default(), &m)
             .unwrap_err()
             .to_string()
     };
-    let e = err(json!([{"name": "cfg", "configMap": {"name": "x"}}]));
+    let e = err(json!([{"name": "bundle", "projected": {"sources": [
+        {"clusterTrustBundle": {"path": "ca.pem", "name": "b"}}]}}]));
     assert!(
-        e.contains("volume \"cfg\"") && e.contains("kind configMap") && e.contains("apiserver"),
-        "{e}"
-    );
-    let e = err(json!([{"name": "tok", "projected": {"sources": [
-        {"serviceAccountToken": {"path": "token"}}]}}]));
-    assert!(
-        e.contains("projected.sources[0].serviceAccountToken"),
+        e.contains("volume \"bundle\"")
+            && e.contains("projected.sources[0].clusterTrustBundle")
+            && e.contains("not implemented"),
         "{e}"
     );
     let e = err(json!([{"name": "claim", "persistentVolumeClaim": {"claimName": "c"}}]));
     assert!(e.contains("kind persistentVolumeClaim"), "{e}");
+    let e = err(json!([{"name": "s", "secret": {}}]));
+    assert!(e.contains("secret.secretName: is required"), "{e}");
+    let e = err(json!([{"name": "c", "configMap": {"name": "x", "defaultMode": 0o1777}}]));
+    assert!(e.contains("configMap.defaultMode"), "{e}");
     let e = err(json!([{"name": "../x", "emptyDir": {}}]));
     assert!(e.contains("not a valid volume name"), "{e}");
     let e = err(json!([{"name": "a", "emptyDir": {}}, {"name": "a", "emptyDir": {}}]));
@@ -188,7 +190,7 @@ fn teardown_after_setup_leaves_host_path_alone() {
     let host = tmp.path().join("host");
     let m = FakeMounter::default();
     let p = pod(all_kinds(&host));
-    let v = setup(&p, &pod_dir, &ctx(), &m).unwrap();
+    let v = setup(&p, &pod_dir, &ctx(), &Fetched::default(), &m).unwrap();
     fs::write(host.join("precious"), "keep").unwrap();
     // A container's link from its emptyDir to the hostPath must not lead the removal there.
     std::os::unix::fs::symlink(&host, v.get("scratch").unwrap().path.join("h")).unwrap();
@@ -216,7 +218,9 @@ async fn real_tmpfs_lifecycle_as_root() {
         {"name": "info", "downwardAPI": {"items": [
             {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}}
     ]));
-    let v = setup_pod_volumes(&p, &pod_dir, &ctx()).await.unwrap();
+    let v = setup_pod_volumes(&p, &pod_dir, &ctx(), &crate::objects::Standalone)
+        .await
+        .unwrap();
     let mem = v.get("mem").unwrap().path.clone();
     let info = v.get("info").unwrap().path.clone();
     let sys = SysMounter;
@@ -227,7 +231,9 @@ async fn real_tmpfs_lifecycle_as_root() {
     assert_eq!(fs::read_to_string(info.join("name")).unwrap(), "web");
 
     fs::write(mem.join("data"), "in memory").unwrap();
-    setup_pod_volumes(&p, &pod_dir, &ctx()).await.unwrap();
+    setup_pod_volumes(&p, &pod_dir, &ctx(), &crate::objects::Standalone)
+        .await
+        .unwrap();
     let real = fs::canonicalize(&mem).unwrap();
     let table = fs::read_to_string("/proc/self/mountinfo").unwrap();
     let stacked = mounter::parse_mountinfo(&table)

@@ -141,14 +141,25 @@ impl Worker {
                 ephemeral_storage_bytes: None,
             },
         };
-        match volume::setup_pod_volumes(pod, &self.pod_dir().dir, &downward).await {
+        // The objects the volumes reference are read on every pass too: a changed ConfigMap
+        // or Secret, or a renewed token, is rewritten into the volume (subPath mounts keep
+        // the version they were started with, as upstream).
+        let (objects, pod_dir) = (self.shared.objects.clone(), self.pod_dir().dir);
+        match volume::setup_pod_volumes(pod, &pod_dir, &downward, &*objects).await {
             Ok(v) => sandbox.volumes = Some(v),
             Err(e) => {
                 let w = Waiting::new(e.waiting_reason(), e.to_string());
                 if self.volume_error.as_ref() != Some(&w) {
                     error!(pod = %self.pod_ref.display(), error = %e, "pod volumes cannot be set up");
                 }
-                self.pod_event(pod, EventType::Warning, events::FAILED_MOUNT, e.to_string());
+                // Upstream's words (`MountVolume.SetUp failed for volume "cfg" : configmap
+                // "cfg" not found`); the recorder folds the repeats of each retry.
+                self.pod_event(
+                    pod,
+                    EventType::Warning,
+                    events::FAILED_MOUNT,
+                    e.event_message(),
+                );
                 for c in pod.spec.iter().flat_map(|s| {
                     s.init_containers
                         .iter()
