@@ -4,7 +4,7 @@
 //! reference: whether it stops the volume (and with which words) is the set-up's decision,
 //! since an optional reference to a missing object is an empty volume.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccountTokenProjection};
@@ -68,9 +68,9 @@ pub fn token_spec(pod: &Pod, tp: &ServiceAccountTokenProjection) -> TokenSpec {
 /// Reads everything the pod's volumes reference, each object once.
 pub async fn fetch(pod: &Pod, objects: &dyn ClusterObjects) -> Fetched {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let mut config_maps = Vec::new();
-    let mut secrets = Vec::new();
-    let mut tokens = Vec::new();
+    let mut config_maps = BTreeSet::new();
+    let mut secrets = BTreeSet::new();
+    let mut tokens = HashSet::new();
     for vol in pod
         .spec
         .as_ref()
@@ -79,7 +79,7 @@ pub async fn fetch(pod: &Pod, objects: &dyn ClusterObjects) -> Fetched {
         .flatten()
     {
         if let Some(cm) = &vol.config_map {
-            config_maps.push(cm.name.clone());
+            config_maps.insert(cm.name.clone());
         }
         if let Some(s) = &vol.secret {
             secrets.extend(s.secret_name.clone());
@@ -90,38 +90,32 @@ pub async fn fetch(pod: &Pod, objects: &dyn ClusterObjects) -> Fetched {
             .flat_map(|p| p.sources.iter().flatten())
         {
             if let Some(cm) = &src.config_map {
-                config_maps.push(cm.name.clone());
+                config_maps.insert(cm.name.clone());
             }
             if let Some(s) = &src.secret {
-                secrets.push(s.name.clone());
+                secrets.insert(s.name.clone());
             }
             if let Some(tp) = &src.service_account_token {
-                tokens.push(token_spec(pod, tp));
+                tokens.insert(token_spec(pod, tp));
             }
         }
     }
     let mut out = Fetched::default();
     // An empty name is the set-up's error to report (naming the field), not a request.
     for name in config_maps.into_iter().filter(|n| !n.is_empty()) {
-        if !out.config_maps.contains_key(&name) {
-            let read = objects.config_map(namespace, &name).await.map_err(Arc::new);
-            out.config_maps.insert(name, read);
-        }
+        let read = objects.config_map(namespace, &name).await.map_err(Arc::new);
+        out.config_maps.insert(name, read);
     }
     for name in secrets.into_iter().filter(|n| !n.is_empty()) {
-        if !out.secrets.contains_key(&name) {
-            let read = objects.secret(namespace, &name).await.map_err(Arc::new);
-            out.secrets.insert(name, read);
-        }
+        let read = objects.secret(namespace, &name).await.map_err(Arc::new);
+        out.secrets.insert(name, read);
     }
     for spec in tokens {
-        if !out.tokens.contains_key(&spec) {
-            let read = objects
-                .service_account_token(pod, &spec)
-                .await
-                .map_err(Arc::new);
-            out.tokens.insert(spec, read);
-        }
+        let read = objects
+            .service_account_token(pod, &spec)
+            .await
+            .map_err(Arc::new);
+        out.tokens.insert(spec, read);
     }
     out
 }

@@ -391,3 +391,106 @@ impl Worker {
         self.backoff.next(&key, previous_finish, Utc::now());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Volume set-up as the pass sees it: a pod whose ConfigMap is missing waits in
+    //! ContainerCreating with upstream's FailedMount event, and starts once it appears.
+
+    use std::sync::Arc;
+
+    use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+    use serde_json::json;
+
+    use super::super::tests::test_shared;
+    use super::super::{pod_ref, Worker};
+    use crate::events::Recorder;
+    use crate::objects::fake::FakeObjects;
+    use crate::runtime::events::OomSeen;
+    use crate::runtime::fake::FakeRuntime;
+
+    const UID: &str = "0c0c0c0c-uid";
+
+    fn pod() -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "default", "uid": UID},
+            "spec": {
+                "hostNetwork": true,
+                "containers": [{"name": "app", "image": "busybox",
+                    "volumeMounts": [{"name": "cfg", "mountPath": "/etc/cfg"}]}],
+                "volumes": [{"name": "cfg", "configMap": {"name": "cfg"}}]
+            }
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_missing_config_map_holds_the_pod_until_it_appears() {
+        let dir = tempfile::tempdir().unwrap();
+        let oom_seen = OomSeen::default();
+        let fake = FakeRuntime::new(&["pause", "busybox"], oom_seen.clone());
+        let (recorder, mut events) = Recorder::capturing();
+        let shared = test_shared(dir.path(), fake, oom_seen, |_| {}, recorder);
+        let objects = Arc::new(FakeObjects::default());
+        let mut shared = Arc::into_inner(shared).expect("the only reference");
+        shared.objects = objects.clone();
+        let shared = Arc::new(shared);
+        let p = pod();
+        let mut w = Worker::new(shared.clone(), pod_ref(&p));
+
+        let next = w.pass(&p).await;
+        assert_eq!(next, super::RETRY * 5, "volume errors are retried");
+        let status = shared
+            .statuses
+            .get(UID)
+            .unwrap()
+            .pod
+            .status
+            .clone()
+            .unwrap();
+        let waiting = status.container_statuses.unwrap()[0]
+            .state
+            .clone()
+            .unwrap()
+            .waiting
+            .unwrap();
+        assert_eq!(waiting.reason.as_deref(), Some("ContainerCreating"));
+        let mut failed_mount = Vec::new();
+        while let Ok(e) = events.try_recv() {
+            if e.reason.as_deref() == Some("FailedMount") {
+                failed_mount.push((e.type_.unwrap_or_default(), e.message.unwrap_or_default()));
+            }
+        }
+        assert_eq!(
+            failed_mount,
+            [(
+                "Warning".to_string(),
+                "MountVolume.SetUp failed for volume \"cfg\" : configmap \"cfg\" not found"
+                    .to_string()
+            )]
+        );
+
+        let mut cm = ConfigMap::default();
+        cm.metadata.namespace = Some("default".into());
+        cm.metadata.name = Some("cfg".into());
+        cm.data = Some([("k".to_string(), "v".to_string())].into());
+        objects.put_config_map(cm);
+        w.pass(&p).await;
+        let status = shared
+            .statuses
+            .get(UID)
+            .unwrap()
+            .pod
+            .status
+            .clone()
+            .unwrap();
+        let state = status.container_statuses.unwrap()[0].state.clone().unwrap();
+        assert!(state.running.is_some(), "{state:?}");
+        let file = dir
+            .path()
+            .join("root/pods")
+            .join(UID)
+            .join("volumes/kubernetes.io~configmap/cfg/k");
+        assert_eq!(std::fs::read_to_string(file).unwrap(), "v");
+    }
+}
