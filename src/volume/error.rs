@@ -73,6 +73,17 @@ pub enum VolumeError {
 }
 
 impl VolumeError {
+    /// Worth trying again soon: an object that could not be read (the apiserver unreachable,
+    /// or the Node authorizer not yet aware of the pod's new binding), as opposed to one that
+    /// does not exist or a spec that is wrong, which wait for someone to act.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            VolumeError::Object { source, .. } => !source.is_not_found(),
+            VolumeError::Worker(_) => true,
+            _ => false,
+        }
+    }
+
     /// The FailedMount event's message, in upstream's words
     /// (`MountVolume.SetUp failed for volume "cfg" : configmap "cfg" not found`): the event
     /// already names the pod.

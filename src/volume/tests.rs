@@ -392,6 +392,10 @@ async fn missing_objects_and_keys_stop_the_volume_with_upstreams_words() {
         "MountVolume.SetUp failed for volume \"cfg\" : configmap \"absent\" not found"
     );
     assert_eq!(e.waiting_reason(), "ContainerCreating");
+    assert!(
+        !e.is_transient(),
+        "a missing object waits for someone to create it"
+    );
     assert!(e.to_string().contains("web_ns(u-1)"), "{e}");
     assert!(
         !tmp.path()
@@ -579,4 +583,31 @@ async fn sub_path_mounts_keep_the_version_they_started_with() {
     let mut old = String::new();
     std::io::Read::read_to_string(&mut &bound, &mut old).unwrap();
     assert_eq!(old, "x=1");
+}
+
+#[tokio::test]
+async fn an_object_that_cannot_be_read_is_transient() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = Arc::new(FakeMounter::default());
+    let p = pod(json!([{"name": "cfg", "configMap": {"name": "cfg"}}]));
+    let m: Arc<dyn Mounter> = m;
+    let e = setup_with(&p, tmp.path(), &ctx(), &crate::objects::Standalone, m)
+        .await
+        .unwrap_err();
+    assert!(e.is_transient(), "{e}");
+    assert!(
+        e.event_message().starts_with(
+            "MountVolume.SetUp failed for volume \"cfg\" : cannot get configmap ns/cfg"
+        ),
+        "{e}"
+    );
+    let bad = setup(
+        &pod(json!([{"name": "s", "secret": {}}])),
+        tmp.path(),
+        &ctx(),
+        &Fetched::default(),
+        &FakeMounter::default(),
+    )
+    .unwrap_err();
+    assert!(!bad.is_transient(), "{bad}");
 }

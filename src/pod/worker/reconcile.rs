@@ -169,7 +169,10 @@ impl Worker {
                     self.waiting.insert(c.name.clone(), w.clone());
                 }
                 self.volume_error = Some(w);
-                return Ok(RETRY * 5);
+                // A read that failed is retried soon (the Node authorizer learns of a new
+                // binding a moment after the pod reaches the node); a missing object or a
+                // bad spec waits longer.
+                return Ok(if e.is_transient() { RETRY } else { RETRY * 5 });
             }
         }
         if self.volume_error.take().is_some() {
