@@ -75,10 +75,14 @@ pub enum VolumeError {
 impl VolumeError {
     /// Worth trying again soon: an object that could not be read (the apiserver unreachable,
     /// or the Node authorizer not yet aware of the pod's new binding), as opposed to one that
-    /// does not exist or a spec that is wrong, which wait for someone to act.
+    /// does not exist, a node without an apiserver, or a spec that is wrong, which wait for
+    /// someone to act.
     pub fn is_transient(&self) -> bool {
         match self {
-            VolumeError::Object { source, .. } => !source.is_not_found(),
+            VolumeError::Object { source, .. } => matches!(
+                **source,
+                ObjectError::Api { .. } | ObjectError::Token { .. }
+            ),
             VolumeError::Worker(_) => true,
             _ => false,
         }

@@ -586,21 +586,31 @@ async fn sub_path_mounts_keep_the_version_they_started_with() {
 }
 
 #[tokio::test]
-async fn an_object_that_cannot_be_read_is_transient() {
+async fn only_a_failed_read_is_retried_soon() {
     let tmp = tempfile::tempdir().unwrap();
-    let m = Arc::new(FakeMounter::default());
     let p = pod(json!([{"name": "cfg", "configMap": {"name": "cfg"}}]));
-    let m: Arc<dyn Mounter> = m;
-    let e = setup_with(&p, tmp.path(), &ctx(), &crate::objects::Standalone, m)
+    let m: Arc<dyn Mounter> = Arc::new(FakeMounter::default());
+    let standalone = setup_with(&p, tmp.path(), &ctx(), &crate::objects::Standalone, m)
         .await
         .unwrap_err();
-    assert!(e.is_transient(), "{e}");
     assert!(
-        e.event_message().starts_with(
+        standalone.event_message().starts_with(
             "MountVolume.SetUp failed for volume \"cfg\" : cannot get configmap ns/cfg"
         ),
-        "{e}"
+        "{standalone}"
     );
+    assert!(!standalone.is_transient(), "no apiserver will not change");
+    let unreadable = VolumeError::Object {
+        pod: "web_ns(u-1)".into(),
+        volume: "cfg".into(),
+        source: Arc::new(ObjectError::Api {
+            kind: ObjectKind::ConfigMap,
+            namespace: "ns".into(),
+            name: "cfg".into(),
+            source: kube::Error::Service("connection refused".into()),
+        }),
+    };
+    assert!(unreadable.is_transient(), "{unreadable}");
     let bad = setup(
         &pod(json!([{"name": "s", "secret": {}}])),
         tmp.path(),
