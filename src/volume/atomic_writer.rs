@@ -22,7 +22,7 @@ use std::path::Path;
 use super::downward::Payload;
 use super::ownership::Ownership;
 
-const DATA_LINK: &str = "..data";
+pub const DATA_LINK: &str = "..data";
 const DATA_TMP: &str = "..data_tmp";
 
 /// Makes `dir` hold exactly `payload`, owned as `own` says. Returns whether anything was

@@ -106,6 +106,20 @@ pub struct PodVolumes {
     /// The pod as errors name it (`name_namespace(uid)`).
     pod: String,
     volumes: BTreeMap<String, HostVolume>,
+    /// Volumes set up earlier whose refresh failed this time (their object deleted or
+    /// unreadable, a key gone): they keep their last content, as upstream keeps a mounted
+    /// volume whose remount fails, so the pod runs on; the caller reports them.
+    stale: Vec<StaleVolume>,
+}
+
+/// A volume that kept its last content because refreshing it failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaleVolume {
+    pub volume: String,
+    /// The FailedMount event's message (`VolumeError::event_message`).
+    pub event_message: String,
+    /// The whole error, naming the pod, for the log.
+    pub error: String,
 }
 
 impl PodVolumes {
@@ -113,7 +127,12 @@ impl PodVolumes {
         PodVolumes {
             pod: pod.into(),
             volumes: BTreeMap::new(),
+            stale: Vec::new(),
         }
+    }
+    /// The volumes whose refresh failed this time (see `StaleVolume`).
+    pub fn stale(&self) -> &[StaleVolume] {
+        &self.stale
     }
     pub fn insert(&mut self, name: impl Into<String>, v: HostVolume) {
         self.volumes.insert(name.into(), v);
@@ -306,10 +325,46 @@ pub(crate) fn setup(
                 "duplicate volume name".into(),
             ));
         }
-        let hv = setup_volume(pod, &blame, pod_dir, ctx, fetched, vol, m)?;
+        let hv = match setup_volume(pod, &blame, pod_dir, ctx, fetched, vol, m) {
+            Ok(hv) => hv,
+            Err(e) => match set_up_before(vol, pod_dir) {
+                Some(hv) => {
+                    out.stale.push(StaleVolume {
+                        volume: vol.name.clone(),
+                        event_message: e.event_message(),
+                        error: e.to_string(),
+                    });
+                    hv
+                }
+                None => return Err(e),
+            },
+        };
         out.insert(vol.name.clone(), hv);
     }
     Ok(out)
+}
+
+/// A volume the atomic writer filled on an earlier pass (or before an agent restart): its
+/// `..data` link exists. Only those can go on with their last content.
+fn set_up_before(vol: &Volume, pod_dir: &Path) -> Option<HostVolume> {
+    let (plugin, kind) = if vol.config_map.is_some() {
+        (CONFIG_MAP_PLUGIN, VolumeKind::ConfigMap)
+    } else if vol.secret.is_some() {
+        (SECRET_PLUGIN, VolumeKind::Secret)
+    } else if vol.projected.is_some() {
+        (PROJECTED_PLUGIN, VolumeKind::Projected)
+    } else if vol.downward_api.is_some() {
+        (DOWNWARD_API_PLUGIN, VolumeKind::DownwardApi)
+    } else {
+        return None;
+    };
+    let path = pod_dir.join("volumes").join(plugin).join(&vol.name);
+    std::fs::symlink_metadata(path.join(atomic_writer::DATA_LINK)).ok()?;
+    Some(HostVolume {
+        path,
+        read_only: true,
+        kind,
+    })
 }
 
 fn setup_volume(

@@ -621,3 +621,42 @@ async fn only_a_failed_read_is_retried_soon() {
     .unwrap_err();
     assert!(!bad.is_transient(), "{bad}");
 }
+
+/// A volume set up before whose object goes away (or whose refresh fails) keeps its last
+/// content and is reported, so the running pod is left alone; a new volume still fails.
+#[tokio::test]
+async fn a_failed_refresh_keeps_the_last_content() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = Arc::new(FakeMounter::default());
+    let objects = cluster_objects();
+    let p = pod(json!([
+        {"name": "cfg", "configMap": {"name": "cfg"}},
+        {"name": "creds", "secret": {"secretName": "creds"}}
+    ]));
+    let v = set_up(&p, tmp.path(), &objects, &m).await.unwrap();
+    assert!(v.stale().is_empty());
+    let cfg = v.get("cfg").unwrap().path.clone();
+
+    objects.remove_config_map("ns", "cfg");
+    let again = set_up(&p, tmp.path(), &objects, &m).await.unwrap();
+    assert_eq!(again.get("cfg"), v.get("cfg"));
+    assert_eq!(fs::read_to_string(cfg.join("app.conf")).unwrap(), "x=1");
+    assert_eq!(
+        again.stale(),
+        [StaleVolume {
+            volume: "cfg".into(),
+            event_message: "MountVolume.SetUp failed for volume \"cfg\" : configmap \"cfg\" not found"
+                .into(),
+            error: "pod web_ns(u-1): MountVolume.SetUp failed for volume \"cfg\" : configmap \"cfg\" not found"
+                .into(),
+        }]
+    );
+
+    // Another pod dir: nothing set up before, so the same spec fails.
+    let fresh = tmp.path().join("other");
+    let e = set_up(&p, &fresh, &objects, &m).await.unwrap_err();
+    assert!(
+        e.event_message().ends_with("configmap \"cfg\" not found"),
+        "{e}"
+    );
+}

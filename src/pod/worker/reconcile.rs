@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use super::sandbox::latest_sandbox;
 use super::{events, grace_period, policy, resync_interval, Worker, RETRY};
@@ -146,7 +146,21 @@ impl Worker {
         // the version they were started with, as upstream).
         let (objects, pod_dir) = (self.shared.objects.clone(), self.pod_dir().dir);
         match volume::setup_pod_volumes(pod, &pod_dir, &downward, &*objects).await {
-            Ok(v) => sandbox.volumes = Some(v),
+            Ok(v) => {
+                // Refreshes that failed leave the volume as it was and the pod running (as
+                // upstream's failed remounts): they show as FailedMount events and are
+                // tried again on the next pass.
+                for stale in v.stale() {
+                    warn!(pod = %self.pod_ref.display(), volume = %stale.volume, error = %stale.error, "volume kept its last content: refreshing it failed");
+                    self.pod_event(
+                        pod,
+                        EventType::Warning,
+                        events::FAILED_MOUNT,
+                        stale.event_message.clone(),
+                    );
+                }
+                sandbox.volumes = Some(v);
+            }
             Err(e) => {
                 let w = Waiting::new(e.waiting_reason(), e.to_string());
                 if self.volume_error.as_ref() != Some(&w) {
@@ -398,7 +412,8 @@ impl Worker {
 #[cfg(test)]
 mod tests {
     //! Volume set-up as the pass sees it: a pod whose ConfigMap is missing waits in
-    //! ContainerCreating with upstream's FailedMount event, and starts once it appears.
+    //! ContainerCreating with upstream's FailedMount event, starts once it appears, and runs
+    //! on when it is deleted again.
 
     use std::sync::Arc;
 
@@ -428,7 +443,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_missing_config_map_holds_the_pod_until_it_appears() {
+    async fn a_missing_config_map_holds_the_pod_until_it_appears_and_not_after() {
         let dir = tempfile::tempdir().unwrap();
         let oom_seen = OomSeen::default();
         let fake = FakeRuntime::new(&["pause", "busybox"], oom_seen.clone());
@@ -494,6 +509,28 @@ mod tests {
             .join("root/pods")
             .join(UID)
             .join("volumes/kubernetes.io~configmap/cfg/k");
-        assert_eq!(std::fs::read_to_string(file).unwrap(), "v");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "v");
+
+        // The ConfigMap deleted under the running pod: its volume keeps the last content,
+        // the pod runs on, and the failed refresh is a FailedMount event.
+        while events.try_recv().is_ok() {}
+        objects.remove_config_map("default", "cfg");
+        w.pass(&p).await;
+        let status = shared
+            .statuses
+            .get(UID)
+            .unwrap()
+            .pod
+            .status
+            .clone()
+            .unwrap();
+        let state = status.container_statuses.unwrap()[0].state.clone().unwrap();
+        assert!(state.running.is_some(), "{state:?}");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "v");
+        let mut reasons = Vec::new();
+        while let Ok(e) = events.try_recv() {
+            reasons.push(e.reason.unwrap_or_default());
+        }
+        assert_eq!(reasons, ["FailedMount"]);
     }
 }
