@@ -136,6 +136,12 @@ stringData: {{password: hunter2}}
     n.cluster
         .apply(&pod_manifest(&name, &node, script, mounts, &volumes));
     let pod = n.wait_api_pod(&name, 120, "Running", is_running);
+    // For the figure: creation to Running, as the API's timestamps say (seconds).
+    let created = pod["metadata"]["creationTimestamp"].as_str().unwrap_or("?");
+    let started = pod["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
+        .as_str()
+        .unwrap_or("?");
+    eprintln!("{name}: created {created}, container running since {started}");
 
     // The apiserver added the token volume; the agent set it up as upstream lays it out.
     let api_access = pod["spec"]["volumes"]
