@@ -2,8 +2,8 @@
 //! `kube-api-access-*` volume the apiserver adds to every pod (a token bound to the pod, the
 //! cluster CA, the namespace), a configMap and a secret volume with their modes and the pod's
 //! fsGroup, a ConfigMap change reaching the running container (and not its subPath mount),
-//! and a pod that waits in ContainerCreating with a FailedMount event until its ConfigMap
-//! exists.
+//! its deletion leaving the running pod alone, and a pod that waits in ContainerCreating with
+//! a FailedMount event until its ConfigMap exists.
 
 mod common;
 
@@ -246,9 +246,25 @@ stringData: {{password: hunter2}}
     let c = container_status(&now, "main");
     assert_eq!(c["restartCount"], 0, "{c}");
 
+    // The ConfigMap deleted under the running pod: upstream keeps the volume as it was and
+    // reports the failed refresh; the pod runs on.
+    n.cluster.ok(&["-n", "default", "delete", "configmap", &cm]);
+    let selector = format!("involvedObject.name={name},reason=FailedMount");
+    let wanted =
+        format!("MountVolume.SetUp failed for volume \"cfg\" : configmap \"{cm}\" not found");
+    n.wait_api(60, "a FailedMount event for the deleted ConfigMap", |c| {
+        c.get(&["-n", "default", "events", "--field-selector", &selector])
+            .and_then(|v| v["items"].as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .any(|e| e["message"] == wanted.as_str())
+    });
+    let now = n.api_pod(&name).unwrap();
+    assert!(is_running(&now), "{now}");
+    assert_eq!(container_status(&now, "main")["restartCount"], 0);
+    assert_eq!(std::fs::read_to_string(cfg.join("app.conf")).unwrap(), "v2");
+
     delete_pod_and_wait(&n, &name, &pod_dir);
-    n.cluster
-        .kubectl(&["-n", "default", "delete", "configmap", &cm, "--wait=false"]);
     n.cluster
         .kubectl(&["-n", "default", "delete", "secret", &secret, "--wait=false"]);
 }
