@@ -20,6 +20,8 @@ pub const DEFAULT_MODE: i32 = 0o644;
 pub struct FileProjection {
     pub data: Vec<u8>,
     pub mode: u32,
+    /// The file's owner when it must not be root's (a token read by the pod's one user).
+    pub uid: Option<u32>,
 }
 
 /// Relative file path (cleaned) → content and mode.
@@ -90,13 +92,14 @@ pub fn collect(
             FileProjection {
                 data: sort_lines(&value).into_bytes(),
                 mode,
+                uid: None,
             },
         );
     }
     check_nesting(out).map_err(|r| (format!("{field}.items"), r))
 }
 
-fn check_mode(m: i32) -> Result<u32, String> {
+pub(super) fn check_mode(m: i32) -> Result<u32, String> {
     if (0..=0o777).contains(&m) {
         Ok(m as u32)
     } else {
@@ -136,7 +139,7 @@ pub fn clean_path(p: &str) -> Result<String, String> {
 }
 
 /// A file cannot also be a directory of another item's path.
-fn check_nesting(payload: &Payload) -> Result<(), String> {
+pub(super) fn check_nesting(payload: &Payload) -> Result<(), String> {
     for p in payload.keys() {
         let mut prefix = p.as_str();
         while let Some((parent, _)) = prefix.rsplit_once('/') {
@@ -546,7 +549,8 @@ mod tests {
             out["name"],
             FileProjection {
                 data: b"web".to_vec(),
-                mode: 0o644
+                mode: 0o644,
+                uid: None,
             }
         );
         assert_eq!(out["sub/labels"].mode, 0o600);

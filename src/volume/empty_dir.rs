@@ -24,8 +24,10 @@ pub fn setup_dir(dir: &Path) -> io::Result<()> {
             dir.display()
         )));
     }
-    // The umask trims the mode at creation; set it explicitly, as upstream does.
-    if meta.permissions().mode() & 0o7777 != 0o777 {
+    // The umask trims the mode at creation; set it explicitly, as upstream does. Only the
+    // permission bits count (as upstream's), so the setgid an fsGroup adds to a configMap
+    // volume's root is not taken off and put back on every pass.
+    if meta.permissions().mode() & 0o777 != 0o777 {
         fs::set_permissions(dir, fs::Permissions::from_mode(0o777))?;
     }
     Ok(())

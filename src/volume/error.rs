@@ -4,6 +4,9 @@
 
 use std::io;
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::objects::ObjectError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum VolumeError {
@@ -27,11 +30,21 @@ pub enum VolumeError {
     },
 
     /// Setting the volume up failed on the node (upstream's "MountVolume.SetUp failed").
-    #[error("pod {pod}: MountVolume.SetUp failed for volume {volume:?}: {reason}")]
+    #[error("pod {pod}: MountVolume.SetUp failed for volume {volume:?} : {reason}")]
     SetUp {
         pod: String,
         volume: String,
         reason: String,
+    },
+
+    /// An object the volume needs could not be read (or does not exist and is not optional):
+    /// the pod waits in ContainerCreating until it can be.
+    #[error("pod {pod}: MountVolume.SetUp failed for volume {volume:?} : {source}")]
+    Object {
+        pod: String,
+        volume: String,
+        #[source]
+        source: Arc<ObjectError>,
     },
 
     /// A container's volumeMount cannot be turned into a mount.
@@ -60,6 +73,36 @@ pub enum VolumeError {
 }
 
 impl VolumeError {
+    /// Worth trying again soon: an object that could not be read (the apiserver unreachable,
+    /// or the Node authorizer not yet aware of the pod's new binding), as opposed to one that
+    /// does not exist, a node without an apiserver, or a spec that is wrong, which wait for
+    /// someone to act.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            VolumeError::Object { source, .. } => matches!(
+                **source,
+                ObjectError::Api { .. } | ObjectError::Token { .. }
+            ),
+            VolumeError::Worker(_) => true,
+            _ => false,
+        }
+    }
+
+    /// The FailedMount event's message, in upstream's words
+    /// (`MountVolume.SetUp failed for volume "cfg" : configmap "cfg" not found`): the event
+    /// already names the pod.
+    pub fn event_message(&self) -> String {
+        match self {
+            VolumeError::SetUp { volume, reason, .. } => {
+                format!("MountVolume.SetUp failed for volume {volume:?} : {reason}")
+            }
+            VolumeError::Object { volume, source, .. } => {
+                format!("MountVolume.SetUp failed for volume {volume:?} : {source}")
+            }
+            other => other.to_string(),
+        }
+    }
+
     /// The waiting reason upstream shows for a container held back by this error: volume
     /// set-up keeps the pod in ContainerCreating (with a FailedMount event), while a bad
     /// volumeMount is the container's own CreateContainerConfigError.

@@ -1,34 +1,49 @@
 //! Pod volumes on the node: emptyDir (on disk, or a tmpfs with medium Memory), hostPath
-//! (with upstream's type checks), downwardAPI and projected volumes of downwardAPI items,
-//! and the bind mounts a container's volumeMounts turn into.
+//! (with upstream's type checks), configMap, secret, downwardAPI and projected volumes
+//! (configMap, secret, downwardAPI and serviceAccountToken sources), and the bind mounts a
+//! container's volumeMounts turn into.
 //!
-//! Layout, as upstream's (tools and habits rely on it):
-//! `<pod_dir>/volumes/kubernetes.io~empty-dir/<name>`, `…/kubernetes.io~downward-api/<name>`,
-//! `…/kubernetes.io~projected/<name>`; a hostPath stays where it is on the host.
+//! Layout and media, as upstream's (tools and habits rely on them):
+//! `<pod_dir>/volumes/kubernetes.io~empty-dir/<name>`, `…/kubernetes.io~configmap/<name>`
+//! (on disk), `…/kubernetes.io~secret/<name>`, `…/kubernetes.io~downward-api/<name>` and
+//! `…/kubernetes.io~projected/<name>` (each a tmpfs: their content never touches the disk);
+//! a hostPath stays where it is on the host.
 //!
-//! The cycle: [`setup_pod_volumes`] before the pod's containers start (and again on every
-//! sync: it is idempotent and refreshes downwardAPI files), [`container_mounts`] for each
-//! container's spec, [`teardown_pod_volumes`] once the pod's containers are gone.
+//! The cycle: [`setup_pod_volumes`] before the pod's containers start and again on every
+//! sync: it reads what the volumes reference through the `ClusterObjects` seam and rewrites
+//! a volume (atomically, by the `..data` symlink swap) only when its content, modes or owners
+//! changed, so ConfigMap and Secret changes and renewed tokens reach running containers.
+//! A subPath mount is bound to the file (or directory) of the version current when its
+//! container started (see `mounts`), so, as upstream, it does not follow updates.
+//! [`container_mounts`] for each container's spec, [`teardown_pod_volumes`] once the pod's
+//! containers are gone.
 //!
-//! Kinds that need the apiserver (configMap, secret, serviceAccountToken, PVCs) and remote
-//! storage are refused with an error naming the volume and its kind. Not done yet:
-//! fsGroup ownership of volume files, SELinux relabelling, emptyDir sizeLimit on disk
-//! (upstream enforces it by eviction), hugepages media.
+//! PVCs, ephemeral volumes, clusterTrustBundle and podCertificate projections, and remote
+//! storage are refused with an error naming the volume and its kind. Not done yet: SELinux
+//! relabelling, emptyDir sizeLimit on disk (upstream enforces it by eviction), hugepages
+//! media, fsGroup on emptyDir and hostPath (upstream leaves hostPath alone too).
 
 mod atomic_writer;
 mod downward;
 mod empty_dir;
 mod error;
+mod fetch;
 mod host_path;
 mod mounter;
 mod mounts;
+mod object_files;
+mod ownership;
+mod projected;
 mod teardown;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, Volume};
 use tracing::{debug, info};
+
+use crate::objects::{ClusterObjects, ObjectError, ObjectKind};
 
 pub use downward::{format_map, go_quote, resource_value};
 pub use error::VolumeError;
@@ -37,6 +52,8 @@ pub use mounts::container_mounts;
 use mounter::{Mounter, SysMounter};
 
 pub const EMPTY_DIR_PLUGIN: &str = "kubernetes.io~empty-dir";
+pub const CONFIG_MAP_PLUGIN: &str = "kubernetes.io~configmap";
+pub const SECRET_PLUGIN: &str = "kubernetes.io~secret";
 pub const DOWNWARD_API_PLUGIN: &str = "kubernetes.io~downward-api";
 pub const PROJECTED_PLUGIN: &str = "kubernetes.io~projected";
 
@@ -67,6 +84,8 @@ pub enum VolumeKind {
     /// emptyDir with medium Memory: a tmpfs.
     EmptyDirMemory,
     HostPath,
+    ConfigMap,
+    Secret,
     DownwardApi,
     Projected,
 }
@@ -75,7 +94,8 @@ pub enum VolumeKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostVolume {
     pub path: PathBuf,
-    /// Read-only by nature (downwardAPI, projected): every mount of it is read-only.
+    /// Read-only by nature (configMap, secret, downwardAPI, projected): every mount of it is
+    /// read-only.
     pub read_only: bool,
     pub kind: VolumeKind,
 }
@@ -86,6 +106,20 @@ pub struct PodVolumes {
     /// The pod as errors name it (`name_namespace(uid)`).
     pod: String,
     volumes: BTreeMap<String, HostVolume>,
+    /// Volumes set up earlier whose refresh failed this time (their object deleted or
+    /// unreadable, a key gone): they keep their last content, as upstream keeps a mounted
+    /// volume whose remount fails, so the pod runs on; the caller reports them.
+    stale: Vec<StaleVolume>,
+}
+
+/// A volume that kept its last content because refreshing it failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaleVolume {
+    pub volume: String,
+    /// The FailedMount event's message (`VolumeError::event_message`).
+    pub event_message: String,
+    /// The whole error, naming the pod, for the log.
+    pub error: String,
 }
 
 impl PodVolumes {
@@ -93,7 +127,12 @@ impl PodVolumes {
         PodVolumes {
             pod: pod.into(),
             volumes: BTreeMap::new(),
+            stale: Vec::new(),
         }
+    }
+    /// The volumes whose refresh failed this time (see `StaleVolume`).
+    pub fn stale(&self) -> &[StaleVolume] {
+        &self.stale
     }
     pub fn insert(&mut self, name: impl Into<String>, v: HostVolume) {
         self.volumes.insert(name.into(), v);
@@ -113,16 +152,30 @@ impl PodVolumes {
 }
 
 /// Sets up every volume of `pod` under `pod_dir` and says where each is. Idempotent: a
-/// tmpfs already mounted stays (with its data), a directory is reused, downwardAPI files
-/// are rewritten (atomically, by a `..data` symlink swap) only when their content or mode
-/// changed. The file work and the mount syscalls run on a blocking thread.
+/// tmpfs already mounted stays (with its data), a directory is reused, configMap, secret,
+/// downwardAPI and projected files are rewritten (atomically, by a `..data` symlink swap)
+/// only when their content, mode or owner changed. The objects the volumes reference are
+/// read first from `objects`; the file work and the mount syscalls then run on a blocking
+/// thread.
 pub async fn setup_pod_volumes(
     pod: &Pod,
     pod_dir: &Path,
     ctx: &DownwardContext,
+    objects: &dyn ClusterObjects,
 ) -> Result<PodVolumes, VolumeError> {
+    setup_with(pod, pod_dir, ctx, objects, Arc::new(SysMounter)).await
+}
+
+async fn setup_with(
+    pod: &Pod,
+    pod_dir: &Path,
+    ctx: &DownwardContext,
+    objects: &dyn ClusterObjects,
+    m: Arc<dyn Mounter>,
+) -> Result<PodVolumes, VolumeError> {
+    let fetched = fetch::fetch(pod, objects).await;
     let (pod, pod_dir, ctx) = (pod.clone(), pod_dir.to_path_buf(), ctx.clone());
-    tokio::task::spawn_blocking(move || setup(&pod, &pod_dir, &ctx, &SysMounter))
+    tokio::task::spawn_blocking(move || setup(&pod, &pod_dir, &ctx, &fetched, m.as_ref()))
         .await
         .map_err(|e| VolumeError::Worker(e.to_string()))?
 }
@@ -183,16 +236,62 @@ fn set_fields<T: serde::Serialize>(v: &T) -> Vec<String> {
 
 fn unsupported_hint(kind: &str) -> &'static str {
     match kind {
-        "configMap"
-        | "secret"
-        | "persistentVolumeClaim"
-        | "serviceAccountToken"
-        | "clusterTrustBundle"
-        | "podCertificate"
-        | "ephemeral" => {
-            " (it needs objects from the apiserver, which this agent does not read yet)"
+        "persistentVolumeClaim" | "ephemeral" => {
+            " (persistent volumes need attach and mount support, which this agent does not have yet)"
+        }
+        "clusterTrustBundle" | "podCertificate" => {
+            " (this projection is not implemented by this agent yet)"
         }
         _ => "",
+    }
+}
+
+/// Errors of one volume, each naming the pod and the volume.
+struct Blame<'a> {
+    pod: &'a str,
+    volume: &'a str,
+}
+
+impl Blame<'_> {
+    fn invalid(&self, field: &str, reason: String) -> VolumeError {
+        VolumeError::Invalid {
+            pod: self.pod.to_string(),
+            volume: self.volume.to_string(),
+            field: field.to_string(),
+            reason,
+        }
+    }
+    fn failed(&self, reason: String) -> VolumeError {
+        VolumeError::SetUp {
+            pod: self.pod.to_string(),
+            volume: self.volume.to_string(),
+            reason,
+        }
+    }
+    fn object(&self, source: Arc<ObjectError>) -> VolumeError {
+        VolumeError::Object {
+            pod: self.pod.to_string(),
+            volume: self.volume.to_string(),
+            source,
+        }
+    }
+    fn unsupported(&self, kind: &str) -> VolumeError {
+        VolumeError::Unsupported {
+            pod: self.pod.to_string(),
+            volume: self.volume.to_string(),
+            kind: kind.to_string(),
+            hint: unsupported_hint(kind.rsplit('.').next().unwrap_or(kind)).to_string(),
+        }
+    }
+    /// A reference the fetch did not read: fetch and set-up disagree on the spec.
+    fn not_read(&self, kind: ObjectKind, name: &str) -> VolumeError {
+        self.failed(format!("{kind} {name:?} was not read before the set-up"))
+    }
+    fn files(&self, e: object_files::FilesError) -> VolumeError {
+        match e {
+            object_files::FilesError::Field(f, r) => self.invalid(&f, r),
+            object_files::FilesError::MissingKey(m) => self.failed(m),
+        }
     }
 }
 
@@ -200,6 +299,7 @@ pub(crate) fn setup(
     pod: &Pod,
     pod_dir: &Path,
     ctx: &DownwardContext,
+    fetched: &fetch::Fetched,
     m: &dyn Mounter,
 ) -> Result<PodVolumes, VolumeError> {
     let pod_name = pod_display(pod);
@@ -213,59 +313,96 @@ pub(crate) fn setup(
         .flatten()
         .enumerate()
     {
-        let invalid = |field: &str, reason: String| VolumeError::Invalid {
-            pod: pod_name.clone(),
-            volume: vol.name.clone(),
-            field: field.to_string(),
-            reason,
+        let blame = Blame {
+            pod: &pod_name,
+            volume: &vol.name,
         };
-        check_volume_name(&vol.name).map_err(|r| invalid(&format!("volumes[{i}].name"), r))?;
+        check_volume_name(&vol.name)
+            .map_err(|r| blame.invalid(&format!("volumes[{i}].name"), r))?;
         if !seen.insert(vol.name.clone()) {
-            return Err(invalid(
+            return Err(blame.invalid(
                 &format!("volumes[{i}].name"),
                 "duplicate volume name".into(),
             ));
         }
-        let hv = setup_volume(pod, &pod_name, pod_dir, ctx, vol, m)?;
+        let hv = match setup_volume(pod, &blame, pod_dir, ctx, fetched, vol, m) {
+            Ok(hv) => hv,
+            Err(e) => match set_up_before(vol, pod_dir) {
+                Some(hv) => {
+                    out.stale.push(StaleVolume {
+                        volume: vol.name.clone(),
+                        event_message: e.event_message(),
+                        error: e.to_string(),
+                    });
+                    hv
+                }
+                None => return Err(e),
+            },
+        };
         out.insert(vol.name.clone(), hv);
     }
     Ok(out)
 }
 
+/// A volume the atomic writer filled on an earlier pass (or before an agent restart): its
+/// `..data` link exists. Only those can go on with their last content.
+fn set_up_before(vol: &Volume, pod_dir: &Path) -> Option<HostVolume> {
+    let (plugin, kind) = if vol.config_map.is_some() {
+        (CONFIG_MAP_PLUGIN, VolumeKind::ConfigMap)
+    } else if vol.secret.is_some() {
+        (SECRET_PLUGIN, VolumeKind::Secret)
+    } else if vol.projected.is_some() {
+        (PROJECTED_PLUGIN, VolumeKind::Projected)
+    } else if vol.downward_api.is_some() {
+        (DOWNWARD_API_PLUGIN, VolumeKind::DownwardApi)
+    } else {
+        return None;
+    };
+    let path = pod_dir.join("volumes").join(plugin).join(&vol.name);
+    std::fs::symlink_metadata(path.join(atomic_writer::DATA_LINK)).ok()?;
+    Some(HostVolume {
+        path,
+        read_only: true,
+        kind,
+    })
+}
+
 fn setup_volume(
     pod: &Pod,
-    pod_name: &str,
+    blame: &Blame<'_>,
     pod_dir: &Path,
     ctx: &DownwardContext,
+    fetched: &fetch::Fetched,
     vol: &Volume,
     m: &dyn Mounter,
 ) -> Result<HostVolume, VolumeError> {
     let name = vol.name.as_str();
-    let invalid = |field: &str, reason: String| VolumeError::Invalid {
-        pod: pod_name.to_string(),
-        volume: name.to_string(),
-        field: field.to_string(),
-        reason,
-    };
-    let failed = |reason: String| VolumeError::SetUp {
-        pod: pod_name.to_string(),
-        volume: name.to_string(),
-        reason,
-    };
-    let unsupported = |kind: &str| VolumeError::Unsupported {
-        pod: pod_name.to_string(),
-        volume: name.to_string(),
-        kind: kind.to_string(),
-        hint: unsupported_hint(kind.rsplit('.').next().unwrap_or(kind)).to_string(),
-    };
     let kinds = set_fields(vol);
     if kinds.len() > 1 {
-        return Err(invalid(
+        return Err(blame.invalid(
             "volume source",
             format!("more than one source set: {}", kinds.join(", ")),
         ));
     }
     let volumes_dir = pod_dir.join("volumes");
+    let ownership = || {
+        ownership::fs_group(pod)
+            .map(|fs_group| ownership::Ownership { fs_group })
+            .map_err(|r| blame.invalid("securityContext.fsGroup", r))
+    };
+    let default_mode = |field: &str, mode: Option<i32>| {
+        downward::check_mode(mode.unwrap_or(downward::DEFAULT_MODE))
+            .map_err(|r| blame.invalid(&format!("{field}.defaultMode"), r))
+    };
+    let memory = |dir: &Path| {
+        let size = empty_dir::memory_size(pod, None, ctx.allocatable.memory_bytes);
+        mount_memory(dir, size, m, blame.pod, name).map_err(|r| blame.failed(r))
+    };
+    let read_only = |path: PathBuf, kind: VolumeKind| HostVolume {
+        path,
+        read_only: true,
+        kind,
+    };
     // A volume with no source is an emptyDir, as the API defaults it.
     match kinds.first().map(String::as_str).unwrap_or("emptyDir") {
         "emptyDir" => {
@@ -273,8 +410,9 @@ fn setup_volume(
             let dir = volumes_dir.join(EMPTY_DIR_PLUGIN).join(name);
             match ed.medium.as_deref().unwrap_or("") {
                 "" => {
-                    empty_dir::setup_dir(&dir)
-                        .map_err(|e| failed(format!("cannot create {}: {e}", dir.display())))?;
+                    empty_dir::setup_dir(&dir).map_err(|e| {
+                        blame.failed(format!("cannot create {}: {e}", dir.display()))
+                    })?;
                     Ok(HostVolume {
                         path: dir,
                         read_only: false,
@@ -287,26 +425,89 @@ fn setup_volume(
                         ed.size_limit.as_ref().map(|q| q.0.as_str()),
                         ctx.allocatable.memory_bytes,
                     );
-                    mount_memory(&dir, size, m, pod_name, name).map_err(failed)?;
+                    mount_memory(&dir, size, m, blame.pod, name).map_err(|r| blame.failed(r))?;
                     Ok(HostVolume {
                         path: dir,
                         read_only: false,
                         kind: VolumeKind::EmptyDirMemory,
                     })
                 }
-                other => Err(unsupported(&format!("emptyDir medium {other:?}"))),
+                other => Err(blame.unsupported(&format!("emptyDir medium {other:?}"))),
             }
         }
         "hostPath" => {
             let hp = vol.host_path.clone().unwrap_or_default();
-            host_path::check_path(&hp.path).map_err(|r| invalid("hostPath.path", r))?;
+            host_path::check_path(&hp.path).map_err(|r| blame.invalid("hostPath.path", r))?;
             let path = PathBuf::from(&hp.path);
-            host_path::check_type(&path, hp.type_.as_deref().unwrap_or("")).map_err(failed)?;
+            host_path::check_type(&path, hp.type_.as_deref().unwrap_or(""))
+                .map_err(|r| blame.failed(r))?;
             Ok(HostVolume {
                 path,
                 read_only: false,
                 kind: VolumeKind::HostPath,
             })
+        }
+        "configMap" => {
+            let src = vol.config_map.clone().unwrap_or_default();
+            if src.name.is_empty() {
+                return Err(blame.invalid("configMap.name", "is required".into()));
+            }
+            let optional = src.optional.unwrap_or(false);
+            let mode = default_mode("configMap", src.default_mode)?;
+            // The object first, as upstream: a missing one leaves no directory behind.
+            let cm = fetched
+                .config_map(&src.name, optional)
+                .ok_or_else(|| blame.not_read(ObjectKind::ConfigMap, &src.name))?
+                .map_err(|e| blame.object(e))?;
+            let keys = cm.as_deref().map(object_files::config_map_keys);
+            let mut payload = downward::Payload::new();
+            object_files::collect(
+                ObjectKind::ConfigMap,
+                src.items.as_deref(),
+                &keys.unwrap_or_default(),
+                mode,
+                optional,
+                "configMap",
+                &mut payload,
+            )
+            .map_err(|e| blame.files(e))?;
+            downward::check_nesting(&payload).map_err(|r| blame.invalid("configMap.items", r))?;
+            let own = ownership()?;
+            let dir = volumes_dir.join(CONFIG_MAP_PLUGIN).join(name);
+            empty_dir::setup_dir(&dir)
+                .map_err(|e| blame.failed(format!("cannot create {}: {e}", dir.display())))?;
+            write_files(&dir, &payload, own, blame)?;
+            Ok(read_only(dir, VolumeKind::ConfigMap))
+        }
+        "secret" => {
+            let src = vol.secret.clone().unwrap_or_default();
+            let Some(secret_name) = src.secret_name.as_deref().filter(|n| !n.is_empty()) else {
+                return Err(blame.invalid("secret.secretName", "is required".into()));
+            };
+            let optional = src.optional.unwrap_or(false);
+            let mode = default_mode("secret", src.default_mode)?;
+            let secret = fetched
+                .secret(secret_name, optional)
+                .ok_or_else(|| blame.not_read(ObjectKind::Secret, secret_name))?
+                .map_err(|e| blame.object(e))?;
+            let keys = secret.as_deref().map(object_files::secret_keys);
+            let mut payload = downward::Payload::new();
+            object_files::collect(
+                ObjectKind::Secret,
+                src.items.as_deref(),
+                &keys.unwrap_or_default(),
+                mode,
+                optional,
+                "secret",
+                &mut payload,
+            )
+            .map_err(|e| blame.files(e))?;
+            downward::check_nesting(&payload).map_err(|r| blame.invalid("secret.items", r))?;
+            let own = ownership()?;
+            let dir = volumes_dir.join(SECRET_PLUGIN).join(name);
+            memory(&dir)?;
+            write_files(&dir, &payload, own, blame)?;
+            Ok(read_only(dir, VolumeKind::Secret))
         }
         "downwardAPI" => {
             let src = vol.downward_api.clone().unwrap_or_default();
@@ -319,56 +520,24 @@ fn setup_volume(
                 "downwardAPI",
                 &mut payload,
             )
-            .map_err(|(f, r)| invalid(&f, r))?;
+            .map_err(|(f, r)| blame.invalid(&f, r))?;
+            let own = ownership()?;
             let dir = volumes_dir.join(DOWNWARD_API_PLUGIN).join(name);
-            write_files(pod, ctx, &dir, &payload, m, pod_name, name).map_err(failed)?;
-            Ok(HostVolume {
-                path: dir,
-                read_only: true,
-                kind: VolumeKind::DownwardApi,
-            })
+            memory(&dir)?;
+            write_files(&dir, &payload, own, blame)?;
+            Ok(read_only(dir, VolumeKind::DownwardApi))
         }
         "projected" => {
             let src = vol.projected.clone().unwrap_or_default();
-            let mut payload = downward::Payload::new();
-            for (j, s) in src.sources.iter().flatten().enumerate() {
-                let field = format!("projected.sources[{j}]");
-                let kinds = set_fields(s);
-                match kinds.as_slice() {
-                    [k] if k == "downwardAPI" => {
-                        let items = s
-                            .downward_api
-                            .as_ref()
-                            .and_then(|d| d.items.as_deref())
-                            .unwrap_or(&[]);
-                        downward::collect(
-                            pod,
-                            items,
-                            src.default_mode,
-                            &ctx.allocatable,
-                            &format!("{field}.downwardAPI"),
-                            &mut payload,
-                        )
-                        .map_err(|(f, r)| invalid(&f, r))?;
-                    }
-                    [k] => return Err(unsupported(&format!("{field}.{k}"))),
-                    _ => {
-                        return Err(invalid(
-                            &field,
-                            format!("exactly one source per projection (found {})", kinds.len()),
-                        ))
-                    }
-                }
-            }
+            let mode = default_mode("projected", src.default_mode)?;
+            let own = ownership()?;
+            let payload = projected::collect(pod, &src, mode, own, ctx, fetched, blame)?;
             let dir = volumes_dir.join(PROJECTED_PLUGIN).join(name);
-            write_files(pod, ctx, &dir, &payload, m, pod_name, name).map_err(failed)?;
-            Ok(HostVolume {
-                path: dir,
-                read_only: true,
-                kind: VolumeKind::Projected,
-            })
+            memory(&dir)?;
+            write_files(&dir, &payload, own, blame)?;
+            Ok(read_only(dir, VolumeKind::Projected))
         }
-        other => Err(unsupported(other)),
+        other => Err(blame.unsupported(other)),
     }
 }
 
@@ -387,30 +556,29 @@ fn mount_memory(
     Ok(())
 }
 
-/// downwardAPI and projected volumes: a memory emptyDir holding the files (as upstream
-/// wraps them), written by the atomic writer.
+/// The files of a configMap, secret, downwardAPI or projected volume, written by the atomic
+/// writer into its (already made) directory.
 fn write_files(
-    pod: &Pod,
-    ctx: &DownwardContext,
     dir: &Path,
     payload: &downward::Payload,
-    m: &dyn Mounter,
-    pod_name: &str,
-    volume: &str,
-) -> Result<(), String> {
-    let size = empty_dir::memory_size(pod, None, ctx.allocatable.memory_bytes);
-    mount_memory(dir, size, m, pod_name, volume)?;
-    let written = atomic_writer::write(dir, payload)
-        .map_err(|e| format!("cannot write files into {}: {e}", dir.display()))?;
+    own: ownership::Ownership,
+    blame: &Blame<'_>,
+) -> Result<(), VolumeError> {
+    let written = atomic_writer::write(dir, payload, own)
+        .map_err(|e| blame.failed(format!("cannot write files into {}: {e}", dir.display())))?;
     if written {
         info!(
-            pod = pod_name,
-            volume,
+            pod = blame.pod,
+            volume = blame.volume,
             files = payload.len(),
             "wrote volume files"
         );
     } else {
-        debug!(pod = pod_name, volume, "volume files unchanged");
+        debug!(
+            pod = blame.pod,
+            volume = blame.volume,
+            "volume files unchanged"
+        );
     }
     Ok(())
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use super::sandbox::latest_sandbox;
 use super::{events, grace_period, policy, resync_interval, Worker, RETRY};
@@ -141,14 +141,39 @@ impl Worker {
                 ephemeral_storage_bytes: None,
             },
         };
-        match volume::setup_pod_volumes(pod, &self.pod_dir().dir, &downward).await {
-            Ok(v) => sandbox.volumes = Some(v),
+        // The objects the volumes reference are read on every pass too: a changed ConfigMap
+        // or Secret, or a renewed token, is rewritten into the volume (subPath mounts keep
+        // the version they were started with, as upstream).
+        let (objects, pod_dir) = (self.shared.objects.clone(), self.pod_dir().dir);
+        match volume::setup_pod_volumes(pod, &pod_dir, &downward, &*objects).await {
+            Ok(v) => {
+                // Refreshes that failed leave the volume as it was and the pod running (as
+                // upstream's failed remounts): they show as FailedMount events and are
+                // tried again on the next pass.
+                for stale in v.stale() {
+                    warn!(pod = %self.pod_ref.display(), volume = %stale.volume, error = %stale.error, "volume kept its last content: refreshing it failed");
+                    self.pod_event(
+                        pod,
+                        EventType::Warning,
+                        events::FAILED_MOUNT,
+                        stale.event_message.clone(),
+                    );
+                }
+                sandbox.volumes = Some(v);
+            }
             Err(e) => {
                 let w = Waiting::new(e.waiting_reason(), e.to_string());
                 if self.volume_error.as_ref() != Some(&w) {
                     error!(pod = %self.pod_ref.display(), error = %e, "pod volumes cannot be set up");
                 }
-                self.pod_event(pod, EventType::Warning, events::FAILED_MOUNT, e.to_string());
+                // Upstream's words (`MountVolume.SetUp failed for volume "cfg" : configmap
+                // "cfg" not found`); the recorder folds the repeats of each retry.
+                self.pod_event(
+                    pod,
+                    EventType::Warning,
+                    events::FAILED_MOUNT,
+                    e.event_message(),
+                );
                 for c in pod.spec.iter().flat_map(|s| {
                     s.init_containers
                         .iter()
@@ -158,7 +183,10 @@ impl Worker {
                     self.waiting.insert(c.name.clone(), w.clone());
                 }
                 self.volume_error = Some(w);
-                return Ok(RETRY * 5);
+                // A read that failed is retried soon (the Node authorizer learns of a new
+                // binding a moment after the pod reaches the node); a missing object or a
+                // bad spec waits longer.
+                return Ok(if e.is_transient() { RETRY } else { RETRY * 5 });
             }
         }
         if self.volume_error.take().is_some() {
@@ -378,5 +406,131 @@ impl Worker {
     pub(super) fn started_after(&mut self, c: &Container, previous_finish: chrono::DateTime<Utc>) {
         let key = self.backoff_key(c);
         self.backoff.next(&key, previous_finish, Utc::now());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Volume set-up as the pass sees it: a pod whose ConfigMap is missing waits in
+    //! ContainerCreating with upstream's FailedMount event, starts once it appears, and runs
+    //! on when it is deleted again.
+
+    use std::sync::Arc;
+
+    use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+    use serde_json::json;
+
+    use super::super::tests::test_shared;
+    use super::super::{pod_ref, Worker};
+    use crate::events::Recorder;
+    use crate::objects::fake::FakeObjects;
+    use crate::runtime::events::OomSeen;
+    use crate::runtime::fake::FakeRuntime;
+
+    const UID: &str = "0c0c0c0c-uid";
+
+    fn pod() -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "default", "uid": UID},
+            "spec": {
+                "hostNetwork": true,
+                "containers": [{"name": "app", "image": "busybox",
+                    "volumeMounts": [{"name": "cfg", "mountPath": "/etc/cfg"}]}],
+                "volumes": [{"name": "cfg", "configMap": {"name": "cfg"}}]
+            }
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_missing_config_map_holds_the_pod_until_it_appears_and_not_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let oom_seen = OomSeen::default();
+        let fake = FakeRuntime::new(&["pause", "busybox"], oom_seen.clone());
+        let (recorder, mut events) = Recorder::capturing();
+        let shared = test_shared(dir.path(), fake, oom_seen, |_| {}, recorder);
+        let objects = Arc::new(FakeObjects::default());
+        let mut shared = Arc::into_inner(shared).expect("the only reference");
+        shared.objects = objects.clone();
+        let shared = Arc::new(shared);
+        let p = pod();
+        let mut w = Worker::new(shared.clone(), pod_ref(&p));
+
+        let next = w.pass(&p).await;
+        assert_eq!(next, super::RETRY * 5, "volume errors are retried");
+        let status = shared
+            .statuses
+            .get(UID)
+            .unwrap()
+            .pod
+            .status
+            .clone()
+            .unwrap();
+        let waiting = status.container_statuses.unwrap()[0]
+            .state
+            .clone()
+            .unwrap()
+            .waiting
+            .unwrap();
+        assert_eq!(waiting.reason.as_deref(), Some("ContainerCreating"));
+        let mut failed_mount = Vec::new();
+        while let Ok(e) = events.try_recv() {
+            if e.reason.as_deref() == Some("FailedMount") {
+                failed_mount.push((e.type_.unwrap_or_default(), e.message.unwrap_or_default()));
+            }
+        }
+        assert_eq!(
+            failed_mount,
+            [(
+                "Warning".to_string(),
+                "MountVolume.SetUp failed for volume \"cfg\" : configmap \"cfg\" not found"
+                    .to_string()
+            )]
+        );
+
+        let mut cm = ConfigMap::default();
+        cm.metadata.namespace = Some("default".into());
+        cm.metadata.name = Some("cfg".into());
+        cm.data = Some([("k".to_string(), "v".to_string())].into());
+        objects.put_config_map(cm);
+        w.pass(&p).await;
+        let status = shared
+            .statuses
+            .get(UID)
+            .unwrap()
+            .pod
+            .status
+            .clone()
+            .unwrap();
+        let state = status.container_statuses.unwrap()[0].state.clone().unwrap();
+        assert!(state.running.is_some(), "{state:?}");
+        let file = dir
+            .path()
+            .join("root/pods")
+            .join(UID)
+            .join("volumes/kubernetes.io~configmap/cfg/k");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "v");
+
+        // The ConfigMap deleted under the running pod: its volume keeps the last content,
+        // the pod runs on, and the failed refresh is a FailedMount event.
+        while events.try_recv().is_ok() {}
+        objects.remove_config_map("default", "cfg");
+        w.pass(&p).await;
+        let status = shared
+            .statuses
+            .get(UID)
+            .unwrap()
+            .pod
+            .status
+            .clone()
+            .unwrap();
+        let state = status.container_statuses.unwrap()[0].state.clone().unwrap();
+        assert!(state.running.is_some(), "{state:?}");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "v");
+        let mut reasons = Vec::new();
+        while let Ok(e) = events.try_recv() {
+            reasons.push(e.reason.unwrap_or_default());
+        }
+        assert_eq!(reasons, ["FailedMount"]);
     }
 }
