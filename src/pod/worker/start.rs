@@ -4,22 +4,25 @@
 //! CreateContainerError, RunContainerError, PostStartHookError).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, Secret};
 use tracing::{debug, info, warn};
 
 use super::{blocking, events, Sandbox, Worker, POST_START_TIMEOUT};
 use crate::config::format_duration;
 use crate::events::EventType;
 use crate::logs;
+use crate::objects::{ClusterObjects, ObjectError};
 use crate::pod::qos::{oom_score_adj, qos_class};
 use crate::pod::status::Waiting;
 use crate::prober;
 use crate::runtime::containers::{format_time, new_container_id, NewContainer};
 use crate::runtime::images::ImageInfo;
 use crate::runtime::labels::{self, Kind};
+use crate::runtime::pull::credentials::{parse_docker_config, CredentialError, RegistryCredential};
 use crate::runtime::spec;
 use crate::runtime::RuntimeError;
 use crate::volume;
@@ -131,8 +134,21 @@ impl Worker {
             events::PULLING,
             format!("Pulling image \"{image}\""),
         );
+        let creds = match self.pull_credentials(pod).await {
+            Ok(creds) => creds,
+            Err(e) => {
+                // As upstream, whose keyring refuses a pull secret that is not JSON.
+                let msg = e.to_string();
+                event(
+                    EventType::Warning,
+                    events::FAILED,
+                    format!("Failed to pull image \"{image}\": {msg}"),
+                );
+                return Err(Waiting::new("ErrImagePull", msg));
+            }
+        };
         let asked = std::time::Instant::now();
-        match self.shared.rt.pull_image(&image, &[]).await {
+        match self.shared.rt.pull_image(&image, &creds).await {
             Ok(out) => {
                 self.image_failures.remove(&key);
                 // Upstream's wording, also when the registry had nothing new (upstream's
@@ -193,7 +209,8 @@ impl Worker {
             .and_then(|q| crate::quantity::bytes(&q.0));
         ctx.oom_score_adj = oom_score_adj(qos, mem_request, self.shared.memory_capacity);
         let config_error = |e: String| Waiting::new("CreateContainerConfigError", e);
-        let env = spec::container_env(pod, c, &image.config, &ctx)
+        let env_objects = self.env_objects(c).await;
+        let env = spec::container_env(pod, c, &image.config, &ctx, &env_objects)
             .map_err(|e| config_error(e.to_string()))?;
         // Mount sources are resolved on the host (subPath directories made, symlinks
         // checked): file-system work, off the async runtime.
@@ -372,6 +389,54 @@ impl Worker {
         Ok(id)
     }
 
+    /// The ConfigMaps and Secrets the container's env and envFrom refer to. What cannot be
+    /// read is kept as its error: `container_env` decides, in upstream's order, whether it
+    /// matters (an optional reference to a missing object does not).
+    async fn env_objects(&self, c: &Container) -> spec::EnvObjects {
+        let refs = spec::env_references(c);
+        let (objects, ns) = (&self.shared.objects, &self.pod_ref.namespace);
+        let mut out = spec::EnvObjects::default();
+        for name in &refs.config_maps {
+            out.insert_config_map(name, objects.config_map(ns, name).await);
+        }
+        for name in &refs.secrets {
+            out.insert_secret(name, objects.secret(ns, name).await);
+        }
+        out
+    }
+
+    /// The pod's imagePullSecrets as registry credentials, in the pod's order (the puller
+    /// tries them before the node's own). A secret that cannot be read is left out with
+    /// upstream's warning and the pull goes on without it.
+    async fn pull_credentials(
+        &self,
+        pod: &Pod,
+    ) -> Result<Vec<RegistryCredential>, CredentialError> {
+        let (secrets, missing) = pull_secrets(self.shared.objects.as_ref(), pod).await;
+        if !missing.is_empty() {
+            let names: Vec<&str> = missing.iter().map(|(n, _)| n.as_str()).collect();
+            for (name, e) in &missing {
+                info!(pod = %self.pod_ref.display(), secret = %name, error = %e,
+                      "Unable to retrieve pull secret, the image pull may not succeed.");
+            }
+            self.shared.recorder.pod(
+                pod,
+                None,
+                EventType::Warning,
+                FAILED_TO_RETRIEVE_IMAGE_PULL_SECRET,
+                format!(
+                    "Unable to retrieve some image pull secrets ({}); attempting to pull the image may not succeed.",
+                    names.join(", ")
+                ),
+            );
+        }
+        let mut creds = Vec::new();
+        for s in &secrets {
+            creds.extend(secret_credentials(s)?);
+        }
+        Ok(creds)
+    }
+
     /// Adds a record this pass made to its view.
     fn remember(&mut self, record: crate::runtime::containers::ContainerRecord) {
         if let Some(v) = self.view.as_mut() {
@@ -407,6 +472,53 @@ fn new_with_labels(
         None,
     )
     .unwrap_or_else(|| r.clone())
+}
+
+/// Upstream's event reason for imagePullSecrets it could not read.
+const FAILED_TO_RETRIEVE_IMAGE_PULL_SECRET: &str = "FailedToRetrieveImagePullSecret";
+
+/// The pod's imagePullSecrets that could be read, in the pod's order, and the names of
+/// those that could not with why. Entries without a name are skipped, as upstream (the API
+/// once let them through).
+async fn pull_secrets(
+    objects: &dyn ClusterObjects,
+    pod: &Pod,
+) -> (Vec<Arc<Secret>>, Vec<(String, ObjectError)>) {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let refs = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.image_pull_secrets.as_ref());
+    let (mut found, mut missing) = (Vec::new(), Vec::new());
+    for r in refs.into_iter().flatten().filter(|r| !r.name.is_empty()) {
+        match objects.secret(ns, &r.name).await {
+            Ok(s) => found.push(s),
+            Err(e) => missing.push((r.name.clone(), e)),
+        }
+    }
+    (found, missing)
+}
+
+/// The registry credentials in a pull secret: `.dockerconfigjson` of a
+/// kubernetes.io/dockerconfigjson secret or `.dockercfg` of a kubernetes.io/dockercfg one.
+/// Other secrets, and these with the key missing or empty, hold none (as upstream).
+fn secret_credentials(s: &Secret) -> Result<Vec<RegistryCredential>, CredentialError> {
+    let key = match s.type_.as_deref() {
+        Some("kubernetes.io/dockerconfigjson") => ".dockerconfigjson",
+        Some("kubernetes.io/dockercfg") => ".dockercfg",
+        _ => return Ok(Vec::new()),
+    };
+    match s.data.as_ref().and_then(|d| d.get(key)) {
+        Some(bytes) if !bytes.0.is_empty() => {
+            let source = format!(
+                "secret {}/{}",
+                s.metadata.namespace.as_deref().unwrap_or_default(),
+                s.metadata.name.as_deref().unwrap_or_default()
+            );
+            parse_docker_config(&bytes.0, &source)
+        }
+        _ => Ok(Vec::new()),
+    }
 }
 
 /// The message of upstream's "Failed" event for a container that could not be created or
