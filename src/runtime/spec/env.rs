@@ -388,3 +388,322 @@ pub fn container_env(
     }
     Ok(env.list)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::objects::fake::FakeObjects;
+    use crate::objects::{ClusterObjects, Standalone};
+    use k8s_openapi::ByteString;
+    use serde_json::{json, Value};
+
+    fn ctx() -> PodContext {
+        PodContext {
+            sandbox_id: "sb".into(),
+            pod_name: "p".into(),
+            pod_namespace: "ns".into(),
+            pod_uid: "u1".into(),
+            cgroup_parent: "/kubepods/besteffort/podu1".into(),
+            host_network: false,
+            host_pid: false,
+            host_ipc: false,
+            share_process_namespace: false,
+            netns_path: None,
+            sandbox_pid: 42,
+            hostname: "p".into(),
+            hosts_file: "/r/hosts".into(),
+            hostname_file: "/r/hostname".into(),
+            resolv_file: "/r/resolv.conf".into(),
+            oom_score_adj: 1000,
+            oom_score_adj_min: -1000,
+            pod_ips: vec!["10.88.0.5".into()],
+            host_ip: "192.0.2.1".into(),
+            node_name: "node".into(),
+            allocatable_cpu_millis: 2000,
+            allocatable_memory: 1 << 30,
+        }
+    }
+
+    fn image() -> ImageConfig {
+        ImageConfig {
+            entrypoint: None,
+            cmd: None,
+            env: Some(vec!["PATH=/bin".into(), "A=image".into()]),
+            working_dir: None,
+            user: None,
+            stop_signal: None,
+        }
+    }
+
+    fn container(c: Value) -> (Pod, Container) {
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+            "spec": {"containers": [c]}
+        }))
+        .unwrap();
+        let c = p.spec.as_ref().unwrap().containers[0].clone();
+        (p, c)
+    }
+
+    fn config_map(name: &str, data: Value) -> ConfigMap {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns"}, "data": data
+        }))
+        .unwrap()
+    }
+
+    fn secret(name: &str, data: &[(&str, &[u8])]) -> Secret {
+        let mut s = Secret::default();
+        s.metadata.name = Some(name.into());
+        s.metadata.namespace = Some("ns".into());
+        s.data = Some(
+            data.iter()
+                .map(|(k, v)| (k.to_string(), ByteString(v.to_vec())))
+                .collect(),
+        );
+        s
+    }
+
+    /// What the worker does before `container_env`.
+    async fn fetch(objects: &dyn ClusterObjects, c: &Container) -> EnvObjects {
+        let refs = env_references(c);
+        let mut out = EnvObjects::default();
+        for n in &refs.config_maps {
+            out.insert_config_map(n, objects.config_map("ns", n).await);
+        }
+        for n in &refs.secrets {
+            out.insert_secret(n, objects.secret("ns", n).await);
+        }
+        out
+    }
+
+    async fn env_of(
+        objects: &dyn ClusterObjects,
+        c: Value,
+    ) -> Result<Vec<(String, String)>, EnvError> {
+        let (p, c) = container(c);
+        let fetched = fetch(objects, &c).await;
+        container_env(&p, &c, &image(), &ctx(), &fetched)
+    }
+
+    fn objects() -> FakeObjects {
+        let o = FakeObjects::default();
+        o.put_config_map(config_map(
+            "cfg",
+            json!({"A": "cm-a", "B": "cm-b", "REF": "$(B)"}),
+        ));
+        o.put_secret(secret("sec", &[("S", b"s3cret"), ("A", b"sec-a")]));
+        o
+    }
+
+    fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
+        v.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn env_from_comes_first_then_env_and_a_later_name_replaces_an_earlier_one() {
+        let env = env_of(
+            &objects(),
+            json!({"name": "c", "image": "i",
+            "envFrom": [
+                {"configMapRef": {"name": "cfg"}, "prefix": "CM_"},
+                {"secretRef": {"name": "sec"}},
+            ],
+            "env": [
+                {"name": "A", "value": "own"},
+                {"name": "K", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "B"}}},
+                {"name": "P", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "S"}}},
+                {"name": "CM_B", "value": "over"},
+            ]}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            env,
+            pairs(&[
+                // The image's first; the container's A replaces the image's in place.
+                ("PATH", "/bin"),
+                ("A", "own"),
+                ("CM_A", "cm-a"),
+                ("CM_B", "over"),
+                ("CM_REF", "$(B)"),
+                ("S", "s3cret"),
+                ("K", "cm-b"),
+                ("P", "s3cret"),
+            ])
+        );
+    }
+
+    #[tokio::test]
+    async fn values_expand_earlier_variables_but_values_from_objects_do_not() {
+        let env = env_of(
+            &objects(),
+            json!({"name": "c", "image": "i",
+            "envFrom": [{"configMapRef": {"name": "cfg"}}],
+            "env": [
+                {"name": "X", "value": "$(A)/$(S)/$(LATER)/$(PATH)/$$(A)"},
+                {"name": "R", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "REF"}}},
+                {"name": "Y", "value": "$(X)|$(R)"},
+                {"name": "LATER", "value": "late"},
+            ]}),
+        )
+        .await
+        .unwrap();
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        // envFrom's A is known; the secret is not referenced, LATER comes after, the image's
+        // PATH is not the container's: those stay as written. `$$` escapes.
+        assert_eq!(get("X"), Some("cm-a/$(S)/$(LATER)/$(PATH)/$(A)"));
+        assert_eq!(get("R"), Some("$(B)"));
+        assert_eq!(get("Y"), Some("cm-a/$(S)/$(LATER)/$(PATH)/$(A)|$(B)"));
+    }
+
+    #[tokio::test]
+    async fn optional_references_to_missing_objects_and_keys_are_skipped() {
+        let env = env_of(
+            &objects(),
+            json!({"name": "c", "image": "i",
+                "envFrom": [
+                    {"configMapRef": {"name": "nope", "optional": true}},
+                    {"secretRef": {"name": "nope", "optional": true}, "prefix": "X_"},
+                ],
+                "env": [
+                    {"name": "M1", "valueFrom": {"configMapKeyRef": {"name": "nope", "key": "k", "optional": true}}},
+                    {"name": "M2", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "nokey", "optional": true}}},
+                    {"name": "M3", "valueFrom": {"secretKeyRef": {"name": "nope", "key": "k", "optional": true}}},
+                    {"name": "M4", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "nokey", "optional": true}}},
+                    {"name": "A", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "nokey", "optional": true}}},
+                    {"name": "OK", "value": "yes"},
+                ]}),
+        )
+        .await
+        .unwrap();
+        // A skipped reference sets nothing: the image's A stays.
+        assert_eq!(
+            env,
+            pairs(&[("PATH", "/bin"), ("A", "image"), ("OK", "yes")])
+        );
+    }
+
+    #[tokio::test]
+    async fn missing_objects_and_keys_fail_with_upstreams_messages() {
+        let o = objects();
+        let err = |c: Value| {
+            let o = &o;
+            async move { env_of(o, c).await.unwrap_err().to_string() }
+        };
+        let key_ref = |kind: &str, name: &str, key: &str| {
+            json!({"name": "c", "image": "i", "env": [
+                {"name": "V", "valueFrom": {kind: {"name": name, "key": key}}}]})
+        };
+        assert_eq!(
+            err(key_ref("configMapKeyRef", "gone", "k")).await,
+            "configmap \"gone\" not found"
+        );
+        assert_eq!(
+            err(key_ref("secretKeyRef", "gone", "k")).await,
+            "secret \"gone\" not found"
+        );
+        assert_eq!(
+            err(key_ref("configMapKeyRef", "cfg", "nokey")).await,
+            "couldn't find key nokey in ConfigMap ns/cfg"
+        );
+        assert_eq!(
+            err(key_ref("secretKeyRef", "sec", "nokey")).await,
+            "couldn't find key nokey in Secret ns/sec"
+        );
+        assert_eq!(
+            err(json!({"name": "c", "image": "i",
+                "envFrom": [{"secretRef": {"name": "gone"}}]}))
+            .await,
+            "secret \"gone\" not found"
+        );
+        // Upstream's order: envFrom before env, so the envFrom failure is the one reported.
+        assert_eq!(
+            err(json!({"name": "c", "image": "i",
+                "envFrom": [{"configMapRef": {"name": "first"}}],
+                "env": [{"name": "V", "valueFrom": {"secretKeyRef": {"name": "second", "key": "k"}}}]}))
+            .await,
+            "configmap \"first\" not found"
+        );
+        // An optional reference does not excuse a later required one to the same object.
+        assert_eq!(
+            err(json!({"name": "c", "image": "i", "env": [
+                {"name": "A", "valueFrom": {"configMapKeyRef": {"name": "gone", "key": "k", "optional": true}}},
+                {"name": "B", "valueFrom": {"configMapKeyRef": {"name": "gone", "key": "k"}}}]}))
+            .await,
+            "configmap \"gone\" not found"
+        );
+    }
+
+    #[tokio::test]
+    async fn without_an_api_server_references_fail_as_upstreams_do_without_a_client() {
+        let e = env_of(
+            &Standalone,
+            json!({"name": "c", "image": "i", "envFrom": [{"configMapRef": {"name": "cfg"}}]}),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "couldn't get configMap ns/cfg, no kubeClient defined"
+        );
+        // Optional or not: a node without a client cannot tell whether it exists.
+        let e = env_of(
+            &Standalone,
+            json!({"name": "c", "image": "i", "envFrom": [{"secretRef": {"name": "s", "optional": true}}]}),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "couldn't get secret ns/s, no kubeClient defined"
+        );
+    }
+
+    #[tokio::test]
+    async fn secret_bytes_are_used_as_text() {
+        let o = FakeObjects::default();
+        o.put_secret(secret(
+            "bin",
+            &[("T", "héllo\n".as_bytes()), ("B", &[0x66, 0xff, 0x6f])],
+        ));
+        let env = env_of(
+            &o,
+            json!({"name": "c", "image": "i", "envFrom": [{"secretRef": {"name": "bin"}}]}),
+        )
+        .await
+        .unwrap();
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("T"), Some("héllo\n"));
+        assert_eq!(get("B"), Some("f\u{fffd}o"));
+    }
+
+    #[test]
+    fn references_are_named_once_in_order_of_first_use() {
+        let (_, c) = container(json!({"name": "c", "image": "i",
+        "envFrom": [{"secretRef": {"name": "s2"}}, {"configMapRef": {"name": "c1"}}],
+        "env": [
+            {"name": "A", "valueFrom": {"configMapKeyRef": {"name": "c2", "key": "k"}}},
+            {"name": "B", "valueFrom": {"secretKeyRef": {"name": "s1", "key": "k"}}},
+            {"name": "C", "valueFrom": {"configMapKeyRef": {"name": "c1", "key": "k"}}},
+            {"name": "D", "value": "x"},
+        ]}));
+        assert_eq!(
+            env_references(&c),
+            EnvReferences {
+                config_maps: vec!["c1".into(), "c2".into()],
+                secrets: vec!["s2".into(), "s1".into()],
+            }
+        );
+    }
+
+    #[test]
+    fn an_object_the_worker_did_not_fetch_is_an_error_not_a_skip() {
+        let (p, c) = container(json!({"name": "c", "image": "i",
+            "envFrom": [{"configMapRef": {"name": "cfg", "optional": true}}]}));
+        let e = container_env(&p, &c, &image(), &ctx(), &EnvObjects::default()).unwrap_err();
+        assert!(matches!(e, EnvError::NotFetched { .. }), "{e}");
+    }
+}
