@@ -533,3 +533,284 @@ fn failed_event_message(w: &Waiting) -> Option<String> {
         _ => Some(format!("Error: {}", w.message)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! What the worker reads from the cluster before a container starts: the objects its
+    //! env refers to and the pod's pull secrets, over the fake objects and runtime.
+
+    use super::*;
+    use crate::events::Recorder;
+    use crate::objects::fake::FakeObjects;
+    use crate::pod::worker::tests::test_shared;
+    use crate::pod::worker::Shared;
+    use crate::runtime::events::OomSeen;
+    use crate::runtime::fake::FakeRuntime;
+    use k8s_openapi::api::core::v1::{ConfigMap, ContainerStatus, Event};
+    use k8s_openapi::ByteString;
+    use serde_json::{json, Value};
+    use tokio::sync::mpsc;
+
+    const UID: &str = "e1e1e1e1-uid";
+
+    struct Harness {
+        fake: FakeRuntime,
+        objects: Arc<FakeObjects>,
+        shared: Arc<Shared>,
+        events: mpsc::Receiver<Event>,
+        _dir: tempfile::TempDir,
+    }
+
+    fn harness() -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let oom_seen = OomSeen::default();
+        let fake = FakeRuntime::new(&["pause", "busybox"], oom_seen.clone());
+        let (recorder, events) = Recorder::capturing();
+        let shared = test_shared(dir.path(), fake.clone(), oom_seen, |_| {}, recorder);
+        let objects = Arc::new(FakeObjects::default());
+        let mut shared = Arc::try_unwrap(shared).unwrap_or_else(|_| panic!("shared elsewhere"));
+        shared.objects = objects.clone();
+        Harness {
+            fake,
+            objects,
+            shared: Arc::new(shared),
+            events,
+            _dir: dir,
+        }
+    }
+
+    /// A host-network pod in namespace `ns` with one container `app` and these spec fields.
+    fn pod(container: Value, spec: Value) -> Pod {
+        let mut c = json!({"name": "app", "image": "busybox"});
+        c.as_object_mut()
+            .unwrap()
+            .extend(container.as_object().unwrap().clone());
+        let mut s = json!({"hostNetwork": true, "containers": [c]});
+        s.as_object_mut()
+            .unwrap()
+            .extend(spec.as_object().unwrap().clone());
+        serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "ns", "uid": UID},
+            "spec": s,
+        }))
+        .unwrap()
+    }
+
+    fn app_status(h: &Harness) -> ContainerStatus {
+        let v = h.shared.statuses.get(UID).expect("a published status");
+        v.pod
+            .status
+            .clone()
+            .unwrap()
+            .container_statuses
+            .into_iter()
+            .flatten()
+            .find(|c| c.name == "app")
+            .expect("a status for app")
+    }
+
+    fn waiting(c: &ContainerStatus) -> Option<(String, String)> {
+        let w = c.state.as_ref()?.waiting.as_ref()?;
+        Some((w.reason.clone()?, w.message.clone().unwrap_or_default()))
+    }
+
+    /// (reason, message) of the Events recorded so far.
+    fn drain(h: &mut Harness) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        while let Ok(e) = h.events.try_recv() {
+            out.push((e.reason.unwrap_or_default(), e.message.unwrap_or_default()));
+        }
+        out
+    }
+
+    fn secret(name: &str, type_: &str, key: &str, value: &[u8]) -> Secret {
+        let mut s = Secret::default();
+        s.metadata.name = Some(name.into());
+        s.metadata.namespace = Some("ns".into());
+        s.type_ = Some(type_.into());
+        s.data = Some([(key.to_string(), ByteString(value.to_vec()))].into());
+        s
+    }
+
+    /// The legacy `.dockercfg`: the map of registries itself.
+    fn legacy_config(registry: &str, user: &str, password: &str) -> Vec<u8> {
+        use base64::Engine;
+        let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        serde_json::to_vec(&json!({registry: {"auth": auth}})).unwrap()
+    }
+
+    fn docker_config(registry: &str, user: &str, password: &str) -> Vec<u8> {
+        let map: Value = serde_json::from_slice(&legacy_config(registry, user, password)).unwrap();
+        serde_json::to_vec(&json!({ "auths": map })).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_missing_config_map_holds_the_container_until_it_appears() {
+        let mut h = harness();
+        let p = pod(
+            json!({"env": [{"name": "V", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "k"}}}]}),
+            json!({}),
+        );
+        let mut w = Worker::new(h.shared.clone(), crate::pod::worker::pod_ref(&p));
+        w.pass(&p).await;
+        assert_eq!(
+            waiting(&app_status(&h)),
+            Some((
+                "CreateContainerConfigError".into(),
+                "configmap \"cfg\" not found".into()
+            ))
+        );
+        assert!(
+            drain(&mut h).contains(&("Failed".into(), "Error: configmap \"cfg\" not found".into())),
+            "upstream's Failed event"
+        );
+        assert!(
+            !h.fake
+                .calls_of("create_container")
+                .iter()
+                .any(|c| c.contains("app")),
+            "{:?}",
+            h.fake.calls()
+        );
+
+        // Present but without the key: upstream's other message.
+        let cm: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "cfg", "namespace": "ns"}, "data": {"other": "x"}}))
+        .unwrap();
+        h.objects.put_config_map(cm.clone());
+        w.pass(&p).await;
+        assert_eq!(
+            waiting(&app_status(&h)).map(|w| w.1),
+            Some("couldn't find key k in ConfigMap ns/cfg".into())
+        );
+
+        let mut cm = cm;
+        cm.data = Some([("k".to_string(), "v".to_string())].into());
+        h.objects.put_config_map(cm);
+        w.pass(&p).await;
+        assert!(app_status(&h).state.unwrap().running.is_some());
+    }
+
+    #[tokio::test]
+    async fn pull_secrets_are_read_in_the_pods_order_and_missing_ones_named() {
+        let objects = FakeObjects::default();
+        let json_type = "kubernetes.io/dockerconfigjson";
+        objects.put_secret(secret(
+            "second",
+            json_type,
+            ".dockerconfigjson",
+            &docker_config("reg.test", "u2", "p2"),
+        ));
+        objects.put_secret(secret(
+            "first",
+            "kubernetes.io/dockercfg",
+            ".dockercfg",
+            &legacy_config("reg.test", "u1", "p1"),
+        ));
+        objects.put_secret(secret("opaque", "Opaque", ".dockerconfigjson", b"{}"));
+        let p = pod(
+            json!({}),
+            json!({"imagePullSecrets": [
+                {"name": "first"}, {"name": "gone"}, {"name": ""}, {"name": "opaque"}, {"name": "second"}]}),
+        );
+        let (found, missing) = pull_secrets(&objects, &p).await;
+        let names: Vec<_> = found
+            .iter()
+            .map(|s| s.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(names, ["first", "opaque", "second"]);
+        assert_eq!(missing.len(), 1);
+        assert_eq!(missing[0].0, "gone");
+        assert!(missing[0].1.is_not_found());
+
+        let creds: Vec<RegistryCredential> = found
+            .iter()
+            .map(|s| secret_credentials(s).unwrap())
+            .collect::<Vec<_>>()
+            .concat();
+        let who: Vec<_> = creds
+            .iter()
+            .map(|c| {
+                (
+                    c.key.as_str(),
+                    c.username.as_str(),
+                    c.password.as_str(),
+                    c.source.as_str(),
+                )
+            })
+            .collect();
+        // The Opaque secret holds no credentials, whatever its keys.
+        assert_eq!(
+            who,
+            [
+                ("reg.test", "u1", "p1", "secret ns/first"),
+                ("reg.test", "u2", "p2", "secret ns/second"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_docker_secret_without_its_key_holds_nothing_and_a_bad_one_is_an_error() {
+        let s = secret("s", "kubernetes.io/dockerconfigjson", ".dockercfg", b"{}");
+        assert!(secret_credentials(&s).unwrap().is_empty());
+        let s = secret(
+            "s",
+            "kubernetes.io/dockerconfigjson",
+            ".dockerconfigjson",
+            b"",
+        );
+        assert!(secret_credentials(&s).unwrap().is_empty());
+        let s = secret(
+            "s",
+            "kubernetes.io/dockerconfigjson",
+            ".dockerconfigjson",
+            b"nope",
+        );
+        let e = secret_credentials(&s).unwrap_err().to_string();
+        assert!(e.contains("secret ns/s"), "{e}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_missing_pull_secret_is_a_warning_and_the_pull_goes_on() {
+        let mut h = harness();
+        h.fake.add_to_registry("reg.test/app:1");
+        let p = pod(
+            json!({"image": "reg.test/app:1"}),
+            json!({"imagePullSecrets": [{"name": "gone"}, {"name": "also-gone"}]}),
+        );
+        let mut w = Worker::new(h.shared.clone(), crate::pod::worker::pod_ref(&p));
+        w.pass(&p).await;
+        assert!(app_status(&h).state.unwrap().running.is_some());
+        assert_eq!(h.fake.calls_of("pull_image"), ["pull_image reg.test/app:1"]);
+        let events = drain(&mut h);
+        assert!(
+            events.contains(&(
+                "FailedToRetrieveImagePullSecret".into(),
+                "Unable to retrieve some image pull secrets (gone, also-gone); attempting to pull the image may not succeed.".into()
+            )),
+            "{events:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pull_secret_that_is_not_json_fails_the_pull() {
+        let h = harness();
+        h.fake.add_to_registry("reg.test/app:1");
+        h.objects.put_secret(secret(
+            "bad",
+            "kubernetes.io/dockerconfigjson",
+            ".dockerconfigjson",
+            b"{not json",
+        ));
+        let p = pod(
+            json!({"image": "reg.test/app:1"}),
+            json!({"imagePullSecrets": [{"name": "bad"}]}),
+        );
+        let mut w = Worker::new(h.shared.clone(), crate::pod::worker::pod_ref(&p));
+        w.pass(&p).await;
+        let (reason, message) = waiting(&app_status(&h)).unwrap();
+        assert_eq!(reason, "ErrImagePull");
+        assert!(message.contains("secret ns/bad"), "{message}");
+        assert!(h.fake.calls_of("pull_image").is_empty());
+    }
+}
