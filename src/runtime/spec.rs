@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 use oci_spec::runtime::{
     Capability, LinuxBuilder, LinuxCapabilities, LinuxCapabilitiesBuilder, LinuxCpuBuilder,
@@ -24,10 +24,14 @@ use oci_spec::runtime::{
 use oci_spec::OciSpecError;
 
 use super::accounts::{self, Accounts, ResolvedUser, UserRef};
-use super::images::{split_env, ImageConfig};
+use super::images::ImageConfig;
 use super::RuntimeError;
 use crate::quantity::Quantity;
-use crate::volume::{resource_value, Allocatable};
+use crate::volume::Allocatable;
+
+mod env;
+
+pub use env::{container_env, env_references, expand, EnvError, EnvObjects, EnvReferences};
 
 /// Everything about the pod that a container spec needs, computed once per sync.
 #[derive(Debug, Clone)]
@@ -451,156 +455,6 @@ pub fn sandbox_spec(ctx: &PodContext, image: &ImageConfig) -> Result<Spec, Runti
         .map_err(&oci)?;
     spec.set_hostname((!ctx.host_network).then(|| ctx.hostname.clone()));
     Ok(spec)
-}
-
-/// `$(VAR)` expansion as upstream: `$$` is a literal `$`, an undefined `$(VAR)` stays as it
-/// is, and a `$` not followed by `(` or `$` is kept.
-pub fn expand(input: &str, lookup: &dyn Fn(&str) -> Option<String>) -> String {
-    let b = input.as_bytes();
-    let mut out = String::with_capacity(input.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'$' && i + 1 < b.len() {
-            match b[i + 1] {
-                b'$' => {
-                    out.push('$');
-                    i += 2;
-                    continue;
-                }
-                b'(' => {
-                    if let Some(end) = input[i + 2..].find(')') {
-                        let name = &input[i + 2..i + 2 + end];
-                        match lookup(name) {
-                            Some(v) => out.push_str(&v),
-                            None => out.push_str(&input[i..i + 3 + end]),
-                        }
-                        i += 3 + end;
-                        continue;
-                    }
-                }
-                _ => {}
-            }
-        }
-        let ch = input[i..].chars().next().unwrap_or('\u{fffd}');
-        out.push(ch);
-        i += ch.len_utf8();
-    }
-    out
-}
-
-/// Value of an env var's `fieldRef`, from the pod object and what the agent knows of it.
-fn field_ref(pod: &Pod, ctx: &PodContext, path: &str) -> Option<String> {
-    let meta = &pod.metadata;
-    let from_map = |m: &Option<BTreeMap<String, String>>, key: &str| {
-        m.as_ref().and_then(|m| m.get(key).cloned())
-    };
-    let bracket = |prefix: &str| {
-        path.strip_prefix(prefix)
-            .and_then(|r| r.strip_prefix("['"))
-            .and_then(|r| r.strip_suffix("']"))
-            .map(str::to_string)
-    };
-    match path {
-        "metadata.name" => meta.name.clone(),
-        "metadata.namespace" => meta.namespace.clone(),
-        "metadata.uid" => meta.uid.clone(),
-        "spec.nodeName" => Some(ctx.node_name.clone()),
-        "spec.serviceAccountName" => pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.service_account_name.clone()),
-        "status.hostIP" | "status.hostIPs" => Some(ctx.host_ip.clone()),
-        "status.podIP" => Some(ctx.pod_ips.first().cloned().unwrap_or_default()),
-        "status.podIPs" => Some(ctx.pod_ips.join(",")),
-        _ => {
-            if let Some(k) = bracket("metadata.labels") {
-                from_map(&meta.labels, &k)
-            } else if let Some(k) = bracket("metadata.annotations") {
-                from_map(&meta.annotations, &k)
-            } else {
-                None
-            }
-        }
-    }
-}
-
-/// The container's environment: the image's, then the container's own, each later one
-/// able to refer to earlier ones with `$(VAR)`.
-pub fn container_env(
-    pod: &Pod,
-    c: &Container,
-    image: &ImageConfig,
-    ctx: &PodContext,
-) -> Result<Vec<(String, String)>, RuntimeError> {
-    let mut env: Vec<(String, String)> = split_env(image.env.as_deref().unwrap_or(&[]));
-    let mut own: Vec<(String, String)> = Vec::new();
-    for (
-        i,
-        EnvVar {
-            name,
-            value,
-            value_from,
-        },
-    ) in c.env.iter().flatten().enumerate()
-    {
-        let field = format!("env[{i}]");
-        let v = if let Some(from) = value_from {
-            if let Some(f) = &from.field_ref {
-                field_ref(pod, ctx, &f.field_path).ok_or_else(|| {
-                    spec_err(
-                        &c.name,
-                        &format!("{field}.valueFrom.fieldRef.fieldPath"),
-                        format!("unsupported field path {:?}", f.field_path),
-                    )
-                })?
-            } else if let Some(r) = &from.resource_field_ref {
-                // An empty containerName means the container being started, as upstream.
-                let target = r
-                    .container_name
-                    .as_deref()
-                    .filter(|n| !n.is_empty())
-                    .unwrap_or(&c.name);
-                resource_value(
-                    pod,
-                    target,
-                    &r.resource,
-                    r.divisor.as_ref(),
-                    &ctx.allocatable(),
-                )
-                .map_err(|(sub, reason)| {
-                    spec_err(
-                        &c.name,
-                        &format!("{field}.valueFrom.resourceFieldRef.{sub}"),
-                        reason,
-                    )
-                })?
-            } else {
-                return Err(spec_err(
-                    &c.name,
-                    &format!("{field}.valueFrom"),
-                    "configMapKeyRef and secretKeyRef need cluster mode, which is not built yet",
-                ));
-            }
-        } else {
-            let known = own.clone();
-            expand(value.as_deref().unwrap_or(""), &|n| {
-                known
-                    .iter()
-                    .rev()
-                    .find(|(k, _)| k == n)
-                    .map(|(_, v)| v.clone())
-            })
-        };
-        own.push((name.clone(), v));
-    }
-    for (k, v) in own {
-        if let Some(slot) = env.iter_mut().find(|(ek, _)| *ek == k) {
-            slot.1 = v;
-        } else {
-            env.push((k, v));
-        }
-    }
-    Ok(env)
 }
 
 /// Upstream's rule for the process's argv.
@@ -1036,7 +890,11 @@ mod tests {
     }
 
     fn spec_of(p: &Pod, c: &Container) -> Result<Spec, RuntimeError> {
-        let env = container_env(p, c, &image(), &ctx())?;
+        let env =
+            container_env(p, c, &image(), &ctx(), &EnvObjects::default()).map_err(|e| match e {
+                EnvError::Spec(e) => e,
+                e => panic!("{e}"),
+            })?;
         container_spec(p, c, &image(), &ctx(), &env, &[], &Accounts::default())
     }
 
@@ -1076,7 +934,7 @@ mod tests {
             {"name": "MEM", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}},
             {"name": "CPU", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}},
         ]}));
-        let env = container_env(&p, &c, &image(), &ctx()).unwrap();
+        let env = container_env(&p, &c, &image(), &ctx(), &EnvObjects::default()).unwrap();
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("A"), Some("own"));
         assert_eq!(get("B"), Some("own-x"));
@@ -1110,7 +968,7 @@ mod tests {
         }))
         .unwrap();
         let c = p.spec.as_ref().unwrap().containers[0].clone();
-        let env = container_env(&p, &c, &image(), &ctx()).unwrap();
+        let env = container_env(&p, &c, &image(), &ctx(), &EnvObjects::default()).unwrap();
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("SIDE_MEM"), Some("64"));
         assert_eq!(get("SIDE_CPU"), Some("250"));
@@ -1123,7 +981,7 @@ mod tests {
             {"name": "X", "valueFrom": {"resourceFieldRef": {
                 "containerName": "nope", "resource": "limits.cpu"}}},
         ]}));
-        let e = container_env(&p, &c, &image(), &ctx())
+        let e = container_env(&p, &c, &image(), &ctx(), &EnvObjects::default())
             .unwrap_err()
             .to_string();
         assert!(e.contains("resourceFieldRef.containerName"), "{e}");
@@ -1168,7 +1026,7 @@ mod tests {
             "root:x:0:0::/root:/bin/sh\napp:x:1000:1000::/:/bin/sh\nwww:x:33:33::/:/bin/false\n",
             "root:x:0:\nstaff:x:50:app\napp:x:1000:\n",
         );
-        let env = container_env(&p, &c, &img, &ctx()).unwrap();
+        let env = container_env(&p, &c, &img, &ctx(), &EnvObjects::default()).unwrap();
         container_spec(&p, &c, &img, &ctx(), &env, &[], &accounts)
             .map(|s| serde_json::to_value(s).unwrap()["process"]["user"].clone())
             .map_err(|e| e.to_string())
@@ -1330,7 +1188,7 @@ mod tests {
         let mut sp = ctx();
         sp.share_process_namespace = true;
         sp.host_network = true;
-        let env = container_env(&p, &c, &image(), &sp).unwrap();
+        let env = container_env(&p, &c, &image(), &sp, &EnvObjects::default()).unwrap();
         let mounts = vec![
             bind_mount("/etc/hosts", "/v/hosts", &["rprivate", "ro"]).unwrap(),
             bind_mount("/data", "/v/data", &["rslave", "rw"]).unwrap(),

@@ -4,22 +4,25 @@
 //! CreateContainerError, RunContainerError, PostStartHookError).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, Secret};
 use tracing::{debug, info, warn};
 
 use super::{blocking, events, Sandbox, Worker, POST_START_TIMEOUT};
 use crate::config::format_duration;
 use crate::events::EventType;
 use crate::logs;
+use crate::objects::{ClusterObjects, ObjectError};
 use crate::pod::qos::{oom_score_adj, qos_class};
 use crate::pod::status::Waiting;
 use crate::prober;
 use crate::runtime::containers::{format_time, new_container_id, NewContainer};
 use crate::runtime::images::ImageInfo;
 use crate::runtime::labels::{self, Kind};
+use crate::runtime::pull::credentials::{parse_docker_config, CredentialError, RegistryCredential};
 use crate::runtime::spec;
 use crate::runtime::RuntimeError;
 use crate::volume;
@@ -131,8 +134,21 @@ impl Worker {
             events::PULLING,
             format!("Pulling image \"{image}\""),
         );
+        let creds = match self.pull_credentials(pod).await {
+            Ok(creds) => creds,
+            Err(e) => {
+                // As upstream, whose keyring refuses a pull secret that is not JSON.
+                let msg = e.to_string();
+                event(
+                    EventType::Warning,
+                    events::FAILED,
+                    format!("Failed to pull image \"{image}\": {msg}"),
+                );
+                return Err(Waiting::new("ErrImagePull", msg));
+            }
+        };
         let asked = std::time::Instant::now();
-        match self.shared.rt.pull_image(&image, &[]).await {
+        match self.shared.rt.pull_image(&image, &creds).await {
             Ok(out) => {
                 self.image_failures.remove(&key);
                 // Upstream's wording, also when the registry had nothing new (upstream's
@@ -193,7 +209,8 @@ impl Worker {
             .and_then(|q| crate::quantity::bytes(&q.0));
         ctx.oom_score_adj = oom_score_adj(qos, mem_request, self.shared.memory_capacity);
         let config_error = |e: String| Waiting::new("CreateContainerConfigError", e);
-        let env = spec::container_env(pod, c, &image.config, &ctx)
+        let env_objects = self.env_objects(c).await;
+        let env = spec::container_env(pod, c, &image.config, &ctx, &env_objects)
             .map_err(|e| config_error(e.to_string()))?;
         // Mount sources are resolved on the host (subPath directories made, symlinks
         // checked): file-system work, off the async runtime.
@@ -372,6 +389,54 @@ impl Worker {
         Ok(id)
     }
 
+    /// The ConfigMaps and Secrets the container's env and envFrom refer to. What cannot be
+    /// read is kept as its error: `container_env` decides, in upstream's order, whether it
+    /// matters (an optional reference to a missing object does not).
+    async fn env_objects(&self, c: &Container) -> spec::EnvObjects {
+        let refs = spec::env_references(c);
+        let (objects, ns) = (&self.shared.objects, &self.pod_ref.namespace);
+        let mut out = spec::EnvObjects::default();
+        for name in &refs.config_maps {
+            out.insert_config_map(name, objects.config_map(ns, name).await);
+        }
+        for name in &refs.secrets {
+            out.insert_secret(name, objects.secret(ns, name).await);
+        }
+        out
+    }
+
+    /// The pod's imagePullSecrets as registry credentials, in the pod's order (the puller
+    /// tries them before the node's own). A secret that cannot be read is left out with
+    /// upstream's warning and the pull goes on without it.
+    async fn pull_credentials(
+        &self,
+        pod: &Pod,
+    ) -> Result<Vec<RegistryCredential>, CredentialError> {
+        let (secrets, missing) = pull_secrets(self.shared.objects.as_ref(), pod).await;
+        if !missing.is_empty() {
+            let names: Vec<&str> = missing.iter().map(|(n, _)| n.as_str()).collect();
+            for (name, e) in &missing {
+                info!(pod = %self.pod_ref.display(), secret = %name, error = %e,
+                      "Unable to retrieve pull secret, the image pull may not succeed.");
+            }
+            self.shared.recorder.pod(
+                pod,
+                None,
+                EventType::Warning,
+                FAILED_TO_RETRIEVE_IMAGE_PULL_SECRET,
+                format!(
+                    "Unable to retrieve some image pull secrets ({}); attempting to pull the image may not succeed.",
+                    names.join(", ")
+                ),
+            );
+        }
+        let mut creds = Vec::new();
+        for s in &secrets {
+            creds.extend(secret_credentials(s)?);
+        }
+        Ok(creds)
+    }
+
     /// Adds a record this pass made to its view.
     fn remember(&mut self, record: crate::runtime::containers::ContainerRecord) {
         if let Some(v) = self.view.as_mut() {
@@ -409,6 +474,53 @@ fn new_with_labels(
     .unwrap_or_else(|| r.clone())
 }
 
+/// Upstream's event reason for imagePullSecrets it could not read.
+const FAILED_TO_RETRIEVE_IMAGE_PULL_SECRET: &str = "FailedToRetrieveImagePullSecret";
+
+/// The pod's imagePullSecrets that could be read, in the pod's order, and the names of
+/// those that could not with why. Entries without a name are skipped, as upstream (the API
+/// once let them through).
+async fn pull_secrets(
+    objects: &dyn ClusterObjects,
+    pod: &Pod,
+) -> (Vec<Arc<Secret>>, Vec<(String, ObjectError)>) {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let refs = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.image_pull_secrets.as_ref());
+    let (mut found, mut missing) = (Vec::new(), Vec::new());
+    for r in refs.into_iter().flatten().filter(|r| !r.name.is_empty()) {
+        match objects.secret(ns, &r.name).await {
+            Ok(s) => found.push(s),
+            Err(e) => missing.push((r.name.clone(), e)),
+        }
+    }
+    (found, missing)
+}
+
+/// The registry credentials in a pull secret: `.dockerconfigjson` of a
+/// kubernetes.io/dockerconfigjson secret or `.dockercfg` of a kubernetes.io/dockercfg one.
+/// Other secrets, and these with the key missing or empty, hold none (as upstream).
+fn secret_credentials(s: &Secret) -> Result<Vec<RegistryCredential>, CredentialError> {
+    let key = match s.type_.as_deref() {
+        Some("kubernetes.io/dockerconfigjson") => ".dockerconfigjson",
+        Some("kubernetes.io/dockercfg") => ".dockercfg",
+        _ => return Ok(Vec::new()),
+    };
+    match s.data.as_ref().and_then(|d| d.get(key)) {
+        Some(bytes) if !bytes.0.is_empty() => {
+            let source = format!(
+                "secret {}/{}",
+                s.metadata.namespace.as_deref().unwrap_or_default(),
+                s.metadata.name.as_deref().unwrap_or_default()
+            );
+            parse_docker_config(&bytes.0, &source)
+        }
+        _ => Ok(Vec::new()),
+    }
+}
+
 /// The message of upstream's "Failed" event for a container that could not be created or
 /// started: the image errors by their reason ("Error: ErrImagePull"), others by their
 /// message. A failed postStart hook has its own events.
@@ -419,5 +531,286 @@ fn failed_event_message(w: &Waiting) -> Option<String> {
             Some(format!("Error: {}", w.reason))
         }
         _ => Some(format!("Error: {}", w.message)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! What the worker reads from the cluster before a container starts: the objects its
+    //! env refers to and the pod's pull secrets, over the fake objects and runtime.
+
+    use super::*;
+    use crate::events::Recorder;
+    use crate::objects::fake::FakeObjects;
+    use crate::pod::worker::tests::test_shared;
+    use crate::pod::worker::Shared;
+    use crate::runtime::events::OomSeen;
+    use crate::runtime::fake::FakeRuntime;
+    use k8s_openapi::api::core::v1::{ConfigMap, ContainerStatus, Event};
+    use k8s_openapi::ByteString;
+    use serde_json::{json, Value};
+    use tokio::sync::mpsc;
+
+    const UID: &str = "e1e1e1e1-uid";
+
+    struct Harness {
+        fake: FakeRuntime,
+        objects: Arc<FakeObjects>,
+        shared: Arc<Shared>,
+        events: mpsc::Receiver<Event>,
+        _dir: tempfile::TempDir,
+    }
+
+    fn harness() -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let oom_seen = OomSeen::default();
+        let fake = FakeRuntime::new(&["pause", "busybox"], oom_seen.clone());
+        let (recorder, events) = Recorder::capturing();
+        let shared = test_shared(dir.path(), fake.clone(), oom_seen, |_| {}, recorder);
+        let objects = Arc::new(FakeObjects::default());
+        let mut shared = Arc::try_unwrap(shared).unwrap_or_else(|_| panic!("shared elsewhere"));
+        shared.objects = objects.clone();
+        Harness {
+            fake,
+            objects,
+            shared: Arc::new(shared),
+            events,
+            _dir: dir,
+        }
+    }
+
+    /// A host-network pod in namespace `ns` with one container `app` and these spec fields.
+    fn pod(container: Value, spec: Value) -> Pod {
+        let mut c = json!({"name": "app", "image": "busybox"});
+        c.as_object_mut()
+            .unwrap()
+            .extend(container.as_object().unwrap().clone());
+        let mut s = json!({"hostNetwork": true, "containers": [c]});
+        s.as_object_mut()
+            .unwrap()
+            .extend(spec.as_object().unwrap().clone());
+        serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "ns", "uid": UID},
+            "spec": s,
+        }))
+        .unwrap()
+    }
+
+    fn app_status(h: &Harness) -> ContainerStatus {
+        let v = h.shared.statuses.get(UID).expect("a published status");
+        v.pod
+            .status
+            .clone()
+            .unwrap()
+            .container_statuses
+            .into_iter()
+            .flatten()
+            .find(|c| c.name == "app")
+            .expect("a status for app")
+    }
+
+    fn waiting(c: &ContainerStatus) -> Option<(String, String)> {
+        let w = c.state.as_ref()?.waiting.as_ref()?;
+        Some((w.reason.clone()?, w.message.clone().unwrap_or_default()))
+    }
+
+    /// (reason, message) of the Events recorded so far.
+    fn drain(h: &mut Harness) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        while let Ok(e) = h.events.try_recv() {
+            out.push((e.reason.unwrap_or_default(), e.message.unwrap_or_default()));
+        }
+        out
+    }
+
+    fn secret(name: &str, type_: &str, key: &str, value: &[u8]) -> Secret {
+        let mut s = Secret::default();
+        s.metadata.name = Some(name.into());
+        s.metadata.namespace = Some("ns".into());
+        s.type_ = Some(type_.into());
+        s.data = Some([(key.to_string(), ByteString(value.to_vec()))].into());
+        s
+    }
+
+    /// The legacy `.dockercfg`: the map of registries itself.
+    fn legacy_config(registry: &str, user: &str, password: &str) -> Vec<u8> {
+        use base64::Engine;
+        let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        serde_json::to_vec(&json!({registry: {"auth": auth}})).unwrap()
+    }
+
+    fn docker_config(registry: &str, user: &str, password: &str) -> Vec<u8> {
+        let map: Value = serde_json::from_slice(&legacy_config(registry, user, password)).unwrap();
+        serde_json::to_vec(&json!({ "auths": map })).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_missing_config_map_holds_the_container_until_it_appears() {
+        let mut h = harness();
+        let p = pod(
+            json!({"env": [{"name": "V", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "k"}}}]}),
+            json!({}),
+        );
+        let mut w = Worker::new(h.shared.clone(), crate::pod::worker::pod_ref(&p));
+        w.pass(&p).await;
+        assert_eq!(
+            waiting(&app_status(&h)),
+            Some((
+                "CreateContainerConfigError".into(),
+                "configmap \"cfg\" not found".into()
+            ))
+        );
+        assert!(
+            drain(&mut h).contains(&("Failed".into(), "Error: configmap \"cfg\" not found".into())),
+            "upstream's Failed event"
+        );
+        assert!(
+            !h.fake
+                .calls_of("create_container")
+                .iter()
+                .any(|c| c.contains("app")),
+            "{:?}",
+            h.fake.calls()
+        );
+
+        // Present but without the key: upstream's other message.
+        let cm: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "cfg", "namespace": "ns"}, "data": {"other": "x"}}))
+        .unwrap();
+        h.objects.put_config_map(cm.clone());
+        w.pass(&p).await;
+        assert_eq!(
+            waiting(&app_status(&h)).map(|w| w.1),
+            Some("couldn't find key k in ConfigMap ns/cfg".into())
+        );
+
+        let mut cm = cm;
+        cm.data = Some([("k".to_string(), "v".to_string())].into());
+        h.objects.put_config_map(cm);
+        w.pass(&p).await;
+        assert!(app_status(&h).state.unwrap().running.is_some());
+    }
+
+    #[tokio::test]
+    async fn pull_secrets_are_read_in_the_pods_order_and_missing_ones_named() {
+        let objects = FakeObjects::default();
+        let json_type = "kubernetes.io/dockerconfigjson";
+        objects.put_secret(secret(
+            "second",
+            json_type,
+            ".dockerconfigjson",
+            &docker_config("reg.test", "u2", "p2"),
+        ));
+        objects.put_secret(secret(
+            "first",
+            "kubernetes.io/dockercfg",
+            ".dockercfg",
+            &legacy_config("reg.test", "u1", "p1"),
+        ));
+        objects.put_secret(secret("opaque", "Opaque", ".dockerconfigjson", b"{}"));
+        let p = pod(
+            json!({}),
+            json!({"imagePullSecrets": [
+                {"name": "first"}, {"name": "gone"}, {"name": ""}, {"name": "opaque"}, {"name": "second"}]}),
+        );
+        let (found, missing) = pull_secrets(&objects, &p).await;
+        let names: Vec<_> = found
+            .iter()
+            .map(|s| s.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(names, ["first", "opaque", "second"]);
+        assert_eq!(missing.len(), 1);
+        assert_eq!(missing[0].0, "gone");
+        assert!(missing[0].1.is_not_found());
+
+        let creds: Vec<RegistryCredential> = found
+            .iter()
+            .map(|s| secret_credentials(s).unwrap())
+            .collect::<Vec<_>>()
+            .concat();
+        let who: Vec<_> = creds
+            .iter()
+            .map(|c| {
+                (
+                    c.key.as_str(),
+                    c.username.as_str(),
+                    c.password.as_str(),
+                    c.source.as_str(),
+                )
+            })
+            .collect();
+        // The Opaque secret holds no credentials, whatever its keys.
+        assert_eq!(
+            who,
+            [
+                ("reg.test", "u1", "p1", "secret ns/first"),
+                ("reg.test", "u2", "p2", "secret ns/second"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_docker_secret_without_its_key_holds_nothing_and_a_bad_one_is_an_error() {
+        let s = secret("s", "kubernetes.io/dockerconfigjson", ".dockercfg", b"{}");
+        assert!(secret_credentials(&s).unwrap().is_empty());
+        let s = secret(
+            "s",
+            "kubernetes.io/dockerconfigjson",
+            ".dockerconfigjson",
+            b"",
+        );
+        assert!(secret_credentials(&s).unwrap().is_empty());
+        let s = secret(
+            "s",
+            "kubernetes.io/dockerconfigjson",
+            ".dockerconfigjson",
+            b"nope",
+        );
+        let e = secret_credentials(&s).unwrap_err().to_string();
+        assert!(e.contains("secret ns/s"), "{e}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_missing_pull_secret_is_a_warning_and_the_pull_goes_on() {
+        let mut h = harness();
+        h.fake.add_to_registry("reg.test/app:1");
+        let p = pod(
+            json!({"image": "reg.test/app:1"}),
+            json!({"imagePullSecrets": [{"name": "gone"}, {"name": "also-gone"}]}),
+        );
+        let mut w = Worker::new(h.shared.clone(), crate::pod::worker::pod_ref(&p));
+        w.pass(&p).await;
+        assert!(app_status(&h).state.unwrap().running.is_some());
+        assert_eq!(h.fake.calls_of("pull_image"), ["pull_image reg.test/app:1"]);
+        let events = drain(&mut h);
+        assert!(
+            events.contains(&(
+                "FailedToRetrieveImagePullSecret".into(),
+                "Unable to retrieve some image pull secrets (gone, also-gone); attempting to pull the image may not succeed.".into()
+            )),
+            "{events:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pull_secret_that_is_not_json_fails_the_pull() {
+        let h = harness();
+        h.fake.add_to_registry("reg.test/app:1");
+        h.objects.put_secret(secret(
+            "bad",
+            "kubernetes.io/dockerconfigjson",
+            ".dockerconfigjson",
+            b"{not json",
+        ));
+        let p = pod(
+            json!({"image": "reg.test/app:1"}),
+            json!({"imagePullSecrets": [{"name": "bad"}]}),
+        );
+        let mut w = Worker::new(h.shared.clone(), crate::pod::worker::pod_ref(&p));
+        w.pass(&p).await;
+        let (reason, message) = waiting(&app_status(&h)).unwrap();
+        assert_eq!(reason, "ErrImagePull");
+        assert!(message.contains("secret ns/bad"), "{message}");
+        assert!(h.fake.calls_of("pull_image").is_empty());
     }
 }
