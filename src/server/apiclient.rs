@@ -5,6 +5,7 @@
 //! Cluster mode (pod source, node status, lease) shares the same client.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -64,6 +65,43 @@ pub struct ApiClient {
     client: kube::Client,
     /// The server URL, for error messages.
     server: String,
+    /// Set when the client's credentials can change under it (a rotated client certificate).
+    reloadable: Option<Reloadable>,
+}
+
+/// The client behind a reloadable `ApiClient`, rebuilt from the kubeconfig on `reload`.
+#[derive(Clone)]
+struct Reloadable {
+    kubeconfig: PathBuf,
+    current: Arc<RwLock<kube::Client>>,
+}
+
+/// A tower service that sends each request through the current inner client: everything
+/// holding the outer client (watchers, the status loop, the recorder) moves to the new
+/// credentials at its next request, while requests already under way finish on the old
+/// connections. kube's `send` hands back the inner client's own errors unchanged.
+#[derive(Clone)]
+struct CurrentClient(Arc<RwLock<kube::Client>>);
+
+impl tower_service::Service<hyper::Request<kube::client::Body>> for CurrentClient {
+    type Response = hyper::Response<kube::client::Body>;
+    type Error = kube::Error;
+    type Future = BoxFuture<'static, Result<Self::Response, kube::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), kube::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: hyper::Request<kube::client::Body>) -> Self::Future {
+        let client = match self.0.read() {
+            Ok(c) => c.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        };
+        Box::pin(async move { client.send(request).await })
+    }
 }
 
 impl std::fmt::Debug for ApiClient {
@@ -76,6 +114,46 @@ impl ApiClient {
     /// Builds the client from the kubeconfig's current context. Needs a tokio runtime (the
     /// client's buffer task is spawned on it).
     pub async fn from_kubeconfig(path: &Path) -> Result<ApiClient, ApiError> {
+        let (client, server, _) = Self::build(path).await?;
+        Ok(ApiClient {
+            client,
+            server,
+            reloadable: None,
+        })
+    }
+
+    /// As `from_kubeconfig`, for credentials that change: `reload` reads the kubeconfig (and
+    /// the files it names, such as `kubelet-client-current.pem`) again and new requests use
+    /// what it says.
+    pub async fn from_kubeconfig_reloadable(path: &Path) -> Result<ApiClient, ApiError> {
+        let (inner, server, namespace) = Self::build(path).await?;
+        let current = Arc::new(RwLock::new(inner));
+        Ok(ApiClient {
+            client: kube::Client::new(CurrentClient(current.clone()), namespace),
+            server,
+            reloadable: Some(Reloadable {
+                kubeconfig: path.to_path_buf(),
+                current,
+            }),
+        })
+    }
+
+    /// Rebuilds the client from its kubeconfig (a reloadable client; others have nothing to
+    /// reload). On an error the old client stays.
+    pub async fn reload(&self) -> Result<(), ApiError> {
+        let Some(r) = &self.reloadable else {
+            return Ok(());
+        };
+        let (fresh, _, _) = Self::build(&r.kubeconfig).await?;
+        match r.current.write() {
+            Ok(mut c) => *c = fresh,
+            Err(poisoned) => *poisoned.into_inner() = fresh,
+        }
+        Ok(())
+    }
+
+    /// The client, its server URL and default namespace.
+    async fn build(path: &Path) -> Result<(kube::Client, String, String), ApiError> {
         let kubeconfig = |source| ApiError::Kubeconfig {
             path: path.to_path_buf(),
             source,
@@ -91,11 +169,12 @@ impl ApiClient {
             .map_err(kubeconfig)?;
         config.connect_timeout = Some(REQUEST_TIMEOUT);
         let server = config.cluster_url.to_string();
+        let namespace = config.default_namespace.clone();
         let client = kube::Client::try_from(config).map_err(|source| ApiError::Client {
             path: path.to_path_buf(),
             source,
         })?;
-        Ok(ApiClient { client, server })
+        Ok((client, server, namespace))
     }
 
     /// The shared client, for the parts of cluster mode that watch and write objects.

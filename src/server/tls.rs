@@ -15,12 +15,16 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::WebPkiClientVerifier;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
 use rustls::{
     DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme,
     SupportedCipherSuite,
 };
-use tracing::{info, warn};
+use std::sync::Mutex;
+use tracing::{debug, info, warn};
 
+use crate::certificates::store::{Store, SERVING_PREFIX};
 use crate::config::Config;
 
 #[derive(Debug, thiserror::Error)]
@@ -337,7 +341,6 @@ pub(crate) fn server_config(
             }
             _ => &[&rustls::version::TLS12, &rustls::version::TLS13],
         };
-    let (chain, key) = serving_cert(config)?;
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(versions)
         .map_err(|e| TlsError::Settings(e.to_string()))?;
@@ -348,11 +351,91 @@ pub(crate) fn server_config(
         })),
         None => builder.with_no_client_auth(),
     };
-    let mut tls = builder
-        .with_single_cert(chain, key)
-        .map_err(|e| TlsError::Settings(format!("serving certificate and key: {e}")))?;
+    let mut tls = if config.server_tls_bootstrap {
+        // serverTLSBootstrap wins over tlsCertFile, as upstream: the pair comes from the
+        // certificates API, and until it is there the server has no certificate to offer.
+        let path = Store::new(&config.cert_dir, SERVING_PREFIX).current_path();
+        builder.with_cert_resolver(Arc::new(ServingFromStore::new(path, provider.clone())))
+    } else {
+        let (chain, key) = serving_cert(config)?;
+        builder
+            .with_single_cert(chain, key)
+            .map_err(|e| TlsError::Settings(format!("serving certificate and key: {e}")))?
+    };
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(tls)
+}
+
+/// The serving pair the certificate manager keeps in the cert dir
+/// (`kubelet-server-current.pem`), read again whenever the file behind the link changes, so a
+/// renewed certificate is served from the next handshake on without a restart. Without a
+/// pair the handshake fails, as upstream's "no serving certificate available for the
+/// kubelet".
+#[derive(Debug)]
+pub(crate) struct ServingFromStore {
+    path: PathBuf,
+    provider: Arc<CryptoProvider>,
+    loaded: Mutex<Option<(FileId, Arc<CertifiedKey>)>>,
+}
+
+/// What tells one file from its replacement: the store writes each pair to a new file.
+type FileId = (u64, u64, i64, i64);
+
+impl ServingFromStore {
+    pub(crate) fn new(path: PathBuf, provider: Arc<CryptoProvider>) -> ServingFromStore {
+        ServingFromStore {
+            path,
+            provider,
+            loaded: Mutex::new(None),
+        }
+    }
+
+    fn load(&self) -> Option<Arc<CertifiedKey>> {
+        use std::os::unix::fs::MetadataExt;
+        let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        let meta = match std::fs::metadata(&self.path) {
+            Ok(m) => m,
+            Err(_) => {
+                // Keep serving the last pair if the link is being switched right now.
+                return loaded.as_ref().map(|(_, k)| k.clone());
+            }
+        };
+        let id = (meta.dev(), meta.ino(), meta.mtime(), meta.mtime_nsec());
+        if let Some((seen, key)) = loaded.as_ref() {
+            if *seen == id {
+                return Some(key.clone());
+            }
+        }
+        let pem = std::fs::read(&self.path).ok()?;
+        let pair = match crate::certificates::store::parse_pair(&self.path, &pem) {
+            Ok(p) => p,
+            Err(e) => {
+                warn!(error = %e, "the serving certificate pair does not load; keeping the previous one");
+                return loaded.as_ref().map(|(_, k)| k.clone());
+            }
+        };
+        let signing = match self.provider.key_provider.load_private_key(pair.key) {
+            Ok(k) => k,
+            Err(e) => {
+                warn!(path = %self.path.display(), error = %e, "the serving key does not load; keeping the previous pair");
+                return loaded.as_ref().map(|(_, k)| k.clone());
+            }
+        };
+        let key = Arc::new(CertifiedKey::new(pair.chain, signing));
+        info!(path = %self.path.display(), "serving certificate loaded");
+        *loaded = Some((id, key.clone()));
+        Some(key)
+    }
+}
+
+impl ResolvesServerCert for ServingFromStore {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let key = self.load();
+        if key.is_none() {
+            debug!(path = %self.path.display(), "no serving certificate available for the kubelet");
+        }
+        key
+    }
 }
 
 #[cfg(test)]
