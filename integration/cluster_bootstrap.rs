@@ -164,7 +164,8 @@ fn a_node_with_only_a_bootstrap_token_joins_as_itself() {
     n.kill9();
     n.launch();
     n.wait_until(60, "the restarted agent keeps its kubeconfig", || {
-        n.log().contains("kubeconfig exists and is valid, skipping bootstrap")
+        n.log()
+            .contains("kubeconfig exists and is valid, skipping bootstrap")
     });
     let before = lease_renewed(&n.cluster, &name).unwrap();
     n.wait_api(60, "the restarted agent renews its Lease", |c| {
@@ -212,9 +213,11 @@ fn short_client_certificates_are_rotated_and_the_node_stays_ready() {
     // Once the first certificate has expired the node still reaches the API: its Lease is
     // renewed later than that, and it stays Ready.
     let expired: chrono::DateTime<chrono::Utc> = first_expiry.into();
-    n.wait_api(360, "the Lease renewed after the first certificate expired", |c| {
-        lease_renewed(c, &name).is_some_and(|t| t > expired + chrono::Duration::seconds(15))
-    });
+    n.wait_api(
+        360,
+        "the Lease renewed after the first certificate expired",
+        |c| lease_renewed(c, &name).is_some_and(|t| t > expired + chrono::Duration::seconds(15)),
+    );
     assert!(is_ready(&n), "{}", n.log());
 }
 
@@ -222,7 +225,16 @@ fn short_client_certificates_are_rotated_and_the_node_stays_ready() {
 /// the HTTP code once the handshake verifies, Err with curl's message before.
 fn curl_verified(ca: &Path, name: &str, port: u16) -> Result<String, String> {
     let out = Command::new("curl")
-        .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10", "--cacert"])
+        .args([
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "10",
+            "--cacert",
+        ])
         .arg(ca)
         .arg(format!("https://{name}:{port}/healthz"))
         .output()
@@ -280,9 +292,11 @@ fn server_tls_bootstrap_serves_the_cluster_issued_certificate_once_approved() {
 
     let csr_name = csr["metadata"]["name"].as_str().unwrap().to_string();
     n.cluster.ok(&["certificate", "approve", &csr_name]);
-    n.wait_until(90, "10250 serves a certificate the cluster CA verifies", || {
-        curl_verified(&ca, &name, n.secure_port).is_ok()
-    });
+    n.wait_until(
+        90,
+        "10250 serves a certificate the cluster CA verifies",
+        || curl_verified(&ca, &name, n.secure_port).is_ok(),
+    );
     let served = served_certificate(&name, n.secure_port);
     assert!(
         served.contains(&format!("CN = system:node:{name}"))

@@ -41,7 +41,7 @@ pub async fn load_client_cert(
         .await
         .map_err(|source| CertificateError::Client {
             path: bootstrap.to_path_buf(),
-            source,
+            source: Box::new(source),
         })?;
     let store = Store::new(cert_dir, CLIENT_PREFIX);
     // The current pair's key when there is one (its certificate expired), else the pending

@@ -86,11 +86,11 @@ impl Template {
         for ip in &self.ip_addresses {
             params.subject_alt_names.push(SanType::IpAddress(*ip));
         }
-        Ok(params
+        params
             .serialize_request(key)
             .map_err(err)?
             .pem()
-            .map_err(err)?)
+            .map_err(err)
     }
 
     /// Upstream's `digestedName`: the bootstrap request's name is a hash of the public key,

@@ -58,13 +58,13 @@ pub enum CertificateError {
     Client {
         path: PathBuf,
         #[source]
-        source: crate::server::ApiError,
+        source: Box<crate::server::ApiError>,
     },
     #[error("cannot create certificate signing request {name}: {source}")]
     Create {
         name: String,
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     #[error("retrieved csr {name} is not compatible: {reason}")]
     Incompatible { name: String, reason: String },

@@ -65,7 +65,7 @@ pub(crate) async fn create(
                         .await
                         .map_err(|source| CertificateError::Create {
                             name: shown.clone(),
-                            source,
+                            source: Box::new(source),
                         })?;
                 ensure_compatible(&shown, &csr, &existing)?;
                 info!(csr = %shown, "reusing the certificate signing request already in the API");
@@ -80,7 +80,7 @@ pub(crate) async fn create(
                 _ => {
                     return Err(CertificateError::Create {
                         name: shown,
-                        source,
+                        source: Box::new(source),
                     })
                 }
             },
