@@ -1,6 +1,7 @@
 //! TLS for the main (10250) server: the serving certificate (from files, or a self-signed one
-//! kept in the cert dir as upstream does), protocol versions and cipher suites from the
-//! configuration, and client certificates requested but left optional.
+//! kept in the cert dir as upstream does, or with serverTLSBootstrap the pair the certificate
+//! manager keeps there, re-read when it is renewed), protocol versions and cipher suites from
+//! the configuration, and client certificates requested but left optional.
 //!
 //! A client certificate is not checked during the handshake: as with upstream's
 //! `tls.RequestClientCert`, a certificate from another CA must still reach the HTTP layer,
@@ -491,5 +492,54 @@ mod tests {
         let (again, _) = serving_cert(&config).unwrap();
         assert_eq!(chain, again);
         server_config(&config, Arc::new(provider(&config).unwrap()), None).unwrap();
+    }
+
+    /// A pair as the certificate manager stores it: a leaf for `host` and its key.
+    fn store_pair(store: &Store, host: &str, when: &str) {
+        let (chain, key) = self_signed_pem(host).unwrap();
+        store.update(&chain, &key, when.parse().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn the_bootstrapped_serving_pair_is_served_from_the_store_and_renewals_are_picked_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config::defaults(false);
+        config.cert_dir = dir.path().to_path_buf();
+        config.server_tls_bootstrap = true;
+        // No files to read at start: the configuration builds without a pair.
+        let provider = Arc::new(provider(&config).unwrap());
+        server_config(&config, provider.clone(), None).unwrap();
+        assert!(
+            !dir.path().join("kubelet.crt").exists(),
+            "nothing self-signed"
+        );
+
+        let store = Store::new(dir.path(), SERVING_PREFIX);
+        let serving = ServingFromStore::new(store.current_path(), provider);
+        assert!(serving.load().is_none(), "no pair yet: nothing to serve");
+
+        store_pair(&store, "node-a", "2026-12-03T10:00:00Z");
+        let first = serving.load().expect("the pair once written");
+        let again = serving.load().unwrap();
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "an unchanged pair is not re-read"
+        );
+
+        store_pair(&store, "node-a", "2026-12-03T11:00:00Z");
+        let renewed = serving.load().unwrap();
+        assert!(!Arc::ptr_eq(&first, &renewed));
+        assert_ne!(
+            first.cert[0], renewed.cert[0],
+            "the renewed certificate is served"
+        );
+
+        // A broken pair behind the link keeps the last good one.
+        let broken = dir.path().join("broken.pem");
+        std::fs::write(&broken, "junk").unwrap();
+        let link = store.current_path();
+        std::fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink(&broken, &link).unwrap();
+        assert_eq!(serving.load().unwrap().cert[0], renewed.cert[0]);
     }
 }
