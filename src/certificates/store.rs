@@ -80,7 +80,22 @@ impl Store {
         text.push_str(key_pem.trim_end());
         text.push('\n');
         let probe = self.dir.join(format!("{}.pem", self.prefix));
-        parse_pair(&probe, text.as_bytes())?;
+        let pair = parse_pair(&probe, text.as_bytes())?;
+        // As Go's tls.X509KeyPair: the certificate must be for this key.
+        let public = rcgen::KeyPair::from_pem(key_pem)
+            .map(|k| k.public_key_der())
+            .map_err(|e| CertificateError::Invalid {
+                what: "certificate pair",
+                path: probe.clone(),
+                reason: format!("its key: {e}"),
+            })?;
+        if leaf_public_key(&pair.chain[0]).as_deref() != Some(public.as_slice()) {
+            return Err(CertificateError::Invalid {
+                what: "certificate pair",
+                path: probe,
+                reason: "private key does not match public key".into(),
+            });
+        }
 
         std::fs::create_dir_all(&self.dir)
             .map_err(io("creating the certificate directory", &self.dir))?;
@@ -149,6 +164,12 @@ fn key_pem_of(pem: &[u8]) -> String {
         }
     }
     out
+}
+
+/// The DER of the certificate's subjectPublicKeyInfo.
+fn leaf_public_key(cert: &CertificateDer<'_>) -> Option<Vec<u8>> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert).ok()?;
+    Some(parsed.public_key().raw.to_vec())
 }
 
 /// The leaf's notBefore and notAfter.

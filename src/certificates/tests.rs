@@ -210,6 +210,16 @@ fn the_store_refuses_a_pair_that_would_not_load() {
         .update(&cert, "not a key", chrono::Utc::now())
         .unwrap_err();
     assert!(matches!(err, CertificateError::Invalid { .. }), "{err}");
+    // A certificate issued for another key.
+    let (_, other_key) = issued_pair(at(1_800_000_000), at(1_800_003_600));
+    let err = store
+        .update(&cert, &other_key, chrono::Utc::now())
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .ends_with("private key does not match public key"),
+        "{err}"
+    );
     assert!(store.current().unwrap().is_none());
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
