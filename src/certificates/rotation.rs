@@ -41,8 +41,9 @@ pub(crate) struct Rotation {
     pub kind: &'static str,
     pub store: Store,
     pub template: Template,
-    /// The API client the requests go through (the node's own identity).
-    pub api: Arc<ApiClient>,
+    /// The client the requests go through (the node's own identity; for the client pair the
+    /// reloadable one, so renewals use the newest certificate).
+    pub client: kube::Client,
     /// Run after a new pair is written (the client pair: the API client reloads).
     pub after: Option<Box<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>>,
 }
@@ -101,7 +102,7 @@ impl Rotation {
         );
         let key = csr::new_key()?;
         let request_pem = self.template.request_pem(&key)?;
-        let client = self.api.client();
+        let client = &self.client;
         let submitted = request::create(client, &self.template, &request_pem, None).await?;
         info!(kind = self.kind, csr = %submitted.name, "waiting for the certificate to be issued");
         let cert = request::wait(client, &submitted, RENEWAL_WAIT).await?;
@@ -122,7 +123,8 @@ pub fn spawn_client_rotation(api: Arc<ApiClient>, cert_dir: &std::path::Path, no
         warn!(cert = %store.current_path().display(), "rotateCertificates: no client certificate pair in the cert dir; client certificate rotation is off");
         return false;
     }
-    let reload = api.clone();
+    let client = api.client().clone();
+    let reload = api;
     let after: Box<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync> = Box::new(move || {
         let api = reload.clone();
         Box::pin(async move {
@@ -137,7 +139,7 @@ pub fn spawn_client_rotation(api: Arc<ApiClient>, cert_dir: &std::path::Path, no
             kind: "client",
             store,
             template: Template::client(node),
-            api,
+            client,
             after: Some(after),
         }
         .run(),
@@ -159,7 +161,7 @@ pub fn spawn_serving_certificate(
             kind: "serving",
             store: Store::new(cert_dir, SERVING_PREFIX),
             template: Template::serving(node, hostnames, addresses),
-            api,
+            client: api.client().clone(),
             after: None,
         }
         .run(),

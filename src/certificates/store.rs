@@ -101,16 +101,20 @@ impl Store {
             .map_err(io("creating the certificate directory", &self.dir))?;
         let stamp = now.format("%Y-%m-%d-%H-%M-%S");
         let file = self.dir.join(format!("{}-{stamp}.pem", self.prefix));
+        // Written aside and renamed: a second pair within the same second replaces the first
+        // whole, never a half-written file under the current link.
+        let tmp = self.dir.join(format!("{}-{stamp}.pem.tmp", self.prefix));
         let mut f = std::fs::OpenOptions::new()
             .create(true)
             .write(true)
             .truncate(true)
             .mode(0o600)
-            .open(&file)
-            .map_err(io("writing the certificate pair", &file))?;
+            .open(&tmp)
+            .map_err(io("writing the certificate pair", &tmp))?;
         f.write_all(text.as_bytes())
             .and_then(|_| f.sync_all())
-            .map_err(io("writing the certificate pair", &file))?;
+            .map_err(io("writing the certificate pair", &tmp))?;
+        std::fs::rename(&tmp, &file).map_err(io("writing the certificate pair", &file))?;
 
         let current = self.current_path();
         let link = self.dir.join(format!("{}-current.pem.tmp", self.prefix));

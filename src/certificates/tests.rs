@@ -11,6 +11,7 @@ use x509_parser::prelude::*;
 use super::bootstrap::{client_config_valid_until, write_kubeconfig};
 use super::csr::{self, Template};
 use super::request::{self, Outcome, Submitted};
+use super::rotation;
 use super::store::{Store, CLIENT_PREFIX, SERVING_PREFIX};
 use super::*;
 
@@ -653,4 +654,120 @@ fn the_outcome_needs_approval_and_a_certificate() {
             message: "bad".into()
         }
     );
+}
+
+/// A public key taken from a request, for the test CA to sign (rcgen signs for any key).
+struct RequestedKey(Vec<u8>);
+
+impl rcgen::PublicKeyData for RequestedKey {
+    fn der_bytes(&self) -> &[u8] {
+        &self.0
+    }
+    fn algorithm(&self) -> &rcgen::SignatureAlgorithm {
+        &rcgen::PKCS_ECDSA_P256_SHA256
+    }
+}
+
+/// The public key of a base64 request PEM as the API received it.
+fn requested_key(request_b64: &str) -> RequestedKey {
+    use base64::Engine;
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(request_b64)
+        .unwrap();
+    let (_, der) = parse_request(std::str::from_utf8(&pem).unwrap());
+    let (_, req) = X509CertificationRequest::from_der(&der).unwrap();
+    RequestedKey(
+        req.certification_request_info
+            .subject_pki
+            .subject_public_key
+            .data
+            .to_vec(),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pair_is_renewed_at_its_deadline_with_a_new_key_and_the_hook_runs() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::new(dir.path(), CLIENT_PREFIX);
+    // 1000 s of life, 10 s gone: the deadline is 690 to 890 s away.
+    let now = SystemTime::now();
+    let ca = TestCa::new();
+    let old_key = csr::new_key().unwrap();
+    let old = ca.sign(
+        &old_key,
+        now - Duration::from_secs(10),
+        now + Duration::from_secs(990),
+    );
+    store
+        .update(&old, &old_key.serialize_pem(), chrono::Utc::now())
+        .unwrap();
+
+    let (client, mut handle) = api();
+    let reloads = Arc::new(AtomicUsize::new(0));
+    let counter = reloads.clone();
+    let rotation = rotation::Rotation {
+        kind: "client",
+        store: store.clone(),
+        template: Template::client("node-a"),
+        client,
+        after: Some(Box::new(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async {})
+        })),
+    };
+    let started = tokio::time::Instant::now();
+    let task = tokio::spawn(rotation.run());
+
+    let (_, body) = answer_with(&mut handle, "POST", CSRS, 201, |body| {
+        let mut obj = body.clone();
+        obj["metadata"]["name"] = json!("csr-r1");
+        obj["metadata"]["uid"] = json!("u1");
+        obj
+    })
+    .await;
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(680) && waited <= Duration::from_secs(900),
+        "renewed after {waited:?}"
+    );
+    assert_eq!(body["metadata"]["generateName"], "csr-");
+    let new_key = requested_key(body["spec"]["request"].as_str().unwrap());
+    assert_ne!(
+        new_key.0,
+        old_key.public_key_raw(),
+        "a renewal asks with a new key"
+    );
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.not_before = now.into();
+    params.not_after = (now + Duration::from_secs(5000)).into();
+    let issued = params.signed_by(&new_key, &ca.cert, &ca.key).unwrap().pem();
+    let status = json!({"conditions": [{"type": "Approved", "status": "True"}], "certificate": b64(&issued)});
+    answer(
+        &mut handle,
+        "GET",
+        CSRS,
+        200,
+        list_of(vec![csr_object("csr-r1", "u1", status)]),
+    )
+    .await;
+
+    // The new pair lands in the store and the hook runs once; the next deadline is far.
+    for _ in 0..100 {
+        if reloads.load(Ordering::SeqCst) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(reloads.load(Ordering::SeqCst), 1);
+    let current = store.current().unwrap().unwrap();
+    assert_eq!(
+        current.not_after,
+        at((now + Duration::from_secs(5000))
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs())
+    );
+    task.abort();
 }
