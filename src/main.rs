@@ -116,8 +116,6 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     // The HTTP servers come up before containerd is reached, so the node answers (and its
     // server is testable) while the runtime is still starting.
     let server_state = server::ServerState::new(cfg.clone(), statuses.clone());
-    // One API client (--kubeconfig) for everything that talks to the apiserver: the webhook
-    // authn/authz of the main server and, in cluster mode, the Node, pods, statuses, events.
     // With --bootstrap-kubeconfig, a kubeconfig that is missing or holds an expired client
     // certificate is replaced first: a client certificate from the certificates API (TLS
     // bootstrap), before any client is built.
@@ -126,6 +124,8 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             .await
             .context("TLS bootstrap")?;
     }
+    // One API client (--kubeconfig) for everything that talks to the apiserver: the webhook
+    // authn/authz of the main server and, in cluster mode, the Node, pods, statuses, events.
     let api = match &cfg.kubeconfig {
         // A rotated client certificate is picked up without a restart.
         Some(path) if cfg.rotate_certificates => Some(Arc::new(
