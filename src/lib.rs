@@ -1,6 +1,7 @@
 //! kubelet-rs: a Kubernetes node agent that drives containerd over its native gRPC API.
 //! The module map and data flow are described in DESIGN.md (shared with the project).
 
+pub mod certificates;
 pub mod config;
 pub mod events;
 pub mod gc;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use kubelet_rs::certificates;
 use kubelet_rs::config::{self, Config, ConfigError};
 use kubelet_rs::events::{EventType, Recorder};
 use kubelet_rs::network::cni::Cni;
@@ -115,12 +116,42 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     // The HTTP servers come up before containerd is reached, so the node answers (and its
     // server is testable) while the runtime is still starting.
     let server_state = server::ServerState::new(cfg.clone(), statuses.clone());
+    // With --bootstrap-kubeconfig, a kubeconfig that is missing or holds an expired client
+    // certificate is replaced first: a client certificate from the certificates API (TLS
+    // bootstrap), before any client is built.
+    if let (Some(kubeconfig), Some(bootstrap)) = (&cfg.kubeconfig, &cfg.bootstrap_kubeconfig) {
+        certificates::load_client_cert(kubeconfig, bootstrap, &cfg.cert_dir, &cfg.node_name)
+            .await
+            .context("TLS bootstrap")?;
+    }
     // One API client (--kubeconfig) for everything that talks to the apiserver: the webhook
     // authn/authz of the main server and, in cluster mode, the Node, pods, statuses, events.
     let api = match &cfg.kubeconfig {
+        // A rotated client certificate is picked up without a restart.
+        Some(path) if cfg.rotate_certificates => Some(Arc::new(
+            server::ApiClient::from_kubeconfig_reloadable(path).await?,
+        )),
         Some(path) => Some(Arc::new(server::ApiClient::from_kubeconfig(path).await?)),
         None => None,
     };
+    if let Some(api) = &api {
+        if cfg.rotate_certificates {
+            certificates::spawn_client_rotation(api.clone(), &cfg.cert_dir, &cfg.node_name);
+        }
+        if cfg.server_tls_bootstrap {
+            // The names the Node reports: its Hostname and InternalIP addresses.
+            let ip = cfg.node_ip.or_else(node::host_ip);
+            certificates::spawn_serving_certificate(
+                api.clone(),
+                &cfg.cert_dir,
+                &cfg.node_name,
+                vec![cfg.node_name.clone()],
+                ip.into_iter().collect(),
+            );
+        }
+    } else if cfg.server_tls_bootstrap {
+        warn!("serverTLSBootstrap needs --kubeconfig: the main server has no certificate to serve");
+    }
     server::serve_main(server_state.clone(), api.clone()).await?;
     if cfg.read_only_port != 0 {
         server::serve_read_only_with(

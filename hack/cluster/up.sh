@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Starts a real Kubernetes control plane on loopback: etcd, kube-apiserver (TLS, Node,RBAC
-# authorization, NodeRestriction), kube-controller-manager and kube-scheduler, built by
-# hack/cluster/build.sh. Writes the certificates (every one X.509 v3: rustls refuses v1), an
-# admin kubeconfig for kubectl and the controllers, the apiserver's kubelet client certificate,
-# and an `env` file to source. Nodes get their kubeconfigs from hack/cluster/node-kubeconfig.sh.
+# authorization, NodeRestriction, bootstrap tokens), kube-controller-manager (with the CSR
+# signer and approver) and kube-scheduler, built by hack/cluster/build.sh. Writes the
+# certificates (every one X.509 v3: rustls refuses v1), an admin kubeconfig for kubectl and the
+# controllers, the apiserver's kubelet client certificate, and an `env` file to source. Nodes get
+# their kubeconfigs from hack/cluster/node-kubeconfig.sh, or bootstrap kubeconfigs (a bootstrap
+# token of their own) from hack/cluster/bootstrap-kubeconfig.sh.
 #
-#   hack/cluster/up.sh [--dir DIR] [--port-offset N] [--audit]
+#   hack/cluster/up.sh [--dir DIR] [--port-offset N] [--audit] [--signing-duration D]
 #   hack/cluster/down.sh [--dir DIR]
 #   hack/cluster/component.sh stop|start NAME [--dir DIR]   one component (e.g. kube-apiserver)
 #
@@ -16,6 +18,17 @@
 # --audit makes the apiserver log every request at level Metadata (who, verb, resource, code;
 # no bodies) to DIR/logs/audit.log, one JSON event per line (hack/bench/cluster.sh counts a
 # node's requests there).
+# --signing-duration D (a Go duration, default the controller-manager's 1 year) is the lifetime of
+# the certificates the controller-manager signs for CSRs (--cluster-signing-duration): short ones
+# make nodes rotate their certificates within a test.
+#
+# As `kubeadm init` does, the cluster gets a bootstrap token (kube-system Secret
+# bootstrap-token-<id>, group system:bootstrappers:kubeadm:default-node-token; its
+# `<id>.<secret>` is KUBELET_RS_BOOTSTRAP_TOKEN in the env file) and kubeadm's bindings: that
+# group may create CSRs (system:node-bootstrapper) that are approved for node client certificates
+# (nodeclient), and nodes' renewals of their own client certificates are approved
+# (selfnodeclient). Serving-certificate CSRs (kubernetes.io/kubelet-serving) wait for
+# `kubectl certificate approve`, as on a kubeadm cluster.
 set -euo pipefail
 
 # shellcheck source=hack/lib.sh
@@ -24,12 +37,14 @@ source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 DIR=/var/lib/kubelet-rs-cluster
 OFFSET=0
 AUDIT=0
+SIGNING_DURATION=""
 while (($# > 0)); do
 	case "$1" in
 	--dir) DIR="$2"; shift ;;
 	--port-offset) OFFSET="$2"; shift ;;
 	--audit) AUDIT=1 ;;
-	-h | --help) sed -n '2,20s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	--signing-duration) SIGNING_DURATION="$2"; shift ;;
+	-h | --help) sed -n '2,32s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	*) die "unknown argument '$1' (see --help)" ;;
 	esac
 	shift
@@ -112,13 +127,18 @@ start kube-apiserver "$BIN/kube-apiserver" "${AUDIT_FLAGS[@]}" \
 	--service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
 	--service-account-issuer https://kubernetes.default.svc --api-audiences https://kubernetes.default.svc \
 	--authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+	--enable-bootstrap-token-auth \
 	--kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" \
 	--kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
 	--kubelet-preferred-address-types Hostname,InternalIP \
 	--service-cluster-ip-range 10.96.0.0/16 --allow-privileged=true
 wait_for "kube-apiserver" 90 curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "$SERVER/readyz"
 
-start kube-controller-manager "$BIN/kube-controller-manager" \
+SIGNING_FLAGS=()
+[[ -z "$SIGNING_DURATION" ]] || SIGNING_FLAGS=(--cluster-signing-duration "$SIGNING_DURATION")
+# '*' keeps csrapproving (auto-approval through the bindings below) and csrsigning (the
+# --cluster-signing-* CA signs approved CSRs of the kubernetes.io signers).
+start kube-controller-manager "$BIN/kube-controller-manager" "${SIGNING_FLAGS[@]}" \
 	--kubeconfig "$DIR/admin.kubeconfig" --authentication-kubeconfig "$DIR/admin.kubeconfig" \
 	--authorization-kubeconfig "$DIR/admin.kubeconfig" \
 	--bind-address 127.0.0.1 --secure-port "$KCM_PORT" \
@@ -134,4 +154,38 @@ start kube-scheduler "$BIN/kube-scheduler" \
 kc() { "$BIN/kubectl" --kubeconfig "$DIR/admin.kubeconfig" "$@"; }
 # Pods need their namespace's default ServiceAccount, which the controller-manager creates.
 wait_for "the default ServiceAccount" 60 kc -n default get serviceaccount default
+
+# What `kubeadm init` creates for TLS bootstrapping (its phases/bootstraptoken/node): the
+# bootstrappers may ask for node client certificates, which are then approved; nodes renew
+# their own.
+BOOTSTRAP_GROUP=system:bootstrappers:kubeadm:default-node-token
+kc apply -f - >/dev/null <<RBAC
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: kubeadm:kubelet-bootstrap
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:node-bootstrapper"}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: Group, name: "$BOOTSTRAP_GROUP"}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: kubeadm:node-autoapprove-bootstrap
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:certificates.k8s.io:certificatesigningrequests:nodeclient"}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: Group, name: "$BOOTSTRAP_GROUP"}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: kubeadm:node-autoapprove-certificate-rotation
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient"}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: Group, name: "system:nodes"}
+RBAC
+# shellcheck source=hack/cluster/bootstrap-token.sh
+source "$KUBELET_RS_ROOT/hack/cluster/bootstrap-token.sh"
+TOKEN="$(bootstrap_token kc "the cluster's default node token (hack/cluster/up.sh)")"
+echo "export KUBELET_RS_BOOTSTRAP_TOKEN=$TOKEN" >>"$DIR/env"
 log "control plane up at $SERVER in ${SECONDS}s; source $DIR/env for kubectl"

@@ -397,3 +397,87 @@ spec:
         image = super::BUSYBOX,
     )
 }
+
+impl Cluster {
+    /// As `private`, with more arguments for hack/cluster/up.sh (`--signing-duration 4m`).
+    pub fn private_with(test: &str, port_offset: u16, up_args: &[&str]) -> PrivateCluster {
+        require_integration(test);
+        let dir = tempfile::Builder::new()
+            .prefix("krs-cluster-")
+            .tempdir()
+            .unwrap();
+        let out = Command::new(hack("up.sh"))
+            .arg("--dir")
+            .arg(dir.path())
+            .arg("--port-offset")
+            .arg(port_offset.to_string())
+            .args(up_args)
+            .output()
+            .expect("hack/cluster/up.sh runs");
+        let mut down = PrivateCluster { cluster: None, dir };
+        assert!(
+            out.status.success(),
+            "{test}: hack/cluster/up.sh failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        down.cluster = Some(Cluster::in_dir(test, down.dir.path().to_path_buf()));
+        down
+    }
+
+    /// A bootstrap kubeconfig (a fresh bootstrap token) for node `name`, made by
+    /// hack/cluster/bootstrap-kubeconfig.sh, which also points the name at 127.0.0.1.
+    pub fn bootstrap_kubeconfig(&self, name: &str) -> PathBuf {
+        let out = Command::new(hack("bootstrap-kubeconfig.sh"))
+            .arg(name)
+            .arg("--dir")
+            .arg(&self.dir)
+            .output()
+            .expect("bootstrap-kubeconfig.sh runs");
+        assert!(
+            out.status.success(),
+            "bootstrap-kubeconfig.sh {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    }
+}
+
+impl ClusterNode {
+    /// An agent that joins as a kubeadm node does: with only a bootstrap kubeconfig
+    /// (`--bootstrap-kubeconfig`), its `--kubeconfig` (`kubeconfig` here, under the node's
+    /// root) written by the agent's TLS bootstrap. Waits until the Node object exists.
+    pub fn start_bootstrapped(cluster: Cluster, test: &str, extra: &[&str]) -> ClusterNode {
+        let mut node = Node::prepare(test, extra, &["pause", "busybox"]);
+        let bootstrap = cluster.bootstrap_kubeconfig(&node.node_name);
+        let kubeconfig = node.root.path().join("kubelet.conf");
+        cluster.kubectl(&["delete", "node", &node.node_name, "--wait=false"]);
+        let mut flags = vec![
+            format!("--bootstrap-kubeconfig={}", bootstrap.display()),
+            format!("--kubeconfig={}", kubeconfig.display()),
+            format!("--client-ca-file={}", cluster.ca_file().display()),
+            "--authorization-mode=Webhook".to_string(),
+            "--authentication-token-webhook".to_string(),
+            "--eviction-hard=memory.available<100Mi,nodefs.available<1%,nodefs.inodesFree<1%,imagefs.available<1%"
+                .to_string(),
+        ];
+        flags.append(&mut node.extra_args);
+        node.extra_args = flags;
+        node.launch();
+        let cn = ClusterNode {
+            cluster,
+            node,
+            kubeconfig,
+        };
+        let name = cn.name().to_string();
+        cn.wait_api(90, "the Node is registered", |c| {
+            c.get(&["node", &name]).is_some()
+        });
+        cn
+    }
+
+    /// The agent's cert dir (the default, `<root-dir>/pki`).
+    pub fn cert_dir(&self) -> PathBuf {
+        self.node.root.path().join("root/pki")
+    }
+}

@@ -66,6 +66,13 @@ pub fn configz_json(config: &Config) -> Value {
     if let Some(v) = &config.tls_min_version {
         put("tlsMinVersion", json!(v));
     }
+    // omitempty bools upstream: shown only when on.
+    if config.rotate_certificates {
+        put("rotateCertificates", json!(true));
+    }
+    if config.server_tls_bootstrap {
+        put("serverTLSBootstrap", json!(true));
+    }
     let mut x509 = Map::new();
     if let Some(ca) = &config.client_ca_file {
         x509.insert("clientCAFile".into(), json!(ca.display().to_string()));

@@ -87,9 +87,16 @@ pub struct Config {
     pub tls_cert_file: Option<PathBuf>,
     /// --tls-private-key-file / tlsPrivateKeyFile.
     pub tls_private_key_file: Option<PathBuf>,
-    /// --cert-dir: where the self-signed serving certificate is kept when no certificate file
-    /// is given (default `<root-dir>/pki`).
+    /// --cert-dir: where the certificates are kept (default `<root-dir>/pki`): the self-signed
+    /// serving pair when no certificate file is given, and the pairs obtained through the
+    /// certificates API (`kubelet-client-current.pem`, `kubelet-server-current.pem`).
     pub cert_dir: PathBuf,
+    /// --rotate-certificates / rotateCertificates: renew the client certificate through the
+    /// certificates API before it expires (default false, as upstream).
+    pub rotate_certificates: bool,
+    /// --rotate-server-certificates / serverTLSBootstrap: the serving certificate comes from
+    /// a kubernetes.io/kubelet-serving CSR (and is renewed) instead of a file or self-signed.
+    pub server_tls_bootstrap: bool,
     /// --tls-min-version / tlsMinVersion (`VersionTLS12`, ...); None = the TLS library default.
     pub tls_min_version: Option<String>,
     /// --tls-cipher-suites / tlsCipherSuites: Go names of TLS 1.2 suites; empty = defaults.
@@ -259,6 +266,8 @@ impl Config {
             tls_cert_file: None,
             tls_private_key_file: None,
             cert_dir: PathBuf::from(DEFAULT_ROOT_DIR).join("pki"),
+            rotate_certificates: false,
+            server_tls_bootstrap: false,
             tls_min_version: None,
             tls_cipher_suites: Vec::new(),
             client_ca_file: None,
@@ -361,6 +370,8 @@ fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError
         tls_private_key_file,
         tls_min_version,
         tls_cipher_suites,
+        rotate_certificates,
+        server_tls_bootstrap,
         client_ca_file,
         anonymous_auth,
         authentication_token_webhook,
@@ -417,6 +428,8 @@ fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError
     config.tls_private_key_file = tls_private_key_file.or(config.tls_private_key_file.take());
     config.tls_min_version = tls_min_version.or(config.tls_min_version.take());
     set(&mut config.tls_cipher_suites, tls_cipher_suites);
+    set(&mut config.rotate_certificates, rotate_certificates);
+    set(&mut config.server_tls_bootstrap, server_tls_bootstrap);
     config.client_ca_file = client_ca_file.or(config.client_ca_file.take());
     set(&mut config.anonymous_auth, anonymous_auth);
     set(
@@ -573,6 +586,12 @@ fn apply_flags(config: &mut Config, given: &[FlagValue]) -> Result<(), ConfigErr
             "tls-cert-file" => config.tls_cert_file = optional_path(v),
             "tls-private-key-file" => config.tls_private_key_file = optional_path(v),
             "cert-dir" => config.cert_dir = non_empty_path(v).map_err(|r| bad(&r))?,
+            "rotate-certificates" => {
+                config.rotate_certificates = flags::parse_bool(v).map_err(|r| bad(&r))?
+            }
+            "rotate-server-certificates" => {
+                config.server_tls_bootstrap = flags::parse_bool(v).map_err(|r| bad(&r))?
+            }
             "tls-min-version" => {
                 config.tls_min_version = Some(v.to_string()).filter(|s| !s.is_empty())
             }
@@ -809,6 +828,14 @@ fn validate(config: &Config) -> Result<(), ConfigError> {
     }
     if config.max_pods == 0 {
         return Err(invalid("maxPods (--max-pods)", 0, "must be greater than 0"));
+    }
+    // The bootstrap writes the kubeconfig the agent then runs with: it needs a place for it.
+    if let (Some(bootstrap), None) = (&config.bootstrap_kubeconfig, &config.kubeconfig) {
+        return Err(invalid(
+            "--bootstrap-kubeconfig",
+            bootstrap.display(),
+            "needs --kubeconfig, the file the bootstrapped credentials are written to",
+        ));
     }
     for (setting, value) in [
         ("syncFrequency (--sync-frequency)", config.sync_frequency),

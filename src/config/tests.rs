@@ -211,9 +211,46 @@ fn kubeadm_config_loads() {
         c.container_runtime_endpoint,
         PathBuf::from("/run/containerd/containerd.sock")
     );
-    assert!(c
+    // kubeadm turns client certificate rotation on; the agent acts on it now.
+    assert!(c.rotate_certificates);
+    assert!(!c.server_tls_bootstrap);
+    assert!(c.ignored_config_fields.contains(&"resolvConf".to_string()));
+    assert!(!c
         .ignored_config_fields
         .contains(&"rotateCertificates".to_string()));
+}
+
+#[test]
+fn certificate_settings_default_off_and_flags_override_the_file() {
+    let c = load(&[]).unwrap();
+    assert!(!c.rotate_certificates, "upstream's default is false");
+    assert!(!c.server_tls_bootstrap);
+    let file = config_file(&format!(
+        "{HEADER}rotateCertificates: true\nserverTLSBootstrap: true\n"
+    ));
+    let path = file.path().to_str().unwrap();
+    let c = load(&["--config", path]).unwrap();
+    assert!(c.rotate_certificates && c.server_tls_bootstrap);
+    let c = load(&[
+        "--config",
+        path,
+        "--rotate-certificates=false",
+        "--rotate-server-certificates=false",
+    ])
+    .unwrap();
+    assert!(!c.rotate_certificates && !c.server_tls_bootstrap);
+}
+
+#[test]
+fn a_bootstrap_kubeconfig_needs_a_kubeconfig_to_write() {
+    let err = load(&["--bootstrap-kubeconfig", "/b"]).unwrap_err();
+    assert!(
+        err.to_string().contains("--bootstrap-kubeconfig")
+            && err.to_string().contains("--kubeconfig"),
+        "{err}"
+    );
+    let c = load(&["--bootstrap-kubeconfig", "/b", "--kubeconfig", "/k"]).unwrap();
+    assert_eq!(c.bootstrap_kubeconfig, Some(PathBuf::from("/b")));
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //! Cluster mode (pod source, node status, lease) shares the same client.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -64,6 +65,43 @@ pub struct ApiClient {
     client: kube::Client,
     /// The server URL, for error messages.
     server: String,
+    /// Set when the client's credentials can change under it (a rotated client certificate).
+    reloadable: Option<Reloadable>,
+}
+
+/// The client behind a reloadable `ApiClient`, rebuilt from the kubeconfig on `reload`.
+#[derive(Clone)]
+struct Reloadable {
+    kubeconfig: PathBuf,
+    current: Arc<RwLock<kube::Client>>,
+}
+
+/// A tower service that sends each request through the current inner client: everything
+/// holding the outer client (watchers, the status loop, the recorder) moves to the new
+/// credentials at its next request, while requests already under way finish on the old
+/// connections. kube's `send` hands back the inner client's own errors unchanged.
+#[derive(Clone)]
+struct CurrentClient(Arc<RwLock<kube::Client>>);
+
+impl tower_service::Service<hyper::Request<kube::client::Body>> for CurrentClient {
+    type Response = hyper::Response<kube::client::Body>;
+    type Error = kube::Error;
+    type Future = BoxFuture<'static, Result<Self::Response, kube::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), kube::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: hyper::Request<kube::client::Body>) -> Self::Future {
+        let client = match self.0.read() {
+            Ok(c) => c.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        };
+        Box::pin(async move { client.send(request).await })
+    }
 }
 
 impl std::fmt::Debug for ApiClient {
@@ -76,6 +114,46 @@ impl ApiClient {
     /// Builds the client from the kubeconfig's current context. Needs a tokio runtime (the
     /// client's buffer task is spawned on it).
     pub async fn from_kubeconfig(path: &Path) -> Result<ApiClient, ApiError> {
+        let (client, server, _) = Self::build(path).await?;
+        Ok(ApiClient {
+            client,
+            server,
+            reloadable: None,
+        })
+    }
+
+    /// As `from_kubeconfig`, for credentials that change: `reload` reads the kubeconfig (and
+    /// the files it names, such as `kubelet-client-current.pem`) again and new requests use
+    /// what it says.
+    pub async fn from_kubeconfig_reloadable(path: &Path) -> Result<ApiClient, ApiError> {
+        let (inner, server, namespace) = Self::build(path).await?;
+        let current = Arc::new(RwLock::new(inner));
+        Ok(ApiClient {
+            client: kube::Client::new(CurrentClient(current.clone()), namespace),
+            server,
+            reloadable: Some(Reloadable {
+                kubeconfig: path.to_path_buf(),
+                current,
+            }),
+        })
+    }
+
+    /// Rebuilds the client from its kubeconfig (a reloadable client; others have nothing to
+    /// reload). On an error the old client stays.
+    pub async fn reload(&self) -> Result<(), ApiError> {
+        let Some(r) = &self.reloadable else {
+            return Ok(());
+        };
+        let (fresh, _, _) = Self::build(&r.kubeconfig).await?;
+        match r.current.write() {
+            Ok(mut c) => *c = fresh,
+            Err(poisoned) => *poisoned.into_inner() = fresh,
+        }
+        Ok(())
+    }
+
+    /// The client, its server URL and default namespace.
+    async fn build(path: &Path) -> Result<(kube::Client, String, String), ApiError> {
         let kubeconfig = |source| ApiError::Kubeconfig {
             path: path.to_path_buf(),
             source,
@@ -91,11 +169,12 @@ impl ApiClient {
             .map_err(kubeconfig)?;
         config.connect_timeout = Some(REQUEST_TIMEOUT);
         let server = config.cluster_url.to_string();
+        let namespace = config.default_namespace.clone();
         let client = kube::Client::try_from(config).map_err(|source| ApiError::Client {
             path: path.to_path_buf(),
             source,
         })?;
-        Ok(ApiClient { client, server })
+        Ok((client, server, namespace))
     }
 
     /// The shared client, for the parts of cluster mode that watch and write objects.
@@ -440,5 +519,150 @@ mod tests {
             )),
             "{err}"
         );
+    }
+
+    /// A CA and a certificate it signs for `cn` (a client) or for 127.0.0.1 (a server).
+    fn signed(
+        ca: &rcgen::Certificate,
+        ca_key: &rcgen::KeyPair,
+        cn: Option<&str>,
+    ) -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(match cn {
+            Some(_) => vec![],
+            None => vec!["127.0.0.1".to_string()],
+        })
+        .unwrap();
+        if let Some(cn) = cn {
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, cn);
+            params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        }
+        let cert = params.signed_by(&key, ca, ca_key).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    /// An HTTPS server that requires a client certificate from `ca` and answers each
+    /// TokenReview with the CN of the certificate its connection presented.
+    async fn whoami_server(ca: &rcgen::Certificate, ca_key: &rcgen::KeyPair) -> String {
+        let (cert, key) = signed(ca, ca_key, None);
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca.der().clone()).unwrap();
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider.clone(),
+        )
+        .build()
+        .unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(
+                vec![CertificateDer::from_pem_slice(cert.as_bytes()).unwrap()],
+                PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+            )
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let peer = tls.get_ref().1.peer_certificates().unwrap()[0].clone();
+                    let (_, parsed) = x509_parser::parse_x509_certificate(&peer).unwrap();
+                    let cn = parsed
+                        .subject()
+                        .iter_common_name()
+                        .next()
+                        .unwrap()
+                        .as_str()
+                        .unwrap()
+                        .to_string();
+                    let svc = hyper::service::service_fn(
+                        move |req: hyper::Request<hyper::body::Incoming>| {
+                            let cn = cn.clone();
+                            async move {
+                                let body = req.into_body().collect().await.unwrap().to_bytes();
+                                let mut review: Value = serde_json::from_slice(&body).unwrap();
+                                review["status"] =
+                                    json!({"authenticated": true, "user": {"username": cn}});
+                                Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
+                                    Bytes::from(review.to_string()),
+                                )))
+                            }
+                        },
+                    );
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
+                        .await;
+                });
+            }
+        });
+        format!("https://{addr}")
+    }
+
+    async fn who(client: &kube::Client) -> String {
+        let api: Api<TokenReview> = Api::all(client.clone());
+        let answer = api
+            .create(&PostParams::default(), &TokenReview::default())
+            .await
+            .unwrap();
+        answer.status.unwrap().user.unwrap().username.unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_reloaded_client_presents_the_rotated_certificate_to_every_holder() {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let url = whoami_server(&ca, &ca_key).await;
+
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.crt"), ca.pem()).unwrap();
+        // The bootstrap's layout: certificate and key in one pair file the kubeconfig names.
+        let pair = dir.path().join("kubelet-client-current.pem");
+        let write_pair = |cn: &str| {
+            let (cert, key) = signed(&ca, &ca_key, Some(cn));
+            std::fs::write(&pair, format!("{cert}{key}")).unwrap();
+        };
+        write_pair("system:node:old");
+        let path = dir.path().join("kubeconfig");
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\ncurrent-context: t\n\
+                 clusters:\n- name: c\n  cluster: {{server: \"{url}\", certificate-authority: ca.crt}}\n\
+                 users:\n- name: u\n  user: {{client-certificate: {p}, client-key: {p}}}\n\
+                 contexts:\n- name: t\n  context: {{cluster: c, user: u}}\n",
+                p = pair.display()
+            ),
+        )
+        .unwrap();
+        let api = ApiClient::from_kubeconfig_reloadable(&path).await.unwrap();
+        // What the node's parts hold: clones of the one client, taken before any rotation.
+        let held = api.client().clone();
+        assert_eq!(who(&held).await, "system:node:old");
+
+        // A new pair on disk changes nothing until the client reloads...
+        write_pair("system:node:new");
+        assert_eq!(who(&held).await, "system:node:old");
+        // ...and then every holder's next request uses it, no restart.
+        api.reload().await.unwrap();
+        assert_eq!(who(&held).await, "system:node:new");
+        assert_eq!(who(api.client()).await, "system:node:new");
+
+        // A pair that does not load keeps the client on the last good one.
+        std::fs::write(&pair, "junk").unwrap();
+        assert!(api.reload().await.is_err());
+        assert_eq!(who(&held).await, "system:node:new");
     }
 }

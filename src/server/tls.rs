@@ -1,6 +1,7 @@
 //! TLS for the main (10250) server: the serving certificate (from files, or a self-signed one
-//! kept in the cert dir as upstream does), protocol versions and cipher suites from the
-//! configuration, and client certificates requested but left optional.
+//! kept in the cert dir as upstream does, or with serverTLSBootstrap the pair the certificate
+//! manager keeps there, re-read when it is renewed), protocol versions and cipher suites from
+//! the configuration, and client certificates requested but left optional.
 //!
 //! A client certificate is not checked during the handshake: as with upstream's
 //! `tls.RequestClientCert`, a certificate from another CA must still reach the HTTP layer,
@@ -15,12 +16,16 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::WebPkiClientVerifier;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
 use rustls::{
     DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme,
     SupportedCipherSuite,
 };
-use tracing::{info, warn};
+use std::sync::Mutex;
+use tracing::{debug, info, warn};
 
+use crate::certificates::store::{Store, SERVING_PREFIX};
 use crate::config::Config;
 
 #[derive(Debug, thiserror::Error)]
@@ -337,7 +342,6 @@ pub(crate) fn server_config(
             }
             _ => &[&rustls::version::TLS12, &rustls::version::TLS13],
         };
-    let (chain, key) = serving_cert(config)?;
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(versions)
         .map_err(|e| TlsError::Settings(e.to_string()))?;
@@ -348,11 +352,91 @@ pub(crate) fn server_config(
         })),
         None => builder.with_no_client_auth(),
     };
-    let mut tls = builder
-        .with_single_cert(chain, key)
-        .map_err(|e| TlsError::Settings(format!("serving certificate and key: {e}")))?;
+    let mut tls = if config.server_tls_bootstrap {
+        // serverTLSBootstrap wins over tlsCertFile, as upstream: the pair comes from the
+        // certificates API, and until it is there the server has no certificate to offer.
+        let path = Store::new(&config.cert_dir, SERVING_PREFIX).current_path();
+        builder.with_cert_resolver(Arc::new(ServingFromStore::new(path, provider.clone())))
+    } else {
+        let (chain, key) = serving_cert(config)?;
+        builder
+            .with_single_cert(chain, key)
+            .map_err(|e| TlsError::Settings(format!("serving certificate and key: {e}")))?
+    };
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(tls)
+}
+
+/// The serving pair the certificate manager keeps in the cert dir
+/// (`kubelet-server-current.pem`), read again whenever the file behind the link changes, so a
+/// renewed certificate is served from the next handshake on without a restart. Without a
+/// pair the handshake fails, as upstream's "no serving certificate available for the
+/// kubelet".
+#[derive(Debug)]
+pub(crate) struct ServingFromStore {
+    path: PathBuf,
+    provider: Arc<CryptoProvider>,
+    loaded: Mutex<Option<(FileId, Arc<CertifiedKey>)>>,
+}
+
+/// What tells one file from its replacement: the store writes each pair to a new file.
+type FileId = (u64, u64, i64, i64);
+
+impl ServingFromStore {
+    pub(crate) fn new(path: PathBuf, provider: Arc<CryptoProvider>) -> ServingFromStore {
+        ServingFromStore {
+            path,
+            provider,
+            loaded: Mutex::new(None),
+        }
+    }
+
+    fn load(&self) -> Option<Arc<CertifiedKey>> {
+        use std::os::unix::fs::MetadataExt;
+        let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        let meta = match std::fs::metadata(&self.path) {
+            Ok(m) => m,
+            Err(_) => {
+                // Keep serving the last pair if the link is being switched right now.
+                return loaded.as_ref().map(|(_, k)| k.clone());
+            }
+        };
+        let id = (meta.dev(), meta.ino(), meta.mtime(), meta.mtime_nsec());
+        if let Some((seen, key)) = loaded.as_ref() {
+            if *seen == id {
+                return Some(key.clone());
+            }
+        }
+        let pem = std::fs::read(&self.path).ok()?;
+        let pair = match crate::certificates::store::parse_pair(&self.path, &pem) {
+            Ok(p) => p,
+            Err(e) => {
+                warn!(error = %e, "the serving certificate pair does not load; keeping the previous one");
+                return loaded.as_ref().map(|(_, k)| k.clone());
+            }
+        };
+        let signing = match self.provider.key_provider.load_private_key(pair.key) {
+            Ok(k) => k,
+            Err(e) => {
+                warn!(path = %self.path.display(), error = %e, "the serving key does not load; keeping the previous pair");
+                return loaded.as_ref().map(|(_, k)| k.clone());
+            }
+        };
+        let key = Arc::new(CertifiedKey::new(pair.chain, signing));
+        info!(path = %self.path.display(), "serving certificate loaded");
+        *loaded = Some((id, key.clone()));
+        Some(key)
+    }
+}
+
+impl ResolvesServerCert for ServingFromStore {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let key = self.load();
+        if key.is_none() {
+            debug!(path = %self.path.display(), "no serving certificate available for the kubelet");
+        }
+        key
+    }
 }
 
 #[cfg(test)]
@@ -408,5 +492,54 @@ mod tests {
         let (again, _) = serving_cert(&config).unwrap();
         assert_eq!(chain, again);
         server_config(&config, Arc::new(provider(&config).unwrap()), None).unwrap();
+    }
+
+    /// A pair as the certificate manager stores it: a leaf for `host` and its key.
+    fn store_pair(store: &Store, host: &str, when: &str) {
+        let (chain, key) = self_signed_pem(host).unwrap();
+        store.update(&chain, &key, when.parse().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn the_bootstrapped_serving_pair_is_served_from_the_store_and_renewals_are_picked_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config::defaults(false);
+        config.cert_dir = dir.path().to_path_buf();
+        config.server_tls_bootstrap = true;
+        // No files to read at start: the configuration builds without a pair.
+        let provider = Arc::new(provider(&config).unwrap());
+        server_config(&config, provider.clone(), None).unwrap();
+        assert!(
+            !dir.path().join("kubelet.crt").exists(),
+            "nothing self-signed"
+        );
+
+        let store = Store::new(dir.path(), SERVING_PREFIX);
+        let serving = ServingFromStore::new(store.current_path(), provider);
+        assert!(serving.load().is_none(), "no pair yet: nothing to serve");
+
+        store_pair(&store, "node-a", "2026-12-03T10:00:00Z");
+        let first = serving.load().expect("the pair once written");
+        let again = serving.load().unwrap();
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "an unchanged pair is not re-read"
+        );
+
+        store_pair(&store, "node-a", "2026-12-03T11:00:00Z");
+        let renewed = serving.load().unwrap();
+        assert!(!Arc::ptr_eq(&first, &renewed));
+        assert_ne!(
+            first.cert[0], renewed.cert[0],
+            "the renewed certificate is served"
+        );
+
+        // A broken pair behind the link keeps the last good one.
+        let broken = dir.path().join("broken.pem");
+        std::fs::write(&broken, "junk").unwrap();
+        let link = store.current_path();
+        std::fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink(&broken, &link).unwrap();
+        assert_eq!(serving.load().unwrap().cert[0], renewed.cert[0]);
     }
 }

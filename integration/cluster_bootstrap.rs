@@ -1,0 +1,320 @@
+//! Node identity as in production, against the real control plane (hack/cluster/up.sh:
+//! bootstrap tokens, kubeadm's CSR bindings, the controller-manager's approver and signer):
+//! a node that starts with only a bootstrap token gets its client certificate and joins as
+//! system:node:<name>; with short certificates it rotates them and stays Ready; with
+//! serverTLSBootstrap its 10250 serves a cluster-issued certificate once approved.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, SystemTime};
+
+use base64::Engine;
+use common::cluster::{Cluster, ClusterNode};
+use serde_json::Value;
+
+fn condition<'a>(obj: &'a Value, kind: &str) -> &'a Value {
+    obj["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == kind))
+        .unwrap_or(&Value::Null)
+}
+
+fn is_ready(n: &ClusterNode) -> bool {
+    n.cluster
+        .get(&["node", n.name()])
+        .is_some_and(|o| condition(&o, "Ready")["status"] == "True")
+}
+
+/// The timestamped client pairs in the cert dir (not the `-current` link).
+fn client_pairs(dir: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    let name = p.file_name().unwrap().to_string_lossy().into_owned();
+                    name.starts_with("kubelet-client-2") && name.ends_with(".pem")
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+/// The leading certificate block of a pair file, as PEM.
+fn leaf_pem(pair: &Path) -> String {
+    let text = std::fs::read_to_string(pair).unwrap();
+    let end = "-----END CERTIFICATE-----";
+    let at = text.find(end).expect("a certificate in the pair") + end.len();
+    format!("{}\n", &text[..at])
+}
+
+fn not_after(pair: &Path) -> SystemTime {
+    use rustls::pki_types::pem::PemObject;
+    let der = rustls::pki_types::CertificateDer::from_pem_slice(leaf_pem(pair).as_bytes()).unwrap();
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
+    SystemTime::UNIX_EPOCH + Duration::from_secs(cert.validity().not_after.timestamp() as u64)
+}
+
+/// The CSRs in the cluster.
+fn csrs(cluster: &Cluster) -> Vec<Value> {
+    cluster
+        .get(&["csr"])
+        .and_then(|v| v["items"].as_array().cloned())
+        .unwrap_or_default()
+}
+
+fn issued_pem(csr: &Value) -> Option<String> {
+    let b64 = csr["status"]["certificate"].as_str()?;
+    let bytes = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
+    String::from_utf8(bytes).ok()
+}
+
+fn lease_renewed(cluster: &Cluster, node: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    let lease = cluster.get(&["-n", "kube-node-lease", "lease", node])?;
+    lease["spec"]["renewTime"].as_str()?.parse().ok()
+}
+
+#[test]
+#[ignore = "needs root, containerd and the control plane: run hack/test.sh"]
+fn a_node_with_only_a_bootstrap_token_joins_as_itself() {
+    let test = "cluster-bootstrap";
+    let mut n = ClusterNode::start_bootstrapped(Cluster::connect(test), test, &[]);
+    let name = n.name().to_string();
+    n.wait_api(90, "the bootstrapped Node is Ready", |_| is_ready(&n));
+
+    // Upstream's file layout: a timestamped pair, the current link to it, the kubeconfig.
+    let dir = n.cert_dir();
+    let pairs = client_pairs(&dir);
+    assert_eq!(pairs.len(), 1, "{pairs:?}");
+    let current = dir.join("kubelet-client-current.pem");
+    assert_eq!(std::fs::read_link(&current).unwrap(), pairs[0]);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&pairs[0]).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert!(!dir.join("kubelet-client.key.tmp").exists());
+    let kubeconfig = std::fs::read_to_string(&n.kubeconfig).unwrap();
+    assert!(
+        kubeconfig.contains(&format!("client-certificate: \"{}\"", current.display()))
+            && kubeconfig.contains("current-context: default-context"),
+        "{kubeconfig}"
+    );
+
+    // The kubeconfig it wrote is the node's own identity.
+    let kc = n.kubeconfig.display().to_string();
+    let whoami = n
+        .cluster
+        .ok(&["--kubeconfig", &kc, "auth", "whoami", "-o", "json"]);
+    let who: Value = serde_json::from_str(&whoami).unwrap();
+    assert_eq!(
+        who["status"]["userInfo"]["username"],
+        format!("system:node:{name}")
+    );
+    assert!(who["status"]["userInfo"]["groups"]
+        .as_array()
+        .unwrap()
+        .contains(&Value::from("system:nodes")));
+
+    // Its certificate came from a node-csr-<hash> request the bootstrap token made, approved
+    // by the controller-manager through kubeadm's nodeclient binding.
+    let issued = leaf_pem(&pairs[0]);
+    let csr = csrs(&n.cluster)
+        .into_iter()
+        .find(|c| issued_pem(c).as_deref() == Some(issued.as_str()))
+        .expect("the CSR that issued the node's certificate");
+    assert!(csr["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .starts_with("node-csr-"));
+    assert_eq!(
+        csr["spec"]["signerName"],
+        "kubernetes.io/kube-apiserver-client-kubelet"
+    );
+    assert_eq!(
+        csr["spec"]["usages"],
+        serde_json::json!(["digital signature", "client auth"])
+    );
+    assert!(
+        csr["spec"]["username"]
+            .as_str()
+            .unwrap()
+            .starts_with("system:bootstrap:"),
+        "{}",
+        csr["spec"]
+    );
+    assert_eq!(condition(&csr, "Approved")["reason"], "AutoApproved");
+
+    // The Node was registered with that identity: NodeRestriction lets only
+    // system:node:<name> (or an admin, which this agent never has) create it, and the
+    // bootstrap token cannot touch Nodes at all.
+    let (allowed, _) = n.cluster.kubectl(&[
+        "--kubeconfig",
+        &n.cluster.bootstrap_kubeconfig(&name).display().to_string(),
+        "get",
+        "node",
+        &name,
+    ]);
+    assert!(!allowed, "a bootstrap token may not read Nodes");
+
+    // A restart finds a valid kubeconfig and uses it as it is: no new request, no new pair.
+    n.kill9();
+    n.launch();
+    n.wait_until(60, "the restarted agent keeps its kubeconfig", || {
+        n.log()
+            .contains("kubeconfig exists and is valid, skipping bootstrap")
+    });
+    let before = lease_renewed(&n.cluster, &name).unwrap();
+    n.wait_api(60, "the restarted agent renews its Lease", |c| {
+        lease_renewed(c, &name).is_some_and(|t| t > before)
+    });
+    assert_eq!(client_pairs(&dir), pairs);
+}
+
+#[test]
+#[ignore = "needs root, containerd and the control plane: run hack/test.sh"]
+fn short_client_certificates_are_rotated_and_the_node_stays_ready() {
+    let test = "cluster-bootstrap-rotation";
+    // Certificates of 4 minutes: the signer backdates them 5 minutes, so their lifetime is
+    // 9 minutes and the node renews at 70-90 % of it, 1.3 to 3.1 minutes after issue.
+    let cluster = Cluster::private_with(test, 450, &["--signing-duration", "4m"]);
+    let n = ClusterNode::start_bootstrapped((*cluster).clone(), test, &["--rotate-certificates"]);
+    let name = n.name().to_string();
+    n.wait_api(90, "the bootstrapped Node is Ready", |_| is_ready(&n));
+    let dir = n.cert_dir();
+    let first = client_pairs(&dir);
+    assert_eq!(first.len(), 1, "{first:?}");
+    let first_expiry = not_after(&first[0]);
+
+    n.wait_api(300, "a second client certificate", |_| {
+        client_pairs(&dir).len() >= 2
+    });
+    let current = std::fs::read_link(dir.join("kubelet-client-current.pem")).unwrap();
+    assert_ne!(current, first[0], "the current link moved to the new pair");
+    assert!(not_after(&current) > first_expiry);
+    n.wait_until(30, "the API client switches to the new certificate", || {
+        n.log()
+            .contains("API client switched to the rotated client certificate")
+    });
+    // The renewal went through the node's own identity, approved by selfnodeclient.
+    let renewal = csrs(&n.cluster)
+        .into_iter()
+        .find(|c| c["spec"]["username"] == format!("system:node:{name}"))
+        .expect("a CSR made by the node itself");
+    assert!(renewal["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .starts_with("csr-"));
+    assert_eq!(condition(&renewal, "Approved")["reason"], "AutoApproved");
+
+    // Once the first certificate has expired the node still reaches the API: its Lease is
+    // renewed later than that, and it stays Ready.
+    let expired: chrono::DateTime<chrono::Utc> = first_expiry.into();
+    n.wait_api(
+        360,
+        "the Lease renewed after the first certificate expired",
+        |c| lease_renewed(c, &name).is_some_and(|t| t > expired + chrono::Duration::seconds(15)),
+    );
+    assert!(is_ready(&n), "{}", n.log());
+}
+
+/// curl's verdict on the node's 10250 as `name`, checked against the cluster CA: Ok with
+/// the HTTP code once the handshake verifies, Err with curl's message before.
+fn curl_verified(ca: &Path, name: &str, port: u16) -> Result<String, String> {
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "10",
+            "--cacert",
+        ])
+        .arg(ca)
+        .arg(format!("https://{name}:{port}/healthz"))
+        .output()
+        .expect("curl runs");
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// The subject, issuer and names of the certificate the node serves.
+fn served_certificate(name: &str, port: u16) -> String {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "openssl s_client -connect 127.0.0.1:{port} -servername {name} </dev/null 2>/dev/null \
+             | openssl x509 -noout -subject -issuer -ext subjectAltName"
+        ))
+        .output()
+        .expect("openssl runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+#[ignore = "needs root, containerd and the control plane: run hack/test.sh"]
+fn server_tls_bootstrap_serves_the_cluster_issued_certificate_once_approved() {
+    let test = "cluster-bootstrap-serving";
+    let n = ClusterNode::start_bootstrapped(
+        Cluster::connect(test),
+        test,
+        &["--rotate-server-certificates"],
+    );
+    let name = n.name().to_string();
+    let user = format!("system:node:{name}");
+    let mut pending = None;
+    n.wait_api(60, "a kubelet-serving CSR from the node", |c| {
+        pending = csrs(c).into_iter().find(|csr| {
+            csr["spec"]["username"] == user
+                && csr["spec"]["signerName"] == "kubernetes.io/kubelet-serving"
+        });
+        pending.is_some()
+    });
+    let csr = pending.unwrap();
+    assert_eq!(
+        csr["spec"]["usages"],
+        serde_json::json!(["digital signature", "server auth"])
+    );
+    // Nobody approves serving certificates on their own: until then there is no certificate
+    // to serve, and the handshake fails (upstream: "no serving certificate available").
+    assert!(condition(&csr, "Approved").is_null(), "{csr}");
+    let ca = n.cluster.ca_file();
+    let before = curl_verified(&ca, &name, n.secure_port);
+    assert!(before.is_err(), "served before approval: {before:?}");
+
+    let csr_name = csr["metadata"]["name"].as_str().unwrap().to_string();
+    n.cluster.ok(&["certificate", "approve", &csr_name]);
+    n.wait_until(
+        90,
+        "10250 serves a certificate the cluster CA verifies",
+        || curl_verified(&ca, &name, n.secure_port).is_ok(),
+    );
+    let served = served_certificate(&name, n.secure_port);
+    assert!(
+        served.contains(&format!("CN = system:node:{name}"))
+            && served.contains("O = system:nodes")
+            && served.contains("issuer=CN = kubelet-rs-cluster-ca")
+            && served.contains(&format!("DNS:{name}")),
+        "{served}"
+    );
+    let pair = n.cert_dir().join("kubelet-server-current.pem");
+    assert!(
+        std::fs::read_link(&pair)
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("kubelet-server-2"),
+        "{}",
+        pair.display()
+    );
+    assert!(is_ready(&n), "{}", n.log());
+}
