@@ -373,7 +373,7 @@ impl Drop for ClusterNode {
 }
 
 /// A busybox pod for the API: pinned to `node` by its hostname label, no service-account token
-/// (that volume comes with the next issue), `extra_spec` appended to its spec (indented 2).
+/// (the tests of that volume are in cluster_volumes.rs; the others keep to what they test), `extra_spec` appended to its spec (indented 2).
 pub fn api_busybox_pod(name: &str, node: &str, script: &str, extra_spec: &str) -> String {
     let script = script.replace('\'', "''");
     format!(
