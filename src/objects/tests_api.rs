@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::{json, Value};
 
 use super::fake_api::{FakeApi, Seen, TokenAnswer};
-use super::watched::RELEASE_GRACE;
+use super::watched::{MAX_IDLE, RELEASE_GRACE};
 use super::{ApiObjects, ClusterObjects, ObjectKind, TokenSpec};
 
 fn pod(uid: &str, namespace: &str, spec: Value) -> Pod {
@@ -37,8 +37,12 @@ fn config_map(namespace: &str, name: &str, value: &str) -> Value {
            "data": {"key": value}})
 }
 
-async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+async fn wait_for(what: &str, cond: impl FnMut() -> bool) {
+    wait_long(120, what, cond).await;
+}
+
+async fn wait_long(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
     while !cond() {
         assert!(
             tokio::time::Instant::now() < deadline,
@@ -155,6 +159,71 @@ async fn a_pod_that_drops_a_reference_releases_its_watch() {
         objects.watched(ObjectKind::ConfigMap),
         vec![("ns".to_string(), "new".to_string())]
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_nobody_reads_stops_and_the_next_read_reopens_it() {
+    let (client, api) = FakeApi::start();
+    api.put(config_map("ns", "read", "r")).await;
+    api.put(config_map("ns", "unread", "u")).await;
+    let objects = ApiObjects::new(client);
+    let p = pod(
+        "a",
+        "ns",
+        json!({"containers": [{"name": "c", "image": "busybox",
+            "envFrom": [{"configMapRef": {"name": "unread"}}]}],
+            "volumes": [{"name": "v", "configMap": {"name": "read"}}]}),
+    );
+    objects.register_pod(&p);
+    wait_for("the watches", || {
+        api.open_watches("configmaps", "ns", "read") == 1
+            && api.open_watches("configmaps", "ns", "unread") == 1
+    })
+    .await;
+    // A volume is read every sync period; the env reference only when a container starts.
+    let reader = async {
+        loop {
+            assert_eq!(value(&objects, "ns", "read").await, "r");
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        }
+    };
+    let idle = wait_long(MAX_IDLE.as_secs() + 180, "the unread watch to stop", || {
+        api.open_watches("configmaps", "ns", "unread") == 0
+    });
+    tokio::select! {
+        _ = reader => unreachable!(),
+        _ = idle => {}
+    }
+    assert_eq!(
+        api.open_watches("configmaps", "ns", "read"),
+        1,
+        "read, kept"
+    );
+    assert_eq!(
+        objects.watched(ObjectKind::ConfigMap).len(),
+        2,
+        "both referenced"
+    );
+    assert_eq!(
+        requests_to(&api.requests(), "/api/v1/namespaces/ns/configmaps/read").count(),
+        0,
+        "the read object came from its watch throughout"
+    );
+
+    // The next read asks the server (the cache may be stale) and reopens the watch.
+    assert_eq!(value(&objects, "ns", "unread").await, "u");
+    assert_eq!(
+        requests_to(&api.requests(), "/api/v1/namespaces/ns/configmaps/unread").count(),
+        1
+    );
+    wait_for("the watch again", || {
+        api.open_watches("configmaps", "ns", "unread") == 1
+    })
+    .await;
+    api.put(config_map("ns", "unread", "u2")).await;
+    api.bookmark("ConfigMap", "ns", "unread").await;
+    api.bookmark("ConfigMap", "ns", "unread").await;
+    assert_eq!(value(&objects, "ns", "unread").await, "u2");
 }
 
 #[tokio::test(start_paused = true)]

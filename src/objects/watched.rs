@@ -3,10 +3,12 @@
 //! `fieldSelector=metadata.name=<name>` in the object's namespace (what the Node authorizer
 //! lets a node list and watch), shared by every registered pod that references it and
 //! stopped once none does. A watch costs one request when it opens and one when the server
-//! ends it (every few minutes); an unchanged object costs nothing in between.
+//! ends it (every few minutes); an unchanged object costs nothing in between. As upstream, a
+//! watch whose object nobody read for [`MAX_IDLE`] stops too (an env or pull-secret reference
+//! is read when a container starts, not every pass) and the next read reopens it.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -16,6 +18,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::ResourceExt;
 use tokio::task::AbortHandle;
+use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use super::{ObjectError, ObjectKind};
@@ -24,6 +27,13 @@ use super::{ObjectError, ObjectKind};
 /// workload (a rollout, a restarted worker) references the same objects moments later, and
 /// reopening the watch would cost a list.
 pub(crate) const RELEASE_GRACE: Duration = Duration::from_secs(30);
+
+/// Upstream stops a watch nobody read for five sync periods (5 x the default 1 min
+/// syncFrequency); volumes are read every period, so only other references idle out.
+pub(crate) const MAX_IDLE: Duration = Duration::from_secs(5 * 60);
+
+/// How often idle watches are looked for (upstream's period).
+const IDLE_CHECK: Duration = Duration::from_secs(60);
 
 /// What the watches need to know of a kind.
 pub(crate) trait Watchable:
@@ -71,12 +81,25 @@ struct Entry<K> {
     /// Bumped on every release, so a release timer acts only for the release it was set by.
     releases: u64,
     slot: Arc<Mutex<Slot<K>>>,
-    watch: AbortHandle,
+    /// `None`: stopped for idleness (the next read reopens it). A watch that ended by
+    /// itself saw the object immutable, and its slot keeps it.
+    watch: Option<AbortHandle>,
+    last_read: Instant,
+}
+
+impl<K: Watchable> Entry<K> {
+    fn stop(&mut self) {
+        if let Some(w) = self.watch.take() {
+            w.abort();
+        }
+    }
 }
 
 pub(crate) struct Watched<K: Watchable> {
     client: kube::Client,
     entries: Arc<Mutex<HashMap<Key, Entry<K>>>>,
+    /// The idle check runs from the first watch on (a task needs the runtime).
+    idle_check: std::sync::Once,
 }
 
 impl<K: Watchable> Watched<K> {
@@ -84,7 +107,19 @@ impl<K: Watchable> Watched<K> {
         Watched {
             client,
             entries: Arc::new(Mutex::new(HashMap::new())),
+            idle_check: std::sync::Once::new(),
         }
+    }
+
+    /// Opens the object's watch into a fresh slot (an aborted task may still write its old
+    /// one).
+    fn open(&self, e: &mut Entry<K>, key: &Key) {
+        let slot = Arc::new(Mutex::new(Slot::Unsynced));
+        let api: Api<K> = Api::namespaced(self.client.clone(), &key.0);
+        let task = tokio::spawn(keep_current(api, key.clone(), slot.clone()));
+        debug!(kind = %K::KIND, namespace = %key.0, name = %key.1, "watching");
+        e.slot = slot;
+        e.watch = Some(task.abort_handle());
     }
 
     /// One more registered pod references the object: the first opens its watch.
@@ -95,19 +130,18 @@ impl<K: Watchable> Watched<K> {
             e.refs += 1;
             return;
         }
-        let slot = Arc::new(Mutex::new(Slot::Unsynced));
-        let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
-        let watch = tokio::spawn(keep_current(api, key.clone(), slot.clone())).abort_handle();
-        debug!(kind = %K::KIND, namespace, name, "watching");
-        entries.insert(
-            key,
-            Entry {
-                refs: 1,
-                releases: 0,
-                slot,
-                watch,
-            },
-        );
+        self.idle_check.call_once(|| {
+            tokio::spawn(stop_idle_watches::<K>(Arc::downgrade(&self.entries)));
+        });
+        let mut e = Entry {
+            refs: 1,
+            releases: 0,
+            slot: Arc::new(Mutex::new(Slot::Unsynced)),
+            watch: None,
+            last_read: Instant::now(),
+        };
+        self.open(&mut e, &key);
+        entries.insert(key, e);
     }
 
     /// A registered pod no longer references the object: after the last, its watch stops
@@ -135,8 +169,8 @@ impl<K: Watchable> Watched<K> {
                 .get(&key)
                 .is_some_and(|e| e.refs == 0 && e.releases == release)
             {
-                let e = entries.remove(&key).expect("the entry just looked up");
-                e.watch.abort();
+                let mut e = entries.remove(&key).expect("the entry just looked up");
+                e.stop();
                 debug!(kind = %K::KIND, namespace = %key.0, name = %key.1, "no pod references it any more; watch stopped");
             }
         });
@@ -145,12 +179,14 @@ impl<K: Watchable> Watched<K> {
     /// The object as its watch last saw it; asked of the API server when no watch has listed
     /// it yet (or none is open), so a pod's first pass never waits for a watch.
     pub(crate) async fn get(&self, namespace: &str, name: &str) -> Result<Arc<K>, ObjectError> {
-        let slot = self
-            .entries
-            .lock()
-            .unwrap()
-            .get(&(namespace.to_string(), name.to_string()))
-            .map(|e| e.slot.clone());
+        let key = (namespace.to_string(), name.to_string());
+        let slot = self.entries.lock().unwrap().get_mut(&key).map(|e| {
+            e.last_read = Instant::now();
+            if e.watch.is_none() {
+                self.open(e, &key);
+            }
+            e.slot.clone()
+        });
         if let Some(slot) = slot {
             if let Slot::Synced(object) = &*slot.lock().unwrap() {
                 return object
@@ -196,8 +232,28 @@ impl<K: Watchable> Watched<K> {
 
 impl<K: Watchable> Drop for Watched<K> {
     fn drop(&mut self) {
-        for e in self.entries.lock().unwrap().values() {
-            e.watch.abort();
+        for e in self.entries.lock().unwrap().values_mut() {
+            e.stop();
+        }
+    }
+}
+
+/// Every [`IDLE_CHECK`], stops the watches whose object nobody read for [`MAX_IDLE`] (their
+/// pods still reference them), until the objects are dropped.
+async fn stop_idle_watches<K: Watchable>(entries: Weak<Mutex<HashMap<Key, Entry<K>>>>) {
+    loop {
+        tokio::time::sleep(IDLE_CHECK).await;
+        let Some(entries) = entries.upgrade() else {
+            return;
+        };
+        let now = Instant::now();
+        for (key, e) in entries.lock().unwrap().iter_mut() {
+            let running = e.watch.as_ref().is_some_and(|w| !w.is_finished());
+            if running && now.duration_since(e.last_read) >= MAX_IDLE {
+                e.stop();
+                e.slot = Arc::new(Mutex::new(Slot::Unsynced));
+                debug!(kind = %K::KIND, namespace = %key.0, name = %key.1, "not read for a while; watch stopped until the next read");
+            }
         }
     }
 }
