@@ -56,13 +56,13 @@ fn pods_referencing_objects_run_and_the_node_may_watch_them() {
     }
 
     let audit = n.cluster.dir.join("logs/audit.log");
-    let Ok(log) = std::fs::read_to_string(&audit) else {
+    if !audit.exists() {
         eprintln!(
             "no audit log at {}: the watches and the idle figure need a control plane started with --audit",
             audit.display()
         );
         return;
-    };
+    }
     let user = format!("system:node:{node}");
     // Every referenced object is listed and watched by name, and the Node authorizer allows it.
     let wanted: Vec<(String, String)> = (0..PODS)
