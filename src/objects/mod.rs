@@ -11,6 +11,13 @@
 mod api;
 #[cfg(test)]
 pub(crate) mod fake;
+#[cfg(test)]
+mod fake_api;
+mod refs;
+#[cfg(test)]
+mod tests_api;
+mod tokens;
+mod watched;
 
 pub use api::ApiObjects;
 
@@ -22,7 +29,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 
 /// The kind of a referenced object, in upstream's lower-case spelling for messages
 /// (`configmap "cfg" not found`, `secret "s" not found`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ObjectKind {
     ConfigMap,
     Secret,
@@ -122,7 +129,8 @@ pub trait ClusterObjects: Send + Sync {
         spec: &TokenSpec,
     ) -> Result<ServiceAccountToken, ObjectError>;
     /// Called on every worker pass: the ConfigMaps and Secrets the pod references (volumes,
-    /// env, envFrom, imagePullSecrets) become the ones kept current for it.
+    /// env, envFrom, imagePullSecrets) become the ones kept current for it (cheap when they
+    /// did not change).
     fn register_pod(&self, pod: &Pod);
     /// The pod is gone: its references (and tokens) are dropped.
     fn unregister_pod(&self, pod_uid: &str);

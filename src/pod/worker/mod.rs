@@ -244,6 +244,9 @@ impl Worker {
             if is_deleted(&pod) {
                 break Some(pod);
             }
+            // Before the pass reads them: the objects this copy of the pod references are
+            // the ones kept watched for it (nothing happens when they did not change).
+            self.shared.objects.register_pod(&pod);
             let next = self.pass(&pod).await;
             tokio::select! {
                 _ = wake.notified() => {}
@@ -257,6 +260,7 @@ impl Worker {
             Some(pod) => self.finish_deleted(pod, desired).await,
             None => self.finish_removed(desired).await,
         }
+        self.shared.objects.unregister_pod(&self.pod_ref.uid);
         info!(pod = %self.pod_ref.display(), "pod removed");
     }
 
