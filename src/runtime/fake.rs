@@ -75,6 +75,8 @@ struct FakeState {
     /// Operations that answer with a timeout until cleared.
     hung: HashSet<&'static str>,
     calls: Vec<String>,
+    /// For each pull, the image and where each credential it was given came from.
+    pull_credentials: Vec<(String, Vec<String>)>,
     next_pid: u32,
 }
 
@@ -155,6 +157,11 @@ impl FakeRuntime {
             .into_iter()
             .filter(|c| c.starts_with(prefix))
             .collect()
+    }
+
+    /// Each pull so far: the image and the sources of the credentials it was given, in order.
+    pub(crate) fn pull_credentials(&self) -> Vec<(String, Vec<String>)> {
+        self.lock().pull_credentials.clone()
     }
 
     pub(crate) fn clear_calls(&self) {
@@ -494,10 +501,14 @@ impl Runtime for FakeRuntime {
     async fn pull_image(
         &self,
         image: &str,
-        _creds: &[RegistryCredential],
+        creds: &[RegistryCredential],
     ) -> std::result::Result<PullOutcome, PullError> {
         let _ = self.enter("pull_image", image.to_string()).await;
         let mut st = self.lock();
+        st.pull_credentials.push((
+            image.to_string(),
+            creds.iter().map(|c| c.source.clone()).collect(),
+        ));
         match st.registry.get(image).cloned() {
             Some(info) => {
                 st.images.insert(image.to_string(), info.clone());

@@ -813,4 +813,36 @@ mod tests {
         assert!(message.contains("secret ns/bad"), "{message}");
         assert!(h.fake.calls_of("pull_image").is_empty());
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_pods_pull_secrets_reach_the_runtime_in_its_order() {
+        let h = harness();
+        h.fake.add_to_registry("reg.test/app:1");
+        h.objects.put_secret(secret(
+            "new",
+            "kubernetes.io/dockerconfigjson",
+            ".dockerconfigjson",
+            &docker_config("reg.test", "u1", "p1"),
+        ));
+        h.objects.put_secret(secret(
+            "old",
+            "kubernetes.io/dockercfg",
+            ".dockercfg",
+            &legacy_config("reg.test", "u2", "p2"),
+        ));
+        let p = pod(
+            json!({"image": "reg.test/app:1"}),
+            json!({"imagePullSecrets": [{"name": "new"}, {"name": "old"}]}),
+        );
+        let mut w = Worker::new(h.shared.clone(), crate::pod::worker::pod_ref(&p));
+        w.pass(&p).await;
+        assert!(app_status(&h).state.unwrap().running.is_some());
+        assert_eq!(
+            h.fake.pull_credentials(),
+            [(
+                "reg.test/app:1".to_string(),
+                vec!["secret ns/new".to_string(), "secret ns/old".to_string()]
+            )]
+        );
+    }
 }
