@@ -241,12 +241,25 @@ impl ClusterNode {
 
     /// As `start`, on the given control plane.
     pub fn start_in(cluster: Cluster, test: &str, extra: &[&str]) -> ClusterNode {
-        let mut node = Node::prepare(test, extra, &["pause", "busybox"]);
+        let node = Node::prepare(test, extra, &["pause", "busybox"]);
         let kubeconfig = cluster.node_kubeconfig(&node.node_name);
+        let identity = vec![format!("--kubeconfig={}", kubeconfig.display())];
+        Self::launch(cluster, node, identity, kubeconfig, 60)
+    }
+
+    /// Starts the prepared agent with its identity flags and the cluster's usual ones, and
+    /// waits (up to `wait_secs`) until its Node exists.
+    fn launch(
+        cluster: Cluster,
+        mut node: Node,
+        identity: Vec<String>,
+        kubeconfig: PathBuf,
+        wait_secs: u64,
+    ) -> ClusterNode {
         // Leftovers of an earlier run of this test (same node name) would be adopted: start clean.
         cluster.kubectl(&["delete", "node", &node.node_name, "--wait=false"]);
-        let mut flags = vec![
-            format!("--kubeconfig={}", kubeconfig.display()),
+        let mut flags = identity;
+        flags.extend([
             format!("--client-ca-file={}", cluster.ca_file().display()),
             "--authorization-mode=Webhook".to_string(),
             "--authentication-token-webhook".to_string(),
@@ -255,7 +268,7 @@ impl ClusterNode {
             // would place nothing on it.
             "--eviction-hard=memory.available<100Mi,nodefs.available<1%,nodefs.inodesFree<1%,imagefs.available<1%"
                 .to_string(),
-        ];
+        ]);
         flags.append(&mut node.extra_args);
         node.extra_args = flags;
         node.launch();
@@ -265,7 +278,7 @@ impl ClusterNode {
             kubeconfig,
         };
         let name = cn.name().to_string();
-        cn.wait_api(60, "the Node is registered", |c| {
+        cn.wait_api(wait_secs, "the Node is registered", |c| {
             c.get(&["node", &name]).is_some()
         });
         cn
@@ -448,32 +461,15 @@ impl ClusterNode {
     /// (`--bootstrap-kubeconfig`), its `--kubeconfig` (`kubeconfig` here, under the node's
     /// root) written by the agent's TLS bootstrap. Waits until the Node object exists.
     pub fn start_bootstrapped(cluster: Cluster, test: &str, extra: &[&str]) -> ClusterNode {
-        let mut node = Node::prepare(test, extra, &["pause", "busybox"]);
+        let node = Node::prepare(test, extra, &["pause", "busybox"]);
         let bootstrap = cluster.bootstrap_kubeconfig(&node.node_name);
         let kubeconfig = node.root.path().join("kubelet.conf");
-        cluster.kubectl(&["delete", "node", &node.node_name, "--wait=false"]);
-        let mut flags = vec![
+        let identity = vec![
             format!("--bootstrap-kubeconfig={}", bootstrap.display()),
             format!("--kubeconfig={}", kubeconfig.display()),
-            format!("--client-ca-file={}", cluster.ca_file().display()),
-            "--authorization-mode=Webhook".to_string(),
-            "--authentication-token-webhook".to_string(),
-            "--eviction-hard=memory.available<100Mi,nodefs.available<1%,nodefs.inodesFree<1%,imagefs.available<1%"
-                .to_string(),
         ];
-        flags.append(&mut node.extra_args);
-        node.extra_args = flags;
-        node.launch();
-        let cn = ClusterNode {
-            cluster,
-            node,
-            kubeconfig,
-        };
-        let name = cn.name().to_string();
-        cn.wait_api(90, "the Node is registered", |c| {
-            c.get(&["node", &name]).is_some()
-        });
-        cn
+        // Longer than a plain start: the CSR waits for the controller-manager's approval.
+        Self::launch(cluster, node, identity, kubeconfig, 90)
     }
 
     /// The agent's cert dir (the default, `<root-dir>/pki`).

@@ -841,7 +841,8 @@ mod tests {
     use super::*;
     use serde_json::{json, Value};
 
-    fn ctx() -> PodContext {
+    /// Shared with `spec::env`'s tests.
+    pub(super) fn ctx() -> PodContext {
         PodContext {
             sandbox_id: "sb".into(),
             pod_name: "p-node".into(),

@@ -397,30 +397,14 @@ mod tests {
     use k8s_openapi::ByteString;
     use serde_json::{json, Value};
 
+    /// The spec tests' context, in namespace `ns` (the messages name it).
     fn ctx() -> PodContext {
         PodContext {
-            sandbox_id: "sb".into(),
             pod_name: "p".into(),
             pod_namespace: "ns".into(),
-            pod_uid: "u1".into(),
-            cgroup_parent: "/kubepods/besteffort/podu1".into(),
-            host_network: false,
-            host_pid: false,
-            host_ipc: false,
-            share_process_namespace: false,
-            netns_path: None,
-            sandbox_pid: 42,
             hostname: "p".into(),
-            hosts_file: "/r/hosts".into(),
-            hostname_file: "/r/hostname".into(),
-            resolv_file: "/r/resolv.conf".into(),
-            oom_score_adj: 1000,
-            oom_score_adj_min: -1000,
-            pod_ips: vec!["10.88.0.5".into()],
-            host_ip: "192.0.2.1".into(),
-            node_name: "node".into(),
-            allocatable_cpu_millis: 2000,
-            allocatable_memory: 1 << 30,
+            netns_path: None,
+            ..super::super::tests::ctx()
         }
     }
 
