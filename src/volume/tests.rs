@@ -660,3 +660,30 @@ async fn a_failed_refresh_keeps_the_last_content() {
         "{e}"
     );
 }
+
+#[tokio::test]
+async fn a_token_source_asks_for_its_audience_lifetime_and_the_pods_service_account() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = Arc::new(FakeMounter::default());
+    let objects = cluster_objects();
+    let mut p = pod(json!([
+        {"name": "vault", "projected": {"sources": [
+            {"serviceAccountToken": {"audience": "vault", "expirationSeconds": 7200,
+                                     "path": "vault-token"}}
+        ]}}
+    ]));
+    p.spec.as_mut().unwrap().service_account_name = Some("builder".into());
+    let v = set_up(&p, &tmp.path().join("pod"), &objects, &m)
+        .await
+        .unwrap();
+    let path = v.get("vault").unwrap().path.join("vault-token");
+    assert_eq!(fs::read_to_string(path).unwrap(), "token-builder-1");
+    assert_eq!(
+        objects.tokens.lock().unwrap().clone(),
+        [crate::objects::TokenSpec {
+            service_account: "builder".into(),
+            audience: "vault".into(),
+            expiration_seconds: 7200,
+        }]
+    );
+}
