@@ -165,15 +165,20 @@ impl Cluster {
     /// The node's kubeconfig (identity system:node:<name>), made by hack/cluster/node-kubeconfig.sh,
     /// which also points the name at 127.0.0.1 in /etc/hosts.
     pub fn node_kubeconfig(&self, name: &str) -> PathBuf {
-        let out = Command::new(hack("node-kubeconfig.sh"))
+        self.kubeconfig_for("node-kubeconfig.sh", name)
+    }
+
+    /// Runs hack/cluster/SCRIPT NAME --dir DIR, which prints the path of the kubeconfig it made.
+    fn kubeconfig_for(&self, script: &str, name: &str) -> PathBuf {
+        let out = Command::new(hack(script))
             .arg(name)
             .arg("--dir")
             .arg(&self.dir)
             .output()
-            .expect("node-kubeconfig.sh runs");
+            .unwrap_or_else(|e| panic!("{script} runs: {e}"));
         assert!(
             out.status.success(),
-            "node-kubeconfig.sh {name}: {}",
+            "{script} {name}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
         PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
@@ -441,18 +446,7 @@ impl Cluster {
     /// A bootstrap kubeconfig (a fresh bootstrap token) for node `name`, made by
     /// hack/cluster/bootstrap-kubeconfig.sh, which also points the name at 127.0.0.1.
     pub fn bootstrap_kubeconfig(&self, name: &str) -> PathBuf {
-        let out = Command::new(hack("bootstrap-kubeconfig.sh"))
-            .arg(name)
-            .arg("--dir")
-            .arg(&self.dir)
-            .output()
-            .expect("bootstrap-kubeconfig.sh runs");
-        assert!(
-            out.status.success(),
-            "bootstrap-kubeconfig.sh {name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        self.kubeconfig_for("bootstrap-kubeconfig.sh", name)
     }
 }
 
