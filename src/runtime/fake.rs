@@ -25,6 +25,7 @@ use super::images::{ImageConfig, ImageInfo};
 use super::labels::{self, Kind};
 use super::pull::{PullError, PullOutcome, RegistryCredential};
 use super::service::Runtime;
+use super::stdio::{ProcessStdio, StdioRequest};
 use super::{Result, RuntimeError};
 
 /// What a container's task does once started.
@@ -566,6 +567,25 @@ impl Runtime for FakeRuntime {
         st.images
             .retain(|name, i| !(names.contains(name) && i.image_ref.ends_with(digest)));
         Ok(())
+    }
+
+    async fn exec_stdio(
+        &self,
+        container_id: &str,
+        _cmd: Vec<String>,
+        _io: StdioRequest,
+    ) -> Result<ProcessStdio> {
+        Err(RuntimeError::Stdio {
+            container: container_id.to_string(),
+            reason: "the fake runtime has no exec streams yet".into(),
+        })
+    }
+
+    async fn attach_stdio(&self, container_id: &str, _io: StdioRequest) -> Result<ProcessStdio> {
+        Err(RuntimeError::Stdio {
+            container: container_id.to_string(),
+            reason: "the fake runtime has no attach yet".into(),
+        })
     }
 
     async fn image_accounts(&self, _image: &ImageInfo) -> Result<Arc<Accounts>> {

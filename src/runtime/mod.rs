@@ -23,6 +23,7 @@ pub mod labels;
 pub mod pull;
 pub mod service;
 pub mod spec;
+pub mod stdio;
 
 pub use client::Containerd;
 pub use service::{ContainerdRuntime, Runtime};
@@ -52,6 +53,9 @@ pub enum RuntimeError {
     ImageNotFound(String),
     #[error("image {image}: {reason}")]
     BadImage { image: String, reason: String },
+    /// The stdio of an exec process or an attached container could not be opened or used.
+    #[error("container {container}: {reason}")]
+    Stdio { container: String, reason: String },
     #[error("container {container}: invalid {field}: {reason}")]
     Spec {
         container: String,

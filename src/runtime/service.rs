@@ -22,7 +22,8 @@ use super::exec::{ExecError, ExecRunner};
 use super::image_store::ListedImage;
 use super::images::ImageInfo;
 use super::pull::{PullError, PullOutcome, Puller, RegistryCredential};
-use super::{Containerd, Result};
+use super::stdio::{ProcessStdio, StdioRequest};
+use super::{Containerd, Result, RuntimeError};
 
 /// The container runtime as the agent's pod workers see it. Every call has a deadline in
 /// the implementation, so no call can hold a worker forever. Its exec half is the
@@ -79,6 +80,20 @@ pub trait Runtime: ExecRunner {
     /// Removes the image with this digest under all its names, returning once its content
     /// is freed.
     async fn remove_image(&self, digest: &str, names: &[String]) -> Result<()>;
+
+    // Streams to a client (exec, attach).
+
+    /// Starts `cmd` in the running container `container_id` with the requested stdio
+    /// (`kubectl exec`). Returns once the process started; a process that cannot start
+    /// (binary not found) is an error.
+    async fn exec_stdio(
+        &self,
+        container_id: &str,
+        cmd: Vec<String>,
+        io: StdioRequest,
+    ) -> Result<ProcessStdio>;
+    /// Attaches to the running container's own stdio (`kubectl attach`).
+    async fn attach_stdio(&self, container_id: &str, io: StdioRequest) -> Result<ProcessStdio>;
 }
 
 /// containerd over its native gRPC API, with the registry puller for images it lacks.
@@ -172,5 +187,24 @@ impl Runtime for ContainerdRuntime {
 
     async fn remove_image(&self, digest: &str, names: &[String]) -> Result<()> {
         self.containerd.remove_image(digest, names).await
+    }
+
+    async fn exec_stdio(
+        &self,
+        container_id: &str,
+        _cmd: Vec<String>,
+        _io: StdioRequest,
+    ) -> Result<ProcessStdio> {
+        Err(RuntimeError::Stdio {
+            container: container_id.to_string(),
+            reason: "exec streams are not implemented yet".into(),
+        })
+    }
+
+    async fn attach_stdio(&self, container_id: &str, _io: StdioRequest) -> Result<ProcessStdio> {
+        Err(RuntimeError::Stdio {
+            container: container_id.to_string(),
+            reason: "attach is not implemented yet".into(),
+        })
     }
 }

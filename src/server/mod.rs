@@ -15,6 +15,7 @@ pub mod auth;
 pub mod connections;
 pub mod container_logs;
 pub mod router;
+pub mod streaming;
 pub mod tls;
 
 use std::convert::Infallible;
