@@ -63,6 +63,11 @@ pub trait ProcessControl: Send + Sync {
     /// the container is `stdinOnce` and has no tty; otherwise this session just detaches
     /// its input).
     async fn close_stdin(&self) -> Result<()>;
+    /// The client went away before the process ended. An exec process gets SIGHUP, as a
+    /// hung-up terminal would send, and SIGKILL if it is still there after a grace period,
+    /// so abandoned sessions do not pile up processes in the container; an attach session
+    /// only detaches (the container itself is never signalled).
+    async fn hang_up(&self);
     /// Waits until the process exits (exec) or the attached container's output ends.
     async fn wait(&self) -> Result<ProcessEnd>;
     /// Releases what the session holds once the client is done: for exec, deletes the exec

@@ -11,7 +11,9 @@
 //! - between them, the copy that joins a client's streams to a process and reports how it
 //!   ended.
 
+pub mod spdy;
 pub mod status;
+pub mod websocket;
 
 use std::pin::Pin;
 
