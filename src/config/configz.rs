@@ -136,6 +136,10 @@ pub fn configz_json(config: &Config) -> Value {
         json!(config.image_gc_low_threshold_percent),
     );
     put("serializeImagePulls", json!(config.serialize_image_pulls));
+    put(
+        "enableDebuggingHandlers",
+        json!(config.enable_debugging_handlers),
+    );
     if let Some(n) = config.max_parallel_image_pulls {
         put("maxParallelImagePulls", json!(n));
     }

@@ -248,6 +248,8 @@ pub(crate) struct FileSettings {
     pub image_minimum_gc_age: Option<Duration>,
     /// Pointers upstream: an explicit false (or 0) is kept, and 0 fails validation.
     pub serialize_image_pulls: Option<bool>,
+    /// A pointer upstream: an explicit false is kept.
+    pub enable_debugging_handlers: Option<bool>,
     pub max_parallel_image_pulls: Option<i32>,
     pub register_with_taints: Option<Vec<Taint>>,
     /// A pointer upstream: an explicit false is kept.
@@ -359,6 +361,7 @@ pub(crate) fn parse_text(path: &Path, text: &str) -> Result<FileSettings, Config
         image_gc_low_threshold_percent: reader.int32("imageGCLowThresholdPercent")?,
         image_minimum_gc_age: reader.duration("imageMinimumGCAge")?,
         serialize_image_pulls: reader.boolean("serializeImagePulls")?,
+        enable_debugging_handlers: reader.boolean("enableDebuggingHandlers")?,
         max_parallel_image_pulls: reader.int32("maxParallelImagePulls")?,
         register_with_taints: reader.taints("registerWithTaints")?,
         register_node: reader.boolean("registerNode")?,

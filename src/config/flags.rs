@@ -97,6 +97,7 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
     value("minimum-image-ttl-duration", "DURATION", "least age of an unused image before GC may remove it (imageMinimumGCAge, default 2m0s)"),
     value("image-gc-period", "DURATION", "kubelet-rs only: period of image GC (upstream's fixed 5m0s)"),
     value("image-fs-path", "PATH", "kubelet-rs only: a path on the filesystem holding containerd's images, measured for image GC (default /var/lib/containerd)"),
+    bool_flag("enable-debugging-handlers", "serve exec, attach, portForward and run (enableDebuggingHandlers, default true)"),
     bool_flag("serialize-image-pulls", "pull images one at a time (serializeImagePulls, default true)"),
     value("insecure-registry", "HOST[:PORT]", "kubelet-rs only: a registry (host, host:port or CIDR) that may be reached over plain HTTP; repeatable; loopback registries need none"),
     value("node-labels", "K=V[,K=V]", "labels added to the Node at registration; kubernetes.io/k8s.io keys only from the kubelet's allowed set"),

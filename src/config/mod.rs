@@ -129,6 +129,9 @@ pub struct Config {
     /// --image-fs-path (kubelet-rs only): a path on the filesystem holding containerd's
     /// content and snapshots, whose statvfs drives image GC (upstream asks the CRI instead).
     pub image_fs_path: PathBuf,
+    /// --enable-debugging-handlers / enableDebuggingHandlers: exec, attach, portForward and
+    /// run are served (default true); off, they answer 405 as upstream's do.
+    pub enable_debugging_handlers: bool,
     /// --serialize-image-pulls / serializeImagePulls: one image pull at a time.
     pub serialize_image_pulls: bool,
     /// maxParallelImagePulls (file only, as upstream has no flag): with serialized pulls
@@ -287,6 +290,7 @@ impl Config {
             image_gc_period: DEFAULT_IMAGE_GC_PERIOD,
             image_fs_path: PathBuf::from(DEFAULT_IMAGE_FS_PATH),
             serialize_image_pulls: true,
+            enable_debugging_handlers: true,
             max_parallel_image_pulls: None,
             insecure_registries: Vec::new(),
             node_labels: BTreeMap::new(),
@@ -383,6 +387,7 @@ fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError
         image_gc_low_threshold_percent,
         image_minimum_gc_age,
         serialize_image_pulls,
+        enable_debugging_handlers,
         max_parallel_image_pulls,
         register_with_taints,
         register_node,
@@ -458,6 +463,10 @@ fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError
         image_gc_low_threshold_percent,
     );
     set(&mut config.image_minimum_gc_age, image_minimum_gc_age);
+    set(
+        &mut config.enable_debugging_handlers,
+        enable_debugging_handlers,
+    );
     config.max_parallel_image_pulls = max_parallel_image_pulls;
     // v1beta1 defaulting: asking for parallel pulls turns serialized pulls off unless the
     // file says otherwise, so one setting is enough.
@@ -638,6 +647,9 @@ fn apply_flags(config: &mut Config, given: &[FlagValue]) -> Result<(), ConfigErr
             }
             "image-gc-period" => config.image_gc_period = parse_duration(v).map_err(|r| bad(&r))?,
             "image-fs-path" => config.image_fs_path = non_empty_path(v).map_err(|r| bad(&r))?,
+            "enable-debugging-handlers" => {
+                config.enable_debugging_handlers = flags::parse_bool(v).map_err(|r| bad(&r))?
+            }
             "serialize-image-pulls" => {
                 config.serialize_image_pulls = flags::parse_bool(v).map_err(|r| bad(&r))?
             }
