@@ -348,9 +348,10 @@ async fn client_certificates_authenticate_against_the_client_ca() {
             .await,
         (400, r#"{"message": "Unable to decode query."}"#.to_string())
     );
+    // The streaming endpoints find the pod before anything else.
     assert_eq!(
-        agent.get("/exec/default/p/c", Some(&good), None).await.0,
-        501
+        agent.get("/exec/default/p/c", Some(&good), None).await,
+        (404, "pod does not exist".to_string())
     );
     // Unknown paths: Go's ServeMux answer, before any authentication.
     assert_eq!(

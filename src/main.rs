@@ -218,6 +218,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         },
     });
     server_state.set_sync_loop(sync_loop);
+    server_state.set_runtime(runtime.clone());
 
     start_stats(&cfg, &server_state, stats_pods);
 

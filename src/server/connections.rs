@@ -105,6 +105,9 @@ where
         .header_read_timeout(limits.header_read_timeout)
         .max_buf_size(MAX_BUF_SIZE)
         .serve_connection(TokioIo::new(stream), svc)
+        // exec, attach and port-forward switch protocols (SPDY/3.1, WebSocket) on the
+        // connection; the apiserver dials with HTTP/1.1 for exactly that.
+        .with_upgrades()
         .await
     {
         debug!(error = %e, "connection ended with an error");

@@ -1,5 +1,6 @@
 //! The kubelet's HTTP endpoints. Handlers read caches (the pod status store, the stats
-//! collector's views) and never call containerd on the request path.
+//! collector's views) and never call containerd on the request path, except the streaming
+//! endpoints (`streaming`: exec, attach, port-forward, run), whose work is the runtime's.
 //!
 //! - main server (`address:port`, 10250): TLS, authentication and authorization
 //!   ([`serve_main`]);

@@ -18,9 +18,12 @@ use tracing::debug;
 
 use super::auth::{self, Authenticator, Authorizer, Decision};
 use super::container_logs;
+use super::streaming;
+use super::streaming::routes::{Endpoint, Target};
 use crate::config::{configz_json, Config};
 use crate::pod::sync_health::SyncLoopHealth;
 use crate::pod::StatusStore;
+use crate::runtime::Runtime;
 
 pub type Body = BoxBody<Bytes, Infallible>;
 
@@ -39,6 +42,8 @@ pub struct ServerState {
     pub statuses: StatusStore,
     stats: OnceLock<Arc<dyn StatsViews>>,
     sync_loop: OnceLock<Arc<SyncLoopHealth>>,
+    /// The runtime exec, attach and port-forward reach, once containerd is connected.
+    runtime: OnceLock<Arc<dyn Runtime>>,
 }
 
 impl ServerState {
@@ -48,7 +53,17 @@ impl ServerState {
             statuses,
             stats: OnceLock::new(),
             sync_loop: OnceLock::new(),
+            runtime: OnceLock::new(),
         })
+    }
+
+    /// Plugs in the runtime the streaming endpoints use (once).
+    pub fn set_runtime(&self, runtime: Arc<dyn Runtime>) {
+        let _ = self.runtime.set(runtime);
+    }
+
+    pub(crate) fn runtime(&self) -> Option<Arc<dyn Runtime>> {
+        self.runtime.get().cloned()
     }
 
     /// Plugs in the pod manager's loop health for /healthz/syncloop (once).
@@ -101,8 +116,8 @@ pub(crate) enum Action {
         pod: String,
         container: String,
     },
-    /// exec, attach, portForward, run: recognised, not implemented yet.
-    NotSupported(&'static str),
+    /// exec, attach, portForward, run.
+    Stream(Target),
     MethodNotAllowed(&'static str),
     /// Inside a known prefix but no route (go-restful's 404).
     NoRoute,
@@ -190,34 +205,21 @@ pub(crate) fn resolve(
             };
             (action, "containerLogs")
         }
-        kind @ ("exec" | "attach") => {
-            let action = match segments.len() {
-                4 | 5 => only(
-                    "GET, POST",
-                    get_or_post,
-                    Action::NotSupported(if kind == "exec" { "exec" } else { "attach" }),
-                ),
-                _ => Action::NoRoute,
+        kind @ ("exec" | "attach" | "portForward" | "run") => {
+            let (endpoint, bucket) = match kind {
+                "exec" => (Endpoint::Exec, "exec"),
+                "attach" => (Endpoint::Attach, "attach"),
+                "portForward" => (Endpoint::PortForward, "portForward"),
+                _ => (Endpoint::Run, "run"),
             };
-            (action, if kind == "exec" { "exec" } else { "attach" })
-        }
-        "portForward" => {
-            let action = match segments.len() {
-                3 | 4 => only(
-                    "GET, POST",
-                    get_or_post,
-                    Action::NotSupported("portForward"),
-                ),
-                _ => Action::NoRoute,
+            let action = match Target::parse(endpoint, &segments[1..]) {
+                Some(target) if endpoint == Endpoint::Run => {
+                    only("POST", method == Method::POST, Action::Stream(target))
+                }
+                Some(target) => only("GET, POST", get_or_post, Action::Stream(target)),
+                None => Action::NoRoute,
             };
-            (action, "portForward")
-        }
-        "run" => {
-            let action = match segments.len() {
-                4 | 5 => only("POST", method == Method::POST, Action::NotSupported("run")),
-                _ => Action::NoRoute,
-            };
-            (action, "run")
+            (action, bucket)
         }
         _ => (Action::NotFound, "other"),
     }
@@ -233,6 +235,11 @@ fn full(code: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Respons
 
 pub(crate) fn text(code: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
     full(code, "text/plain; charset=utf-8", body)
+}
+
+/// A body of bytes (no content type set).
+pub(crate) fn bytes_body(body: impl Into<Bytes>) -> Body {
+    Full::new(body.into()).boxed()
 }
 
 fn json(body: impl Into<Bytes>) -> Response<Body> {
@@ -268,8 +275,8 @@ pub async fn handle(
     let query = req.uri().query().unwrap_or("").to_string();
     let (action, bucket) = resolve(port, &method, &path, &query);
     let long_running = matches!(
-        action,
-        Action::NotSupported("exec" | "attach" | "portForward")
+        &action,
+        Action::Stream(t) if t.endpoint != Endpoint::Run
     ) || (matches!(action, Action::ContainerLogs { .. })
         && container_logs::parse_log_options(&query).is_ok_and(|o| o.follow));
     let server_type = if port == Port::Main {
@@ -314,6 +321,9 @@ pub async fn handle(
                 ));
             }
         }
+    }
+    if let Action::Stream(target) = action {
+        return Ok(streaming::routes::serve(&state, target, &query, req).await);
     }
     Ok(serve(&state, action, &method, &query).await)
 }
@@ -392,10 +402,8 @@ async fn serve(
             pod,
             container,
         } => container_logs_response(state, &namespace, &pod, &container, query).await,
-        Action::NotSupported(what) => text(
-            StatusCode::NOT_IMPLEMENTED,
-            format!("{what} is not supported yet by kubelet-rs"),
-        ),
+        // Served by `handle`, which owns the request an upgrade needs.
+        Action::Stream(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "streaming request"),
         Action::MethodNotAllowed(allow) => {
             let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "405: Method Not Allowed");
             r.headers_mut()
@@ -642,15 +650,19 @@ mod tests {
         );
         assert_eq!(
             r(Port::Main, Method::POST, "/exec/ns/p/c"),
-            Action::NotSupported("exec")
+            Action::Stream(Target::parse(Endpoint::Exec, &["ns", "p", "c"]).unwrap())
         );
         assert_eq!(
             r(Port::Main, Method::GET, "/exec/ns/p/uid/c"),
-            Action::NotSupported("exec")
+            Action::Stream(Target::parse(Endpoint::Exec, &["ns", "p", "uid", "c"]).unwrap())
         );
         assert_eq!(
             r(Port::Main, Method::GET, "/portForward/ns/p"),
-            Action::NotSupported("portForward")
+            Action::Stream(Target::parse(Endpoint::PortForward, &["ns", "p"]).unwrap())
+        );
+        assert_eq!(
+            r(Port::Main, Method::GET, "/portForward/ns/p/uid/extra"),
+            Action::NoRoute
         );
         assert_eq!(
             r(Port::Main, Method::POST, "/containerLogs/ns/p/c"),
