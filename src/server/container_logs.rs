@@ -281,6 +281,17 @@ impl Emitter {
     }
 }
 
+/// The file `path` names now, when it is no longer the open `file` (the writer rotated it).
+async fn rotated(file: &tokio::fs::File, path: &std::path::Path) -> Option<tokio::fs::File> {
+    use std::os::unix::fs::MetadataExt;
+    let open = file.metadata().await.ok()?;
+    let now = tokio::fs::metadata(path).await.ok()?;
+    if (open.dev(), open.ino()) == (now.dev(), now.ino()) {
+        return None;
+    }
+    tokio::fs::File::open(path).await.ok()
+}
+
 /// Streams the log into `tx` until done (or, with follow, until the instance stops or the
 /// client goes away, which closes the channel).
 pub async fn stream(
@@ -349,6 +360,16 @@ pub async fn stream(
             return;
         }
         if buf.is_empty() {
+            // The writer rotates by renaming the file and starting a new one at the same path:
+            // once the open file is read to its end, go on with the file the path names now
+            // (upstream's follow reopens on the rename as well).
+            if let Some(newer) = rotated(&file, &target.path).await {
+                file = newer;
+                offset = 0;
+                // A record cut by the rotation cannot continue in the next file.
+                pending.clear();
+                continue;
+            }
             if !still_writing(&store, &target.pod_uid, &container, target.restart_count).await {
                 return;
             }
@@ -460,5 +481,70 @@ mod tests {
         let last = e.record(b"2024-01-01T00:00:03Z stderr F tial\n").unwrap();
         assert_eq!(last, b"2024-01-01T".to_vec(), "cut at 45 bytes");
         assert_eq!(e.record(b"2024-01-01T00:00:04Z stdout F more\n"), None);
+    }
+
+    #[tokio::test]
+    async fn follow_goes_on_in_the_new_file_after_a_rotation() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("0.log");
+        let line = |n: u32| format!("2024-01-02T03:04:05.000000000Z stdout F line {n}\n");
+        std::fs::write(&path, line(1)).unwrap();
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+            "status": {"containerStatuses": [{
+                "name": "c", "image": "i", "imageID": "", "ready": true, "restartCount": 0,
+                "state": {"running": {}}
+            }]}
+        }))
+        .unwrap();
+        let store = crate::pod::status_manager::StatusManager::new();
+        store.set(pod.clone());
+        let (tx, mut rx) = mpsc::channel(16);
+        let target = LogTarget {
+            path: path.clone(),
+            pod_uid: "u1".into(),
+            restart_count: 0,
+        };
+        let opts = LogOptions {
+            follow: true,
+            ..Default::default()
+        };
+        let follow = tokio::spawn(stream(store.clone(), "c".into(), target, opts, tx));
+        assert_eq!(rx.recv().await.unwrap(), Bytes::from("line 1\n"));
+        // What the writer does at its size limit: rename, then a fresh file at the path.
+        let mut old = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        std::io::Write::write_all(&mut old, line(2).as_bytes()).unwrap();
+        std::fs::rename(&path, dir.path().join("0.log.20240102-030405")).unwrap();
+        std::fs::write(&path, line(3)).unwrap();
+        let mut got = String::new();
+        while !got.contains("line 3") {
+            let chunk = tokio::time::timeout(Duration::from_secs(60), rx.recv())
+                .await
+                .expect("the follow goes on within a minute")
+                .expect("the follow is still running");
+            got.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+        assert_eq!(got, "line 2\nline 3\n");
+        // The container stops: the follow ends.
+        let mut stopped = pod;
+        stopped
+            .status
+            .as_mut()
+            .unwrap()
+            .container_statuses
+            .as_mut()
+            .unwrap()[0]
+            .state = Some(k8s_openapi::api::core::v1::ContainerState {
+            terminated: Some(Default::default()),
+            ..Default::default()
+        });
+        store.set(stopped);
+        tokio::time::timeout(Duration::from_secs(60), follow)
+            .await
+            .expect("the follow ends once the container stopped")
+            .unwrap();
     }
 }
