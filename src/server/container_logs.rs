@@ -348,6 +348,7 @@ pub async fn stream(
         return;
     }
     let mut pending: Vec<u8> = data[complete..].to_vec();
+    let mut switch_to = None;
     loop {
         if emit.remaining == Some(0) || tx.is_closed() {
             return;
@@ -363,11 +364,17 @@ pub async fn stream(
             // The writer rotates by renaming the file and starting a new one at the same path:
             // once the open file is read to its end, go on with the file the path names now
             // (upstream's follow reopens on the rename as well).
-            if let Some(newer) = rotated(&file, &target.path).await {
+            if let Some(newer) = switch_to.take() {
                 file = newer;
                 offset = 0;
                 // A record cut by the rotation cannot continue in the next file.
                 pending.clear();
+                continue;
+            }
+            if let Some(newer) = rotated(&file, &target.path).await {
+                // Records may have reached the old file between the read that found its end
+                // and the rename: read it to its end once more before switching.
+                switch_to = Some(newer);
                 continue;
             }
             if !still_writing(&store, &target.pod_uid, &container, target.restart_count).await {

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::Pod;
 use hyper::body::Incoming;
 use hyper::{HeaderMap, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use k8s_openapi::api::core::v1::Pod;
 use tokio::net::TcpStream;
 use tracing::{debug, info_span, Instrument};
 
@@ -127,7 +127,10 @@ pub(crate) async fn serve(
     mut req: Request<Incoming>,
 ) -> Response<Body> {
     if !state.config.enable_debugging_handlers {
-        return refuse(StatusCode::METHOD_NOT_ALLOWED, "Debug endpoints are disabled.");
+        return refuse(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "Debug endpoints are disabled.",
+        );
     }
     let Some(pod) = state.statuses.find(&target.namespace, &target.pod) else {
         return refuse(StatusCode::NOT_FOUND, "pod does not exist");
@@ -161,7 +164,9 @@ pub(crate) async fn serve(
                 },
                 _ => SessionKind::Attach,
             };
-            let container_id = found.container_id.expect("exec and attach name a container");
+            let container_id = found
+                .container_id
+                .expect("exec and attach name a container");
             remote_command(runtime, container_id, kind, io, &mut req, span)
         }
         Endpoint::PortForward => {
@@ -176,11 +181,7 @@ pub(crate) async fn serve(
 
 /// The pod by namespace and name (and UID when the path has one), and the running
 /// container the request names.
-async fn find(
-    pod: &Pod,
-    runtime: &Arc<dyn Runtime>,
-    target: &Target,
-) -> Result<Found, Refusal> {
+async fn find(pod: &Pod, runtime: &Arc<dyn Runtime>, target: &Target) -> Result<Found, Refusal> {
     let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
     if target.uid.as_ref().is_some_and(|u| *u != pod_uid) {
         return Err(refusal(StatusCode::NOT_FOUND, "pod not found"));
@@ -260,11 +261,11 @@ fn remote_command(
         );
         spdy::switching_protocols(protocol)
     } else if websocket::is_websocket_upgrade(headers) {
-        let (response, protocol) = match websocket::accept(headers, websocket::REMOTECOMMAND_PROTOCOLS)
-        {
-            Ok(r) => r,
-            Err(r) => return r,
-        };
+        let (response, protocol) =
+            match websocket::accept(headers, websocket::REMOTECOMMAND_PROTOCOLS) {
+                Ok(r) => r,
+                Err(r) => return r,
+            };
         let upgrade = hyper::upgrade::on(req);
         tokio::spawn(
             async move {
@@ -301,9 +302,7 @@ async fn open_and_run(
 ) {
     let opened = match &kind {
         SessionKind::Exec { command } => {
-            runtime
-                .exec_stdio(&container_id, command.clone(), io)
-                .await
+            runtime.exec_stdio(&container_id, command.clone(), io).await
         }
         SessionKind::Attach => runtime.attach_stdio(&container_id, io).await,
     };
@@ -430,15 +429,18 @@ fn port_forward(
             Ok(p) => p,
             Err(r) => return r.response(),
         };
-        let (response, protocol) = match websocket::accept(headers, websocket::PORTFORWARD_PROTOCOLS) {
-            Ok(r) => r,
-            Err(r) => return r,
-        };
+        let (response, protocol) =
+            match websocket::accept(headers, websocket::PORTFORWARD_PROTOCOLS) {
+                Ok(r) => r,
+                Err(r) => return r,
+            };
         let upgrade = hyper::upgrade::on(req);
         tokio::spawn(
             async move {
                 match upgrade.await {
-                    Ok(u) => websocket::port_forward(TokioIo::new(u), protocol, ports, dialer).await,
+                    Ok(u) => {
+                        websocket::port_forward(TokioIo::new(u), protocol, ports, dialer).await
+                    }
                     Err(e) => debug!(error = %e, "upgrade failed"),
                 }
             }
@@ -494,7 +496,10 @@ mod tests {
         let t = Target::parse(Endpoint::Exec, &["ns", "p", "c"]).unwrap();
         assert_eq!((t.uid, t.container.as_deref()), (None, Some("c")));
         let t = Target::parse(Endpoint::Attach, &["ns", "p", "u", "c"]).unwrap();
-        assert_eq!((t.uid.as_deref(), t.container.as_deref()), (Some("u"), Some("c")));
+        assert_eq!(
+            (t.uid.as_deref(), t.container.as_deref()),
+            (Some("u"), Some("c"))
+        );
         let t = Target::parse(Endpoint::PortForward, &["ns", "p"]).unwrap();
         assert_eq!((t.uid, t.container), (None, None));
         let t = Target::parse(Endpoint::PortForward, &["ns", "p", "u"]).unwrap();
@@ -508,12 +513,20 @@ mod tests {
         let io = stdio_request("input=1&output=1&error=1").unwrap();
         assert_eq!(
             io,
-            StdioRequest { stdin: true, stdout: true, stderr: true, tty: false }
+            StdioRequest {
+                stdin: true,
+                stdout: true,
+                stderr: true,
+                tty: false
+            }
         );
         let io = stdio_request("output=1&error=1&tty=1").unwrap();
         assert!(io.tty && io.stdout && !io.stderr, "a tty drops stderr");
         assert!(stdio_request("input=true&output=yes").is_err());
-        assert_eq!(stdio_request("tty=1").unwrap_err().0, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            stdio_request("tty=1").unwrap_err().0,
+            StatusCode::BAD_REQUEST
+        );
     }
 
     #[test]
