@@ -6,11 +6,18 @@
 # binaries (hack/cluster/build.sh).
 #
 #   hack/bench/cluster.sh --agent kubelet-rs|upstream [--dir DIR] [--port-offset N] [--volumes]
+#                         [--streaming]
 #
 # --volumes: every pod also mounts what real pods mount: the apiserver's default
 # kube-api-access-* volume (a service-account token from the TokenRequest API, the cluster CA
 # from the kube-root-ca.crt ConfigMap, the namespace) and one configMap and one secret volume
 # (automountServiceAccountToken left on; the ConfigMap and Secret are made once, up front).
+#
+# --streaming: instead of (a), (c) and (d), the streaming endpoints through the apiserver, with
+# kubectl's default transport: the latency of `kubectl exec <pod> -- true` (EXEC_RUNS calls, one
+# at a time, after 3 unmeasured ones; p50 and p99, nearest rank), and `kubectl cp` of a 20 MiB
+# file of random bytes into the pod and back (CP_RUNS each way; median MiB/s, and the copy's
+# md5 checked). kubectl's own start-up is in every figure, for both agents alike.
 #
 # What it measures (wall clock from bash's $EPOCHREALTIME, no process forked for a stamp):
 #  (b) agent start → Node Ready: from just before the agent process is started to the moment a
@@ -51,13 +58,15 @@ AGENT=""
 DIR=/var/lib/kubelet-rs-bench-cluster
 OFFSET=300
 VOLUMES=0
+STREAMING=0
 while (($# > 0)); do
 	case "$1" in
 	--agent) AGENT="$2"; shift ;;
 	--dir) DIR="$2"; shift ;;
 	--port-offset) OFFSET="$2"; shift ;;
 	--volumes) VOLUMES=1 ;;
-	-h | --help) sed -n '2,46s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	--streaming) STREAMING=1 ;;
+	-h | --help) sed -n '2,53s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	*) die "unknown argument '$1' (see --help)" ;;
 	esac
 	shift
@@ -329,6 +338,55 @@ if ((VOLUMES)); then
 fi
 sleep 5
 
+# --streaming: exec latency and cp throughput, then done.
+stream_bench() {
+	local pod="${POD_PREFIX}stream-0" i t0 t1 sum
+	local runs="${EXEC_RUNS:-100}" cps="${CP_RUNS:-5}"
+	write_round stream 1
+	kc create -f "$BENCH/stream.yaml" >/dev/null
+	kc wait --for=condition=Ready "pod/$pod" --timeout=180s >/dev/null
+	for ((i = 0; i < 3; i++)); do kc exec "$pod" -- true; done
+	: >"$BENCH/exec-ms"
+	for ((i = 0; i < runs; i++)); do
+		t0="$(now_us)"
+		kc exec "$pod" -- true
+		t1="$(now_us)"
+		awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f\n", (b - a) / 1000 }' >>"$BENCH/exec-ms"
+	done
+	head -c $((20 << 20)) /dev/urandom >"$BENCH/blob"
+	sum="$(md5sum <"$BENCH/blob" | cut -d' ' -f1)"
+	: >"$BENCH/cp-in"
+	: >"$BENCH/cp-out"
+	for ((i = 0; i < cps; i++)); do
+		t0="$(now_us)"
+		kc cp "$BENCH/blob" "default/$pod:/tmp/blob"
+		t1="$(now_us)"
+		awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f\n", 20 / ((b - a) / 1e6) }' >>"$BENCH/cp-in"
+		rm -f "$BENCH/back"
+		t0="$(now_us)"
+		kc cp "default/$pod:/tmp/blob" "$BENCH/back" 2>/dev/null
+		t1="$(now_us)"
+		[[ "$(md5sum <"$BENCH/back" | cut -d' ' -f1)" == "$sum" ]] || die "kubectl cp from the pod: the copy differs"
+		awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f\n", 20 / ((b - a) / 1e6) }' >>"$BENCH/cp-out"
+	done
+	[[ "$(kc exec "$pod" -- md5sum /tmp/blob | cut -d' ' -f1)" == "$sum" ]] || die "kubectl cp to the pod: the copy differs"
+	echo
+	echo "### $AGENT streaming (node $NODE, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg))"
+	echo
+	echo "| measure | value |"
+	echo "|---|---|"
+	echo "| \`kubectl exec pod -- true\`: p50 / p99 over $runs calls | $(percentile 50 <"$BENCH/exec-ms") / $(percentile 99 <"$BENCH/exec-ms") ms |"
+	echo "| \`kubectl cp\` 20 MiB into the pod: median of $cps | $(median <"$BENCH/cp-in") MiB/s |"
+	echo "| \`kubectl cp\` 20 MiB out of the pod: median of $cps | $(median <"$BENCH/cp-out") MiB/s |"
+	echo "| agent CPU seconds since start | $(cpu_seconds "$AGENT_PID") s |"
+	echo "| agent peak RSS since start (VmHWM) | $(mib "$(status_kb "$AGENT_PID" VmHWM)") MiB |"
+}
+mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
+if ((STREAMING)); then
+	stream_bench
+	exit 0
+fi
+
 # (a) pod created → Running.
 watch_stamped "$BENCH/pods.events" pods -l app=krs-bench \
 	-o jsonpath='{.type} {.object.metadata.name} {.object.status.phase}{"\n"}'
@@ -375,7 +433,6 @@ awk '{
 	print verb, res sub_
 }' "$BENCH/idle-requests.json" | sort | uniq -c | sort -rn >"$BENCH/idle-requests.txt"
 
-mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
 per_min() { awk -v n="$1" -v s="$IDLE_SECONDS" 'BEGIN { printf "%.1f", n * 60 / s }'; }
 echo
 echo "### $AGENT (node $NODE,$( ((VOLUMES)) && echo " pods with token, configMap and secret volumes,") $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg))"
