@@ -554,3 +554,34 @@ async fn an_exec_through_hypers_upgrade() {
     assert_eq!(out, b"hello");
     assert_eq!(code, Some(CloseCode::Normal));
 }
+
+/// A client that never answers our close frame is cut off after the grace period, so a
+/// finished session does not hold its connection forever (paused clock: no real wait).
+#[tokio::test(start_paused = true)]
+async fn a_client_that_ignores_the_close_is_dropped() {
+    let (server_io, mut client_io) = duplex(1 << 20);
+    let req = StdioRequest {
+        stdout: true,
+        ..Default::default()
+    };
+    let mut s = remote_command(server_io, "", req).await.unwrap();
+    s.stdout.take().unwrap().shutdown().await.unwrap();
+    s.status.finish(StreamStatus::Success).await;
+    let mut raw = Vec::new();
+    tokio::time::timeout(DEADLINE, client_io.read_to_end(&mut raw))
+        .await
+        .expect("the server drops the connection")
+        .unwrap();
+    // Unmasked server frames: the empty stdout message [1], then close 1000 (0x03e8).
+    assert_eq!(raw, [0x82, 0x01, 0x01, 0x88, 0x02, 0x03, 0xe8]);
+}
+
+#[tokio::test]
+async fn a_protocol_this_route_does_not_speak_is_an_error() {
+    let (server_io, _client_io) = duplex(1024);
+    let err = remote_command(server_io, "v5.base64.channel.k8s.io", OUT_ERR)
+        .await
+        .err()
+        .expect("refused");
+    assert!(matches!(err, WsError::UnsupportedProtocol(_)));
+}
