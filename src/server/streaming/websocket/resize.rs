@@ -1,0 +1,103 @@
+//! The resize channel: a stream of JSON objects (`{"Width":120,"Height":40}`, Go's
+//! `json.Encoder`), not necessarily one per message. Go decodes the names
+//! case-insensitively, so the fields are matched here by hand rather than by serde's
+//! exact names.
+
+use serde_json::Value;
+
+use crate::runtime::stdio::TermSize;
+
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ResizeError {
+    #[error("invalid resize JSON")]
+    Json(#[source] serde_json::Error),
+    #[error("terminal size {0} is not an object with uint16 Width and Height")]
+    Shape(Value),
+}
+
+/// Turns the bytes of the resize channel, as they arrive, into sizes.
+#[derive(Debug, Default)]
+pub(super) struct ResizeDecoder {
+    pending: Vec<u8>,
+}
+
+impl ResizeDecoder {
+    /// The sizes completed by `bytes`, in order. After an error the channel is unusable
+    /// (upstream stops reading it).
+    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<TermSize>, ResizeError> {
+        self.pending.extend_from_slice(bytes);
+        let mut values = serde_json::Deserializer::from_slice(&self.pending).into_iter::<Value>();
+        let mut sizes = Vec::new();
+        let mut used = 0;
+        loop {
+            match values.next() {
+                None => {
+                    used = self.pending.len();
+                    break;
+                }
+                Some(Ok(v)) => {
+                    used = values.byte_offset();
+                    sizes.push(term_size(v)?);
+                }
+                // The rest of a value is still to come.
+                Some(Err(e)) if e.is_eof() => break,
+                Some(Err(e)) => return Err(ResizeError::Json(e)),
+            }
+        }
+        self.pending.drain(..used);
+        Ok(sizes)
+    }
+}
+
+fn term_size(v: Value) -> Result<TermSize, ResizeError> {
+    let Value::Object(fields) = &v else {
+        return Err(ResizeError::Shape(v));
+    };
+    // Go leaves a missing field zero; `None` is a value that is no uint16.
+    let field = |name: &str| match fields.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)) {
+        None => Some(0),
+        Some((_, n)) => n.as_u64().and_then(|n| u16::try_from(n).ok()),
+    };
+    match (field("width"), field("height")) {
+        (Some(width), Some(height)) => Ok(TermSize { width, height }),
+        _ => Err(ResizeError::Shape(v)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_arrive_in_order_whatever_the_message_boundaries() {
+        let mut d = ResizeDecoder::default();
+        let sizes = d
+            .push(b"{\"Width\":120,\"Height\":40}\n{\"width\":80,")
+            .unwrap();
+        assert_eq!(
+            sizes,
+            vec![TermSize {
+                width: 120,
+                height: 40
+            }]
+        );
+        let sizes = d.push(b"\"HEIGHT\":24}\n").unwrap();
+        assert_eq!(
+            sizes,
+            vec![TermSize {
+                width: 80,
+                height: 24
+            }]
+        );
+        assert!(d.push(b"").unwrap().is_empty());
+    }
+
+    #[test]
+    fn garbage_and_out_of_range_sizes_are_errors() {
+        assert!(ResizeDecoder::default().push(b"nope").is_err());
+        assert!(ResizeDecoder::default()
+            .push(b"{\"Width\":70000,\"Height\":1}")
+            .is_err());
+        assert!(ResizeDecoder::default().push(b"[1,2]").is_err());
+    }
+}
