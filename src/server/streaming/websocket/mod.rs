@@ -10,9 +10,6 @@
 //! - `port_forward`: the legacy port-forward protocol, one connection per port;
 //! - `resize`: the terminal sizes of the resize channel.
 
-// Until the router calls these (the lead's part of issue 11), only the tests use them.
-#![allow(dead_code, unused_imports)]
-
 mod codec;
 mod handshake;
 mod link;
