@@ -153,3 +153,17 @@ impl AsyncWrite for StreamWriter {
         Poll::Ready(Ok(()))
     }
 }
+
+impl Drop for StreamWriter {
+    /// A writer dropped without a shutdown still ends its stream for the client (best
+    /// effort: a full queue skips it, and the session's close ends every stream anyway).
+    fn drop(&mut self) {
+        if !self.fin_sent && !self.state.reset.load(Ordering::Acquire) {
+            let _ = self.out.try_send(Outgoing::Frame(Frame::Data {
+                stream_id: self.id,
+                flags: FLAG_FIN,
+                data: Bytes::new(),
+            }));
+        }
+    }
+}

@@ -111,6 +111,16 @@ async fn an_exec_session_carries_stdio_then_the_v4_status_and_goodbye() {
 }
 
 #[tokio::test]
+async fn a_writer_dropped_without_shutdown_still_ends_its_stream() {
+    let (mut client, mut streams, ids) = exec_session(V4, all_streams()).await;
+    let mut stdout = streams.stdout.take().unwrap();
+    stdout.write_all(b"partial").await.unwrap();
+    drop(stdout);
+    client.wait(|s| s.fin.contains(&ids.stdout)).await;
+    assert_eq!(client.take_data(ids.stdout), b"partial");
+}
+
+#[tokio::test]
 async fn legacy_protocols_report_success_as_an_empty_error_stream() {
     let req = StdioRequest {
         stdout: true,
