@@ -17,6 +17,7 @@ use futures::channel::mpsc as fmpsc;
 use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 use tracing::{debug, trace, warn};
 
 use super::frame::{read_frame, Frame, FLAG_FIN, RST_REFUSED_STREAM};
@@ -34,6 +35,34 @@ const CLOSE_DRAIN: Duration = Duration::from_secs(5);
 const CLOSE_FLUSH: Duration = Duration::from_secs(30);
 /// The writer collects queued frames into one socket write up to this size.
 const WRITE_BATCH: usize = 64 * 1024;
+/// A connection with no frame either way for this long is dropped (the kubelet's default
+/// `streamingConnectionIdleTimeout`; clients ping every 5 s, so only dead peers reach it).
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(4 * 60 * 60);
+
+/// When a frame last crossed the connection, either way.
+#[derive(Clone)]
+struct Activity(Arc<std::sync::Mutex<Instant>>);
+
+impl Activity {
+    fn new() -> Self {
+        Activity(Arc::new(std::sync::Mutex::new(Instant::now())))
+    }
+
+    fn touch(&self) {
+        *self.0.lock().expect("activity lock") = Instant::now();
+    }
+
+    /// Returns once nothing has happened for [`IDLE_TIMEOUT`].
+    async fn idle(&self) {
+        loop {
+            let deadline = *self.0.lock().expect("activity lock") + IDLE_TIMEOUT;
+            if deadline <= Instant::now() {
+                return;
+            }
+            tokio::time::sleep_until(deadline).await;
+        }
+    }
+}
 
 /// What the writer task puts on the wire.
 pub(crate) enum Outgoing {
@@ -127,9 +156,17 @@ where
     let (incoming_tx, incoming_rx) = mpsc::channel(16);
     let (lost_tx, lost_rx) = watch::channel(false);
     let (done_tx, done_rx) = watch::channel(false);
-    tokio::spawn(write_loop(write, out_rx, lost_rx, done_tx));
+    let activity = Activity::new();
+    tokio::spawn(write_loop(
+        write,
+        out_rx,
+        lost_rx,
+        done_tx,
+        activity.clone(),
+    ));
     tokio::spawn(read_loop(
         read,
+        activity,
         out_tx.clone(),
         incoming_tx,
         lost_tx,
@@ -151,6 +188,7 @@ struct OpenStream {
 
 async fn read_loop<R>(
     read: R,
+    activity: Activity,
     mut out: Outbox,
     incoming: mpsc::Sender<IncomingStream>,
     lost: watch::Sender<bool>,
@@ -166,6 +204,10 @@ async fn read_loop<R>(
     loop {
         let frame = tokio::select! {
             f = read_frame(&mut r) => f,
+            _ = activity.idle() => {
+                warn!(idle = ?IDLE_TIMEOUT, "SPDY connection idle, closing");
+                break;
+            }
             _ = wait_true(&mut writer_done) => {
                 // We closed (or lost the socket's write side): read on briefly so the
                 // client can take our last frames and hang up itself.
@@ -177,7 +219,10 @@ async fn read_loop<R>(
             }
         };
         let frame = match frame {
-            Ok(Some(f)) => f,
+            Ok(Some(f)) => {
+                activity.touch();
+                f
+            }
             Ok(None) => {
                 debug!("SPDY client closed the connection");
                 break;
@@ -297,6 +342,7 @@ async fn write_loop<W>(
     mut rx: fmpsc::Receiver<Outgoing>,
     mut lost: watch::Receiver<bool>,
     done: watch::Sender<bool>,
+    activity: Activity,
 ) where
     W: AsyncWrite + Unpin,
 {
@@ -377,6 +423,7 @@ async fn write_loop<W>(
             debug!(error = %e, "SPDY connection write failed");
             break;
         }
+        activity.touch();
         if closing {
             let _ = w.shutdown().await;
             break;

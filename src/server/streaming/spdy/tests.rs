@@ -286,6 +286,29 @@ async fn streams_not_created_in_time_end_the_session() {
     client.wait(|s| s.goaway && s.closed).await;
 }
 
+#[tokio::test(start_paused = true)]
+async fn an_idle_connection_is_dropped_but_pings_keep_it_alive() {
+    use super::session::IDLE_TIMEOUT;
+    let (mut client, mut streams, ids) = exec_session(V4, all_streams()).await;
+    // Pings every 5 s, as kubectl and the apiserver send, for longer than the timeout.
+    let start = tokio::time::Instant::now();
+    let mut id = 1;
+    while start.elapsed() < IDLE_TIMEOUT + IDLE_TIMEOUT / 2 {
+        tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+        client.send(Frame::Ping { id }).await;
+        let want = client.seen.pings.len() + 1;
+        client.wait(|s| s.pings.len() == want).await;
+        id += 2;
+    }
+    // Then silence: the session ends and its streams with it.
+    let mut stdin = streams.stdin.take().unwrap();
+    let mut buf = Vec::new();
+    assert!(stdin.read_to_end(&mut buf).await.is_err());
+    assert!(start.elapsed() >= IDLE_TIMEOUT + IDLE_TIMEOUT / 2 + IDLE_TIMEOUT);
+    client.wait(|s| s.closed).await;
+    assert!(!client.seen.fin.contains(&ids.stdout));
+}
+
 #[tokio::test]
 async fn a_client_that_disappears_fails_stdin_and_writes() {
     let (client, mut streams, _) = exec_session(V4, all_streams()).await;
