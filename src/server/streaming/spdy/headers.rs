@@ -8,6 +8,10 @@ use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, 
 
 use super::dictionary::DICTIONARY;
 
+/// The most a client's header block may inflate to: Kubernetes streams carry three short
+/// headers, and a deflate bomb must not take the node's memory.
+const MAX_BLOCK: usize = 1024 * 1024;
+
 /// The name/value pairs of one header block. Names are lowercase on the wire; a value with
 /// several entries joins them with NUL.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -97,19 +101,26 @@ impl HeaderDecoder {
     fn inflate(&mut self, mut input: &[u8]) -> Result<Bytes, HeaderError> {
         let mut out = Vec::with_capacity(input.len() * 4 + 64);
         loop {
+            if out.len() > MAX_BLOCK {
+                return Err(HeaderError::Malformed("decompressed block too large"));
+            }
             if out.capacity() - out.len() < 256 {
                 out.reserve(out.capacity().max(256));
             }
-            let before = self.z.total_in();
+            let (in_before, out_before) = (self.z.total_in(), self.z.total_out());
             let result = self
                 .z
                 .decompress_vec(input, &mut out, FlushDecompress::Sync);
-            input = &input[(self.z.total_in() - before) as usize..];
+            input = &input[(self.z.total_in() - in_before) as usize..];
+            let progress = self.z.total_in() != in_before || self.z.total_out() != out_before;
             match result {
                 Ok(Status::StreamEnd) => break,
                 Ok(_) => {
                     if input.is_empty() && out.len() < out.capacity() {
                         break;
+                    }
+                    if !progress {
+                        return Err(HeaderError::Malformed("header block does not inflate"));
                     }
                 }
                 // The first block asks for the dictionary (its FDICT header).
@@ -301,5 +312,13 @@ mod tests {
             Err(HeaderError::Malformed(_))
         ));
         assert!(HeaderDecoder::new().decode(b"not zlib").is_err());
+        // A block inflating past the limit is refused, not buffered.
+        let huge = HeaderBlock(vec![("x".into(), "a".repeat(2 * MAX_BLOCK))]);
+        let wire = HeaderEncoder::new().unwrap().encode(&huge).unwrap();
+        assert!(wire.len() < MAX_BLOCK / 100, "it compresses well");
+        assert!(matches!(
+            HeaderDecoder::new().decode(&wire),
+            Err(HeaderError::Malformed(_))
+        ));
     }
 }
