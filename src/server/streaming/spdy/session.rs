@@ -132,10 +132,14 @@ impl SessionControl {
     /// Asks for the close without waiting (for `Drop`).
     pub(crate) fn close_soon(&mut self) {
         if self.out.try_send(Outgoing::Close).is_err() {
-            let mut out = self.out.clone();
-            tokio::spawn(async move {
-                let _ = out.send(Outgoing::Close).await;
-            });
+            // A full queue: queue it from a task (none without a runtime, where the
+            // connection's tasks are gone too).
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                let mut out = self.out.clone();
+                rt.spawn(async move {
+                    let _ = out.send(Outgoing::Close).await;
+                });
+            }
         }
     }
 }
