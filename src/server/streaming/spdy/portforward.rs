@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
-use tracing::{debug, warn};
+use tracing::{debug, warn, Instrument};
 
 use super::frame::RST_CANCEL;
 use super::session::{self, IncomingStream};
@@ -127,7 +127,7 @@ fn add_stream(
     let mut map = pairs.lock().expect("pairs lock");
     let pending = map.entry(request_id.clone()).or_insert_with(|| {
         let serial = SERIALS.fetch_add(1, Ordering::Relaxed);
-        tokio::spawn(expire(conn, pairs.clone(), request_id.clone(), serial));
+        tokio::spawn(expire(conn, pairs.clone(), request_id.clone(), serial).in_current_span());
         Pending {
             serial,
             port,
@@ -145,13 +145,16 @@ fn add_stream(
             kind.name()
         );
         warn!(conn, %msg, "port-forward");
-        // Upstream reports it on the pair's error stream, which stays the pair's.
+        // Upstream writes this on the pair's first error stream; here it goes on the
+        // duplicate itself when that is an error stream (clients never send duplicates,
+        // so the first pair goes on undisturbed).
         if kind == Kind::Error {
             let (_, mut w) = halves;
-            tokio::spawn(async move {
+            let report = async move {
                 let _ = w.write_all(msg.as_bytes()).await;
                 let _ = w.shutdown().await;
-            });
+            };
+            tokio::spawn(report.in_current_span());
         }
         return;
     }
@@ -159,14 +162,8 @@ fn add_stream(
     if pending.error.is_some() && pending.data.is_some() {
         let p = map.remove(&request_id).expect("the entry just filled");
         let (error, data) = (p.error.expect("complete"), p.data.expect("complete"));
-        tokio::spawn(forward(
-            conn,
-            dialer.clone(),
-            p.port,
-            request_id,
-            error,
-            data,
-        ));
+        let forwarding = forward(conn, dialer.clone(), p.port, request_id, error, data);
+        tokio::spawn(forwarding.in_current_span());
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
-use tracing::{debug, warn};
+use tracing::{debug, warn, Instrument};
 
 use super::session::{self, IncomingStream, SessionControl};
 use super::stream::{StreamReader, StreamWriter};
@@ -53,7 +53,7 @@ where
     };
     let resize = streams.resize.map(|(r, _)| {
         let (tx, rx) = mpsc::channel(16);
-        tokio::spawn(decode_resizes(r, tx));
+        tokio::spawn(decode_resizes(r, tx).in_current_span());
         rx
     });
     let (_, error) = streams

@@ -18,7 +18,7 @@ use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
-use tracing::{debug, trace, warn};
+use tracing::{debug, trace, warn, Instrument};
 
 use super::frame::{read_frame, Frame, FLAG_FIN, RST_REFUSED_STREAM};
 use super::headers::{HeaderBlock, HeaderDecoder, HeaderEncoder};
@@ -136,9 +136,12 @@ impl SessionControl {
             // connection's tasks are gone too).
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
                 let mut out = self.out.clone();
-                rt.spawn(async move {
-                    let _ = out.send(Outgoing::Close).await;
-                });
+                rt.spawn(
+                    async move {
+                        let _ = out.send(Outgoing::Close).await;
+                    }
+                    .in_current_span(),
+                );
             }
         }
     }
@@ -161,21 +164,18 @@ where
     let (lost_tx, lost_rx) = watch::channel(false);
     let (done_tx, done_rx) = watch::channel(false);
     let activity = Activity::new();
-    tokio::spawn(write_loop(
-        write,
-        out_rx,
-        lost_rx,
-        done_tx,
-        activity.clone(),
-    ));
-    tokio::spawn(read_loop(
-        read,
-        activity,
-        out_tx.clone(),
-        incoming_tx,
-        lost_tx,
-        done_rx.clone(),
-    ));
+    tokio::spawn(write_loop(write, out_rx, lost_rx, done_tx, activity.clone()).in_current_span());
+    tokio::spawn(
+        read_loop(
+            read,
+            activity,
+            out_tx.clone(),
+            incoming_tx,
+            lost_tx,
+            done_rx.clone(),
+        )
+        .in_current_span(),
+    );
     Session {
         incoming: incoming_rx,
         control: SessionControl {
