@@ -121,6 +121,40 @@ async fn a_writer_dropped_without_shutdown_still_ends_its_stream() {
 }
 
 #[tokio::test]
+async fn a_reset_from_the_client_ends_stdin_cleanly_and_stops_writes() {
+    let (mut client, mut streams, ids) = exec_session(V4, all_streams()).await;
+    client.data(ids.stdin, b"partial", false).await;
+    // stdout's first: the reader handles frames in order, so once stdin has ended the
+    // stdout reset is known too.
+    for stream_id in [ids.stdout, ids.stdin] {
+        client
+            .send(Frame::RstStream {
+                stream_id,
+                status: RST_CANCEL,
+            })
+            .await;
+    }
+    let mut stdin = Vec::new();
+    streams
+        .stdin
+        .take()
+        .unwrap()
+        .read_to_end(&mut stdin)
+        .await
+        .expect("RST ends stdin as EOF");
+    assert_eq!(stdin, b"partial");
+    let mut stdout = streams.stdout.take().unwrap();
+    let write = stdout.write_all(b"x").await;
+    assert_eq!(write.unwrap_err().kind(), std::io::ErrorKind::BrokenPipe);
+    // The rest of the session carries on.
+    let mut stderr = streams.stderr.take().unwrap();
+    stderr.write_all(b"e").await.unwrap();
+    stderr.shutdown().await.unwrap();
+    client.wait(|s| s.fin.contains(&ids.stderr)).await;
+    assert_eq!(client.take_data(ids.stderr), b"e");
+}
+
+#[tokio::test]
 async fn legacy_protocols_report_success_as_an_empty_error_stream() {
     let req = StdioRequest {
         stdout: true,
