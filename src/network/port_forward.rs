@@ -35,8 +35,8 @@ pub enum PortForwardError {
         port: u16,
         /// The pinned namespace's path, or `host` for a hostNetwork pod.
         namespace: String,
-        v4: DialFailure,
-        v6: DialFailure,
+        v4: Box<DialFailure>,
+        v6: Box<DialFailure>,
     },
     #[error("failed to enter network namespace {path}: {source}")]
     EnterNetns {
@@ -140,8 +140,8 @@ fn dial_on_throwaway_thread(
     Err(PortForwardError::Connect {
         port,
         namespace: netns.map_or_else(|| "host".to_string(), |p| p.display().to_string()),
-        v4,
-        v6,
+        v4: Box::new(v4),
+        v6: Box::new(v6),
     })
 }
 
