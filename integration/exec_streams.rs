@@ -244,20 +244,25 @@ async fn cases() {
     let mut p = c
         .exec_stdio(
             ID,
-            cmd(&["sh", "-c", "sleep 1000 & echo started"]),
+            cmd(&["sh", "-c", "sleep 1000 & echo $!"]),
             io(false, true, true, false),
         )
         .await
         .unwrap();
     assert_eq!(exit_of(&p).await, 0);
-    let mut first = [0u8; 8];
-    p.stdout
-        .as_mut()
-        .unwrap()
-        .read_exact(&mut first)
-        .await
-        .unwrap();
-    assert_eq!(&first, b"started\n");
+    // The child's pid, one line.
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while byte[0] != b'\n' {
+        p.stdout
+            .as_mut()
+            .unwrap()
+            .read_exact(&mut byte)
+            .await
+            .unwrap();
+        line.push(byte[0]);
+    }
+    let child = String::from_utf8(line).unwrap().trim().to_string();
     // What the copy loop does: a bounded drain (the pipe does not end), then drop and finish.
     let drained = tokio::time::timeout(Duration::from_secs(1), read_all(&mut p)).await;
     assert!(drained.is_err(), "the background child holds stdout open");
@@ -271,7 +276,7 @@ async fn cases() {
     })
     .await;
     let r = c
-        .exec_sync(ID, cmd(&["pkill", "sleep"]), Duration::from_secs(30))
+        .exec_sync(ID, cmd(&["kill", &child]), Duration::from_secs(30))
         .await
         .unwrap();
     assert_eq!(r.exit_code, 0, "the background sleep was still there");
@@ -327,7 +332,7 @@ async fn cases() {
             let mut p = c
                 .exec_stdio(
                     ID,
-                    cmd(&["head", "-c", "1M", "/dev/zero"]),
+                    cmd(&["head", "-c", "1048576", "/dev/zero"]),
                     io(false, true, true, false),
                 )
                 .await
