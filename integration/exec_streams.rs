@@ -221,10 +221,18 @@ async fn cases() {
             .exec_stdio(ID, cmd(&["sh", "-c", script]), io(false, true, true, false))
             .await
             .unwrap();
+        // Signalled only once `sleep` runs: a shell not yet past its `trap` would die of
+        // the SIGHUP it is meant to ignore.
         eventually("the exec's sleep runs", || {
-            match extra_processes().is_empty() {
-                true => Err("no exec process yet".into()),
-                false => Ok(()),
+            let procs = extra_processes();
+            let sleeping = procs.iter().any(|line| {
+                let pid = line.split_whitespace().next().unwrap_or_default();
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|comm| comm.trim() == "sleep")
+            });
+            match sleeping {
+                true => Ok(()),
+                false => Err(format!("no sleep among {procs:?}")),
             }
         })
         .await;
