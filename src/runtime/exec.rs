@@ -187,10 +187,13 @@ impl Containerd {
             });
         }
         let object = format!("{container_id} {cmd:?}");
-        let (process_spec, ()) = tokio::try_join!(
+        let (process_spec, running) = tokio::join!(
             self.exec_process_spec(container_id, &cmd, io.tty),
             self.require_running(container_id),
-        )?;
+        );
+        // A missing container has no task either: its own error (not found) comes first.
+        let process_spec = process_spec?;
+        running?;
         let exec_id = format!("exec-{}", hex::encode(rand::random::<[u8; 8]>()));
         let fifo_err = |field: String, e: std::io::Error| RuntimeError::Spec {
             container: container_id.to_string(),
@@ -753,23 +756,31 @@ impl FifoDir {
                         .open(&opener),
                 );
             });
-        PendingSender { path, rx }
+        PendingSender { path, rx: Some(rx) }
     }
 }
 
 /// The write end of a stdin FIFO being opened on a helper thread.
 struct PendingSender {
     path: PathBuf,
-    rx: oneshot::Receiver<std::io::Result<File>>,
+    /// `None` once collected or released.
+    rx: Option<oneshot::Receiver<std::io::Result<File>>>,
 }
 
 impl PendingSender {
     async fn opened(mut self) -> std::io::Result<pipe::Sender> {
-        match tokio::time::timeout(STDIN_OPEN_WAIT, &mut self.rx).await {
-            Ok(Ok(file)) => pipe::Sender::from_file(file?),
-            Ok(Err(_)) => Err(std::io::Error::other(
-                "the thread opening the stdin FIFO could not run",
-            )),
+        let rx = self.rx.as_mut().expect("not collected yet");
+        match tokio::time::timeout(STDIN_OPEN_WAIT, rx).await {
+            Ok(Ok(file)) => {
+                self.rx = None;
+                pipe::Sender::from_file(file?)
+            }
+            Ok(Err(_)) => {
+                self.rx = None;
+                Err(std::io::Error::other(
+                    "the thread opening the stdin FIFO could not run",
+                ))
+            }
             Err(_) => {
                 let path = self.path.clone();
                 let _ = self.release().await;
@@ -783,22 +794,44 @@ impl PendingSender {
 
     /// The shim will never open the read end (the process was not started): open one
     /// ourselves and hold it until the helper thread's open returned, whether that open
-    /// began before or after ours, so the thread ends.
-    /// True when the thread answered.
-    async fn release(self) -> bool {
-        let reader = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(&self.path);
-        let released = reader.is_ok()
-            && matches!(
-                tokio::time::timeout(STDIN_OPEN_WAIT, self.rx).await,
-                Ok(Ok(_))
-            );
+    /// began before or after ours, so the thread ends. True when the thread answered.
+    async fn release(mut self) -> bool {
+        let Some(rx) = self.rx.take() else {
+            return true;
+        };
+        let reader = self.reader();
+        let released =
+            reader.is_ok() && matches!(tokio::time::timeout(STDIN_OPEN_WAIT, rx).await, Ok(Ok(_)));
         if !released {
             warn!(fifo = %self.path.display(), "cannot release the stdin FIFO's opener thread");
         }
         released
+    }
+
+    fn reader(&self) -> std::io::Result<File> {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(&self.path)
+    }
+}
+
+impl Drop for PendingSender {
+    /// Dropped uncollected (the caller was cancelled): release the helper thread as
+    /// `release` does, from a thread of its own since drop cannot wait.
+    fn drop(&mut self) {
+        let Some(rx) = self.rx.take() else {
+            return;
+        };
+        let Ok(reader) = self.reader() else {
+            return;
+        };
+        let _ = std::thread::Builder::new()
+            .name("exec-stdin-release".into())
+            .spawn(move || {
+                let _ = rx.blocking_recv();
+                drop(reader);
+            });
     }
 }
 
