@@ -5,5 +5,6 @@
 pub mod cni;
 mod error;
 pub mod netns;
+pub mod port_forward;
 
 pub use error::NetworkError;

@@ -20,6 +20,7 @@ use super::accounts::Accounts;
 use super::containers::{record_from, ContainerRecord, NewContainer, TaskSnapshot, TaskStatus};
 use super::events::OomSeen;
 use super::exec::{ExecError, ExecResult, ExecRunner};
+use super::exec_stdio::fake::FakeExecs;
 use super::image_store::ListedImage;
 use super::images::{ImageConfig, ImageInfo};
 use super::labels::{self, Kind};
@@ -86,6 +87,8 @@ struct FakeState {
 pub(crate) struct FakeRuntime {
     state: Arc<Mutex<FakeState>>,
     oom_seen: OomSeen,
+    /// Scripted exec processes: `execs().script(..)`, `execs().records()`.
+    execs: FakeExecs,
 }
 
 /// The image the fake knows under `name`: its command is `/<name>`, as a pause or
@@ -109,6 +112,7 @@ impl FakeRuntime {
         let rt = FakeRuntime {
             state: Arc::default(),
             oom_seen,
+            execs: FakeExecs::default(),
         };
         {
             let mut st = rt.lock();
@@ -131,6 +135,11 @@ impl FakeRuntime {
             .entry(name.to_string())
             .or_default()
             .extend(scripts);
+    }
+
+    /// What the next `exec_stdio` calls do and what each was asked (see `ExecScript`).
+    pub(crate) fn execs(&self) -> &FakeExecs {
+        &self.execs
     }
 
     /// An image a pull can fetch.
@@ -572,13 +581,29 @@ impl Runtime for FakeRuntime {
     async fn exec_stdio(
         &self,
         container_id: &str,
-        _cmd: Vec<String>,
-        _io: StdioRequest,
+        cmd: Vec<String>,
+        io: StdioRequest,
     ) -> Result<ProcessStdio> {
-        Err(RuntimeError::Stdio {
-            container: container_id.to_string(),
-            reason: "the fake runtime has no exec streams yet".into(),
-        })
+        let target = self.target(container_id);
+        self.enter("exec_stdio", format!("{target} {}", cmd.join(" ")))
+            .await?;
+        let state = {
+            let st = self.lock();
+            let Some(c) = st.containers.get(container_id) else {
+                return Err(Self::not_found("get container", container_id));
+            };
+            match c.task.as_ref().map(|t| t.state) {
+                Some(TaskState::Running) => None,
+                _ => Some("CONTAINER_EXITED"),
+            }
+        };
+        if let Some(state) = state {
+            return Err(RuntimeError::NotRunning {
+                container: container_id.to_string(),
+                state,
+            });
+        }
+        self.execs.start(container_id, cmd, io)
     }
 
     async fn attach_stdio(&self, container_id: &str, _io: StdioRequest) -> Result<ProcessStdio> {

@@ -15,6 +15,7 @@ pub mod client;
 pub mod containers;
 pub mod events;
 pub mod exec;
+pub mod exec_stdio;
 #[cfg(test)]
 pub(crate) mod fake;
 pub mod image_store;
@@ -56,6 +57,12 @@ pub enum RuntimeError {
     /// The stdio of an exec process or an attached container could not be opened or used.
     #[error("container {container}: {reason}")]
     Stdio { container: String, reason: String },
+    /// Exec needs a running container; the text is upstream's.
+    #[error("container is in {state} state")]
+    NotRunning {
+        container: String,
+        state: &'static str,
+    },
     #[error("container {container}: invalid {field}: {reason}")]
     Spec {
         container: String,

@@ -192,13 +192,10 @@ impl Runtime for ContainerdRuntime {
     async fn exec_stdio(
         &self,
         container_id: &str,
-        _cmd: Vec<String>,
-        _io: StdioRequest,
+        cmd: Vec<String>,
+        io: StdioRequest,
     ) -> Result<ProcessStdio> {
-        Err(RuntimeError::Stdio {
-            container: container_id.to_string(),
-            reason: "exec streams are not implemented yet".into(),
-        })
+        self.containerd.exec_stdio(container_id, cmd, io).await
     }
 
     async fn attach_stdio(&self, container_id: &str, _io: StdioRequest) -> Result<ProcessStdio> {
