@@ -17,7 +17,9 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use super::accounts::Accounts;
-use super::containers::{record_from, ContainerRecord, NewContainer, TaskSnapshot, TaskStatus};
+use super::containers::{
+    record_from, ContainerRecord, NewContainer, TaskIo, TaskSnapshot, TaskStatus,
+};
 use super::events::OomSeen;
 use super::exec::{ExecError, ExecResult, ExecRunner};
 use super::image_store::ListedImage;
@@ -378,7 +380,7 @@ impl Runtime for FakeRuntime {
         Ok(())
     }
 
-    async fn start_task(&self, id: &str, _io_uri: &str) -> Result<u32> {
+    async fn start_task(&self, id: &str, _io: &TaskIo) -> Result<u32> {
         let target = self.target(id);
         self.enter("start_task", target).await?;
         let mut st = self.lock();
