@@ -16,7 +16,7 @@ use containerd_client::services::v1::snapshots::{
     MountsRequest, PrepareSnapshotRequest, RemoveSnapshotRequest,
 };
 use containerd_client::services::v1::{
-    Container, CreateContainerRequest, CreateTaskRequest, DeleteContainerRequest,
+    CloseIoRequest, Container, CreateContainerRequest, CreateTaskRequest, DeleteContainerRequest,
     DeleteTaskRequest, GetRequest, KillRequest, ListContainersRequest, ResizePtyRequest,
     StartRequest, UpdateContainerRequest, WaitRequest,
 };
@@ -483,6 +483,23 @@ impl Containerd {
         .map(|_| ())
     }
 
+    /// Ends the stdin of a container's own process: the shim holds a write end of the
+    /// stdin FIFO until told.
+    pub async fn close_container_stdin(&self, id: &str) -> Result<()> {
+        call(
+            "close stdin",
+            id,
+            CALL_TIMEOUT,
+            self.client().tasks().close_io(self.req(CloseIoRequest {
+                container_id: id.to_string(),
+                exec_id: String::new(),
+                stdin: true,
+            })),
+        )
+        .await
+        .map(|_| ())
+    }
+
     /// Opens the running container's own stdio for `kubectl attach`: through its io relay
     /// when it has one (stdin or tty); otherwise its output goes to the logger and the
     /// session carries nothing until the container stops. Upstream's message for a
@@ -517,12 +534,11 @@ impl Containerd {
             };
             return Ok(client::silent_until(io, exited));
         }
-        let (containerd, owner) = (self.clone(), id.to_string());
-        let resize: client::Resizer = Arc::new(move |size| {
-            let (containerd, id) = (containerd.clone(), owner.clone());
-            Box::pin(async move { containerd.resize_container_pty(&id, size).await })
+        let task = Arc::new(OwnProcess {
+            containerd: self.clone(),
+            id: id.to_string(),
         });
-        let (stdio, _) = client::connect(&socket, io, resize).await.map_err(|e| {
+        let (stdio, _) = client::connect(&socket, io, task).await.map_err(|e| {
             stdio_err(format!(
                 "connecting to its io relay {}: {e}",
                 socket.display()
@@ -694,6 +710,23 @@ impl Containerd {
             .flat_map(|m| m.options.iter())
             .find_map(|o| o.strip_prefix("upperdir="))
             .map(std::path::PathBuf::from)
+    }
+}
+
+/// The container's own process, as an attach session drives it.
+struct OwnProcess {
+    containerd: Containerd,
+    id: String,
+}
+
+#[async_trait::async_trait]
+impl client::TaskIoControl for OwnProcess {
+    async fn resize(&self, size: TermSize) -> Result<()> {
+        self.containerd.resize_container_pty(&self.id, size).await
+    }
+
+    async fn close_stdin(&self) -> Result<()> {
+        self.containerd.close_container_stdin(&self.id).await
     }
 }
 

@@ -10,7 +10,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::future::BoxFuture;
 use tokio::io::{AsyncWrite, AsyncWriteExt, DuplexStream};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::UnixStream;
@@ -26,16 +25,23 @@ const OUTPUT_BUFFER: usize = 64 * 1024;
 /// How long the relay may take to answer HELLO.
 const WELCOME_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Resizes the container's terminal (containerd ResizePty with exec id ""), so the client
-/// needs no containerd handle of its own and tests can watch the calls.
-pub type Resizer = Arc<dyn Fn(TermSize) -> BoxFuture<'static, Result<()>> + Send + Sync>;
+/// What a session asks of containerd about the container's own process, behind a trait so
+/// tests can watch the calls.
+#[async_trait]
+pub trait TaskIoControl: Send + Sync {
+    /// ResizePty with exec id "".
+    async fn resize(&self, size: TermSize) -> Result<()>;
+    /// CloseIO(stdin) with exec id "": the shim holds a write end of the stdin FIFO of its
+    /// own until told to close it, so the relay letting go is not enough for EOF.
+    async fn close_stdin(&self) -> Result<()>;
+}
 
 /// Connects to the relay listening on `socket` and opens the streams `io` asks for. Stdin is
 /// given only when the container has one; stderr never with a terminal.
 pub async fn connect(
     socket: &Path,
     io: StdioRequest,
-    resize: Resizer,
+    task: Arc<dyn TaskIoControl>,
 ) -> io::Result<(ProcessStdio, Container)> {
     let stream = UnixStream::connect(socket).await?;
     let (mut rd, mut wr) = stream.into_split();
@@ -99,8 +105,8 @@ pub async fn connect(
             wr,
             ended,
             demux: std::sync::Mutex::new(Some(demux)),
-            tty: container.tty,
-            resize,
+            container,
+            task: Some(task),
         }),
     };
     Ok((stdio, container))
@@ -168,8 +174,9 @@ struct AttachControl {
     wr: SharedWriter,
     ended: watch::Receiver<bool>,
     demux: std::sync::Mutex<Option<JoinHandle<()>>>,
-    tty: bool,
-    resize: Resizer,
+    container: Container,
+    /// None for a container without a relay (nothing to resize or close).
+    task: Option<Arc<dyn TaskIoControl>>,
 }
 
 impl AttachControl {
@@ -186,17 +193,25 @@ impl AttachControl {
 #[async_trait]
 impl ProcessControl for AttachControl {
     async fn resize(&self, size: TermSize) -> Result<()> {
-        if !self.tty || *self.ended.borrow() {
-            return Ok(());
+        match &self.task {
+            Some(task) if self.container.tty && !*self.ended.borrow() => task.resize(size).await,
+            _ => Ok(()),
         }
-        (self.resize)(size).await
     }
 
     async fn close_stdin(&self) -> Result<()> {
-        // The relay decides: it closes the container's stdin only for stdinOnce without a
-        // tty. A relay already gone has nothing left to close.
-        let _ = send(&self.wr, protocol::CLOSE_STDIN, b"").await;
-        Ok(())
+        // A relay already gone has nothing left to close.
+        if send(&self.wr, protocol::CLOSE_STDIN, b"").await.is_err() {
+            return Ok(());
+        }
+        // As containerd's CRI plugin: the container's stdin ends with the first session's
+        // only for stdinOnce without a tty; otherwise only this session's input ends.
+        match &self.task {
+            Some(task) if self.container.stdin_once && !self.container.tty => {
+                task.close_stdin().await
+            }
+            _ => Ok(()),
+        }
     }
 
     async fn hang_up(&self) {
@@ -238,8 +253,8 @@ pub fn silent_until(
             wr: Arc::new(Mutex::new(None)),
             ended,
             demux: std::sync::Mutex::new(Some(waiter)),
-            tty: false,
-            resize: Arc::new(|_| Box::pin(async { Ok(()) })),
+            container: Container::default(),
+            task: None,
         }),
     }
 }

@@ -6,7 +6,10 @@
 //! closes the container's stdin when the last writer goes). The agent cannot be that writer:
 //! it restarts. So the agent starts this relay (its own executable in relay mode, in its own
 //! session) before creating the task. The relay
-//! - holds the stdin FIFO open (`O_RDWR`, which never blocks) and copies sessions' input in;
+//! - holds the stdin FIFO open (`O_RDWR`, which never blocks) from before the shim opens
+//!   it, and copies sessions' input in. The shim keeps a write end of its own until CloseIO,
+//!   so ending the container's stdin (stdinOnce) takes both: this relay letting go and the
+//!   session's CloseIO through containerd ([`super::client`]);
 //! - reads the stdout and stderr FIFOs and writes the CRI log with the logger's own writer
 //!   and rotation ([`crate::logs::copy_stream`]), so there is one log format and one rotation;
 //! - fans the output out to every attach session connected to its unix socket. Each session

@@ -36,14 +36,27 @@ fn open_write(path: std::path::PathBuf) -> File {
     OpenOptions::new().write(true).open(path).unwrap()
 }
 
-fn recording_resizer() -> (Resizer, Arc<StdMutex<Vec<TermSize>>>) {
-    let seen = Arc::new(StdMutex::new(Vec::new()));
-    let s = seen.clone();
-    let resizer: Resizer = Arc::new(move |size| {
-        s.lock().unwrap().push(size);
-        Box::pin(async { Ok(()) })
-    });
-    (resizer, seen)
+#[derive(Default)]
+struct Recorder {
+    resized: StdMutex<Vec<TermSize>>,
+    stdin_closed: StdMutex<u32>,
+}
+
+#[async_trait]
+impl TaskIoControl for Recorder {
+    async fn resize(&self, size: TermSize) -> Result<()> {
+        self.resized.lock().unwrap().push(size);
+        Ok(())
+    }
+
+    async fn close_stdin(&self) -> Result<()> {
+        *self.stdin_closed.lock().unwrap() += 1;
+        Ok(())
+    }
+}
+
+fn recorder() -> Arc<Recorder> {
+    Arc::new(Recorder::default())
 }
 
 const ALL: StdioRequest = StdioRequest {
@@ -68,8 +81,10 @@ async fn a_session_carries_input_and_output_and_ends_with_the_output() {
         stdin_fifo.read_to_end(&mut all).unwrap();
         all
     });
-    let (resizer, resized) = recording_resizer();
-    let (mut stdio, container) = connect(&relay.config.socket(), ALL, resizer).await.unwrap();
+    let task = recorder();
+    let (mut stdio, container) = connect(&relay.config.socket(), ALL, task.clone())
+        .await
+        .unwrap();
     assert!(container.stdin_once);
 
     let mut stdin = stdio.stdin.take().expect("the container has stdin");
@@ -80,6 +95,7 @@ async fn a_session_carries_input_and_output_and_ends_with_the_output() {
         .unwrap()
         .unwrap();
     assert_eq!(input, b"one\n", "stdinOnce: the input, then EOF");
+    assert_eq!(*task.stdin_closed.lock().unwrap(), 1, "and CloseIO");
 
     out.write_all(b"got:one\n").unwrap();
     drop((out, err));
@@ -115,7 +131,7 @@ async fn a_session_carries_input_and_output_and_ends_with_the_output() {
         })
         .await
         .unwrap();
-    assert!(resized.lock().unwrap().is_empty());
+    assert!(task.resized.lock().unwrap().is_empty());
     stdio.control.finish().await;
 }
 
@@ -127,14 +143,16 @@ async fn a_tty_session_resizes_and_has_no_stderr_and_stdin_only_when_the_contain
         stdin_once: false,
     });
     let out = open_write(relay.config.fifo(STDOUT_FIFO));
-    let (resizer, resized) = recording_resizer();
+    let task = recorder();
     let io = StdioRequest {
         stdin: true,
         stdout: true,
         stderr: false,
         tty: true,
     };
-    let (stdio, container) = connect(&relay.config.socket(), io, resizer).await.unwrap();
+    let (stdio, container) = connect(&relay.config.socket(), io, task.clone())
+        .await
+        .unwrap();
     assert!(container.tty);
     assert!(stdio.stdin.is_none(), "no stdin on a container without one");
     assert!(stdio.stderr.is_none());
@@ -143,12 +161,16 @@ async fn a_tty_session_resizes_and_has_no_stderr_and_stdin_only_when_the_contain
         height: 20,
     };
     stdio.control.resize(size).await.unwrap();
-    assert_eq!(*resized.lock().unwrap(), [size]);
+    assert_eq!(*task.resized.lock().unwrap(), [size]);
+    // A terminal's input never ends for the container with one session's.
+    stdio.control.close_stdin().await.unwrap();
+    assert_eq!(*task.stdin_closed.lock().unwrap(), 0);
     // Leaving does not end the container's output for anyone else.
     stdio.control.hang_up().await;
     stdio.control.finish().await;
-    let (resizer, _) = recording_resizer();
-    let (again, _) = connect(&relay.config.socket(), io, resizer).await.unwrap();
+    let (again, _) = connect(&relay.config.socket(), io, recorder())
+        .await
+        .unwrap();
     drop(out);
     assert_eq!(
         tokio::time::timeout(DEADLINE, again.control.wait())
