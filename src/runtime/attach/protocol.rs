@@ -18,8 +18,6 @@ pub const HELLO: u8 = 1;
 pub const STDIN: u8 = 2;
 /// Session → relay: this session's stdin ended.
 pub const CLOSE_STDIN: u8 = 3;
-/// Agent → relay: the task was never started, give up (only honoured before any output).
-pub const ABANDON: u8 = 4;
 /// Relay → session: the answer to HELLO; payload one byte of [`Container`] bits.
 pub const WELCOME: u8 = 16;
 pub const STDOUT: u8 = 17;
