@@ -33,6 +33,11 @@ fn main() {
     if logs::is_logger_invocation(&args) {
         std::process::exit(logs::run_logger(&args));
     }
+    // The agent starts it as the io relay of each container with stdin or a tty; it forks,
+    // so it must run while the process has a single thread.
+    if kubelet_rs::runtime::attach::is_relay_invocation(&args) {
+        std::process::exit(kubelet_rs::runtime::attach::run_relay(&args));
+    }
     if args.get(1).map(String::as_str) == Some("image") {
         std::process::exit(image_command(&args[2..]));
     }

@@ -6,6 +6,8 @@
 //! next agent start can read restart counts and last states back from containerd.
 
 use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
@@ -14,18 +16,21 @@ use containerd_client::services::v1::snapshots::{
     MountsRequest, PrepareSnapshotRequest, RemoveSnapshotRequest,
 };
 use containerd_client::services::v1::{
-    Container, CreateContainerRequest, CreateTaskRequest, DeleteContainerRequest,
-    DeleteTaskRequest, GetRequest, KillRequest, ListContainersRequest, StartRequest,
-    UpdateContainerRequest, WaitRequest,
+    CloseIoRequest, Container, CreateContainerRequest, CreateTaskRequest, DeleteContainerRequest,
+    DeleteTaskRequest, GetRequest, KillRequest, ListContainersRequest, ResizePtyRequest,
+    StartRequest, UpdateContainerRequest, WaitRequest,
 };
 pub use containerd_client::types::v1::Status as TaskStatus;
 use containerd_client::types::Mount;
 use prost_types::{Any, FieldMask, Timestamp};
 use tracing::debug;
 
+use super::attach::spawn::{remove_relay_dir, TaskFifos};
+use super::attach::{client, relay, relay_dir, RELAY_BASE_DIR};
 use super::client::{call, CALL_TIMEOUT};
 use super::images::{ImageInfo, SNAPSHOTTER};
 use super::labels::{self, Kind, PodRef};
+use super::stdio::{ProcessStdio, StdioRequest, TermSize};
 use super::{Containerd, Result, RuntimeError};
 
 const RUNC_V2: &str = "io.containerd.runc.v2";
@@ -79,6 +84,34 @@ impl ContainerRecord {
         match &self.state {
             State::Exited { info, .. } => Some(info),
             _ => None,
+        }
+    }
+}
+
+/// Where a task's stdio goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TaskIo {
+    /// Nowhere (/dev/null): the pause container.
+    Null,
+    /// stdout and stderr to this `binary://` URI (the CRI logger); no stdin.
+    Logger(String),
+    /// FIFOs held by the container's io relay (containers with stdin or a terminal).
+    Fifos(TaskFifos),
+}
+
+impl TaskIo {
+    /// CreateTaskRequest's stdin, stdout, stderr and terminal.
+    fn create_fields(&self) -> (String, String, String, bool) {
+        let path = |p: &std::path::Path| p.display().to_string();
+        match self {
+            TaskIo::Null => Default::default(),
+            TaskIo::Logger(uri) => (String::new(), uri.clone(), uri.clone(), false),
+            TaskIo::Fifos(f) => (
+                f.stdin.as_deref().map(path).unwrap_or_default(),
+                path(&f.stdout),
+                f.stderr.as_deref().map(path).unwrap_or_default(),
+                f.terminal,
+            ),
         }
     }
 }
@@ -393,9 +426,8 @@ impl Containerd {
         }
     }
 
-    /// Creates and starts the container's task; stdout and stderr go to `io_uri` (a
-    /// `binary://` logger, or "" for /dev/null). Returns the task's pid.
-    pub async fn start_task(&self, id: &str, io_uri: &str) -> Result<u32> {
+    /// Creates and starts the container's task with the given stdio. Returns the task's pid.
+    pub async fn start_task(&self, id: &str, io: &TaskIo) -> Result<u32> {
         let existing = self.task(id).await?;
         if let Some(p) = &existing {
             if TaskStatus::try_from(p.status) == Ok(TaskStatus::Running) {
@@ -404,6 +436,7 @@ impl Containerd {
         }
         if existing.is_none() {
             let mounts = self.snapshot_mounts(id).await?;
+            let (stdin, stdout, stderr, terminal) = io.create_fields();
             call(
                 "create task",
                 id,
@@ -411,9 +444,10 @@ impl Containerd {
                 self.client().tasks().create(self.req(CreateTaskRequest {
                     container_id: id.to_string(),
                     rootfs: mounts,
-                    stdin: String::new(),
-                    stdout: io_uri.to_string(),
-                    stderr: io_uri.to_string(),
+                    stdin,
+                    stdout,
+                    stderr,
+                    terminal,
                     ..Default::default()
                 })),
             )
@@ -430,6 +464,88 @@ impl Containerd {
         )
         .await
         .map(|r| r.pid)
+    }
+
+    /// Resizes the terminal of a container's own process (`kubectl attach -t`).
+    pub async fn resize_container_pty(&self, id: &str, size: TermSize) -> Result<()> {
+        call(
+            "resize pty",
+            id,
+            CALL_TIMEOUT,
+            self.client().tasks().resize_pty(self.req(ResizePtyRequest {
+                container_id: id.to_string(),
+                exec_id: String::new(),
+                width: u32::from(size.width),
+                height: u32::from(size.height),
+            })),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Ends the stdin of a container's own process: the shim holds a write end of the
+    /// stdin FIFO until told.
+    pub async fn close_container_stdin(&self, id: &str) -> Result<()> {
+        call(
+            "close stdin",
+            id,
+            CALL_TIMEOUT,
+            self.client().tasks().close_io(self.req(CloseIoRequest {
+                container_id: id.to_string(),
+                exec_id: String::new(),
+                stdin: true,
+            })),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Opens the running container's own stdio for `kubectl attach`: through its io relay
+    /// when it has one (stdin or tty); otherwise its output goes to the logger and the
+    /// session carries nothing until the container stops. Upstream's message for a
+    /// container that is not running.
+    pub async fn attach_stdio(&self, id: &str, io: StdioRequest) -> Result<ProcessStdio> {
+        let stdio_err = |reason: String| RuntimeError::Stdio {
+            container: id.to_string(),
+            reason,
+        };
+        let status = match self.task(id).await? {
+            Some(p) => TaskStatus::try_from(p.status).unwrap_or(TaskStatus::Unknown),
+            None => TaskStatus::Stopped,
+        };
+        if status != TaskStatus::Running {
+            let state = match status {
+                TaskStatus::Created => "CONTAINER_CREATED",
+                TaskStatus::Stopped => "CONTAINER_EXITED",
+                _ => "CONTAINER_UNKNOWN",
+            };
+            return Err(stdio_err(format!("container is in {state} state")));
+        }
+        let socket = relay_dir(Path::new(RELAY_BASE_DIR), id).join(relay::SOCKET);
+        if !tokio::fs::try_exists(&socket).await.unwrap_or(false) {
+            let (containerd, id) = (self.clone(), id.to_string());
+            let exited = async move {
+                // A day per wait: the stream is cheap, and a containerd error ends the
+                // session rather than leave it hanging.
+                while let Ok(None) = containerd
+                    .wait_exit(&id, Duration::from_secs(24 * 3600))
+                    .await
+                {}
+            };
+            return Ok(client::silent_until(io, exited));
+        }
+        let task = Arc::new(OwnProcess {
+            containerd: self.clone(),
+            id: id.to_string(),
+        });
+        let (stdio, _) = client::connect(&socket, io, task).await.map_err(|e| {
+            stdio_err(format!(
+                "connecting to its io relay {}: {e}",
+                socket.display()
+            ))
+        })?;
+        debug!(container_id = id, "attached");
+        Ok(stdio)
     }
 
     /// Sets labels on a record (other labels are kept).
@@ -542,6 +658,9 @@ impl Containerd {
             _ => {}
         }
         self.remove_snapshot(id).await?;
+        // An io relay normally removes its directory when the output ends; this covers a
+        // relay that died or an agent that stopped between relay and task.
+        remove_relay_dir(relay_dir(Path::new(RELAY_BASE_DIR), id)).await;
         debug!(container_id = id, "container removed");
         Ok(())
     }
@@ -591,6 +710,23 @@ impl Containerd {
             .flat_map(|m| m.options.iter())
             .find_map(|o| o.strip_prefix("upperdir="))
             .map(std::path::PathBuf::from)
+    }
+}
+
+/// The container's own process, as an attach session drives it.
+struct OwnProcess {
+    containerd: Containerd,
+    id: String,
+}
+
+#[async_trait::async_trait]
+impl client::TaskIoControl for OwnProcess {
+    async fn resize(&self, size: TermSize) -> Result<()> {
+        self.containerd.resize_container_pty(&self.id, size).await
+    }
+
+    async fn close_stdin(&self) -> Result<()> {
+        self.containerd.close_container_stdin(&self.id).await
     }
 }
 

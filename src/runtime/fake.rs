@@ -17,7 +17,9 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use super::accounts::Accounts;
-use super::containers::{record_from, ContainerRecord, NewContainer, TaskSnapshot, TaskStatus};
+use super::containers::{
+    record_from, ContainerRecord, NewContainer, TaskIo, TaskSnapshot, TaskStatus,
+};
 use super::events::OomSeen;
 use super::exec::{ExecError, ExecResult, ExecRunner};
 use super::exec_stdio::fake::FakeExecs;
@@ -26,7 +28,9 @@ use super::images::{ImageConfig, ImageInfo};
 use super::labels::{self, Kind};
 use super::pull::{PullError, PullOutcome, RegistryCredential};
 use super::service::Runtime;
-use super::stdio::{ProcessStdio, StdioRequest};
+use super::stdio::{
+    BoxRead, BoxWrite, ProcessControl, ProcessEnd, ProcessStdio, StdioRequest, TermSize,
+};
 use super::{Result, RuntimeError};
 
 /// What a container's task does once started.
@@ -89,6 +93,8 @@ pub(crate) struct FakeRuntime {
     oom_seen: OomSeen,
     /// Scripted exec processes: `execs().script(..)`, `execs().records()`.
     execs: FakeExecs,
+    /// Per container name: what attaching gives, and what the sessions did.
+    attach: Arc<Mutex<HashMap<String, FakeAttach>>>,
 }
 
 /// The image the fake knows under `name`: its command is `/<name>`, as a pause or
@@ -113,6 +119,7 @@ impl FakeRuntime {
             state: Arc::default(),
             oom_seen,
             execs: FakeExecs::default(),
+            attach: Arc::default(),
         };
         {
             let mut st = rt.lock();
@@ -387,7 +394,7 @@ impl Runtime for FakeRuntime {
         Ok(())
     }
 
-    async fn start_task(&self, id: &str, _io_uri: &str) -> Result<u32> {
+    async fn start_task(&self, id: &str, _io: &TaskIo) -> Result<u32> {
         let target = self.target(id);
         self.enter("start_task", target).await?;
         let mut st = self.lock();
@@ -606,10 +613,48 @@ impl Runtime for FakeRuntime {
         self.execs.start(container_id, cmd, io)
     }
 
-    async fn attach_stdio(&self, container_id: &str, _io: StdioRequest) -> Result<ProcessStdio> {
-        Err(RuntimeError::Stdio {
-            container: container_id.to_string(),
-            reason: "the fake runtime has no attach yet".into(),
+    async fn attach_stdio(&self, container_id: &str, io: StdioRequest) -> Result<ProcessStdio> {
+        let target = self.target(container_id);
+        self.enter("attach_stdio", target).await?;
+        let name = {
+            let st = self.lock();
+            let c = st
+                .containers
+                .get(container_id)
+                .ok_or_else(|| Self::not_found("attach", container_id))?;
+            if !c
+                .task
+                .as_ref()
+                .is_some_and(|t| t.state == TaskState::Running)
+            {
+                return Err(RuntimeError::Stdio {
+                    container: container_id.to_string(),
+                    reason: "container is in CONTAINER_EXITED state".into(),
+                });
+            }
+            c.labels
+                .get(labels::CONTAINER_NAME)
+                .cloned()
+                .unwrap_or_default()
+        };
+        let (script, record) = {
+            let mut attach = self.attach.lock().expect("fake attach state");
+            let a = attach.entry(name).or_default();
+            (a.script.clone(), a.record.clone())
+        };
+        let read = |bytes: Vec<u8>| Box::pin(std::io::Cursor::new(bytes)) as BoxRead;
+        Ok(ProcessStdio {
+            stdin: (io.stdin && script.stdin).then(|| {
+                Box::pin(AttachInput {
+                    record: record.clone(),
+                }) as BoxWrite
+            }),
+            stdout: io.stdout.then(|| read(script.output.clone())),
+            stderr: (io.stderr && !script.tty).then(|| read(Vec::new())),
+            control: Box::new(FakeAttachControl {
+                record,
+                tty: script.tty,
+            }),
         })
     }
 
@@ -618,5 +663,188 @@ impl Runtime for FakeRuntime {
             "root:x:0:0::/root:/bin/sh\n",
             "root:x:0:\n",
         )))
+    }
+}
+
+/// What attaching to a fake container gives (per container name; the default: no stdin, no
+/// tty, no output).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct AttachScript {
+    /// The container has stdin (`stdin: true`): sessions asking for it get it.
+    pub stdin: bool,
+    pub tty: bool,
+    /// Each session reads this on stdout, then its output ends.
+    pub output: Vec<u8>,
+}
+
+/// What the attach sessions of a container did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct AttachRecord {
+    pub input: Vec<u8>,
+    pub resizes: Vec<TermSize>,
+    pub stdin_closes: u32,
+    pub hang_ups: u32,
+}
+
+#[derive(Default)]
+struct FakeAttach {
+    script: AttachScript,
+    record: Arc<Mutex<AttachRecord>>,
+}
+
+impl FakeRuntime {
+    /// Attaching to the container named `name` gives this from now on.
+    pub(crate) fn script_attach(&self, name: &str, script: AttachScript) {
+        self.attach
+            .lock()
+            .expect("fake attach state")
+            .entry(name.to_string())
+            .or_default()
+            .script = script;
+    }
+
+    /// What the attach sessions of the container named `name` did so far.
+    pub(crate) fn attached(&self, name: &str) -> AttachRecord {
+        let attach = self.attach.lock().expect("fake attach state");
+        attach
+            .get(name)
+            .map(|a| a.record.lock().expect("fake attach record").clone())
+            .unwrap_or_default()
+    }
+}
+
+struct AttachInput {
+    record: Arc<Mutex<AttachRecord>>,
+}
+
+impl tokio::io::AsyncWrite for AttachInput {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let mut record = self.record.lock().expect("fake attach record");
+        record.input.extend_from_slice(buf);
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+struct FakeAttachControl {
+    record: Arc<Mutex<AttachRecord>>,
+    tty: bool,
+}
+
+impl FakeAttachControl {
+    fn record(&self) -> std::sync::MutexGuard<'_, AttachRecord> {
+        self.record.lock().expect("fake attach record")
+    }
+}
+
+#[async_trait]
+impl ProcessControl for FakeAttachControl {
+    async fn resize(&self, size: TermSize) -> Result<()> {
+        if self.tty {
+            self.record().resizes.push(size);
+        }
+        Ok(())
+    }
+
+    async fn close_stdin(&self) -> Result<()> {
+        self.record().stdin_closes += 1;
+        Ok(())
+    }
+
+    async fn hang_up(&self) {
+        self.record().hang_ups += 1;
+    }
+
+    /// The scripted output is all there is: the session ends once it was read.
+    async fn wait(&self) -> Result<ProcessEnd> {
+        Ok(ProcessEnd::Detached)
+    }
+
+    async fn finish(&self) {}
+}
+
+mod attach_tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn attach_gives_the_scripted_output_and_records_the_session() {
+        let rt = FakeRuntime::new(&[], OomSeen::default());
+        let pod = labels::PodRef {
+            uid: "u".into(),
+            name: "p".into(),
+            namespace: "ns".into(),
+        };
+        rt.leave_running_sandbox(&pod, "c1");
+        let name = labels::SANDBOX_NAME;
+        rt.script_attach(
+            name,
+            AttachScript {
+                stdin: true,
+                tty: true,
+                output: b"got:one\n".to_vec(),
+            },
+        );
+        let io = StdioRequest {
+            stdin: true,
+            stdout: true,
+            stderr: false,
+            tty: true,
+        };
+        let mut stdio = rt.attach_stdio("c1", io).await.unwrap();
+        stdio
+            .stdin
+            .as_mut()
+            .unwrap()
+            .write_all(b"one\n")
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        stdio
+            .stdout
+            .as_mut()
+            .unwrap()
+            .read_to_end(&mut out)
+            .await
+            .unwrap();
+        assert_eq!(out, b"got:one\n");
+        let size = TermSize {
+            width: 50,
+            height: 20,
+        };
+        stdio.control.resize(size).await.unwrap();
+        stdio.control.close_stdin().await.unwrap();
+        assert_eq!(stdio.control.wait().await.unwrap(), ProcessEnd::Detached);
+        assert_eq!(
+            rt.attached(name),
+            AttachRecord {
+                input: b"one\n".to_vec(),
+                resizes: vec![size],
+                stdin_closes: 1,
+                hang_ups: 0,
+            }
+        );
+
+        rt.exit(name, 0);
+        let err = rt.attach_stdio("c1", io).await.err().expect("not running");
+        assert!(err.to_string().contains("CONTAINER_EXITED"), "{err}");
     }
 }

@@ -11,6 +11,7 @@
 //! event stream into wake-ups for pod workers.
 
 pub mod accounts;
+pub mod attach;
 pub mod client;
 pub mod containers;
 pub mod events;

@@ -17,13 +17,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::accounts::Accounts;
-use super::containers::{ContainerRecord, NewContainer};
+use super::containers::{ContainerRecord, NewContainer, TaskIo};
 use super::exec::{ExecError, ExecRunner};
 use super::image_store::ListedImage;
 use super::images::ImageInfo;
 use super::pull::{PullError, PullOutcome, Puller, RegistryCredential};
 use super::stdio::{ProcessStdio, StdioRequest};
-use super::{Containerd, Result, RuntimeError};
+use super::{Containerd, Result};
 
 /// The container runtime as the agent's pod workers see it. Every call has a deadline in
 /// the implementation, so no call can hold a worker forever. Its exec half is the
@@ -39,9 +39,8 @@ pub trait Runtime: ExecRunner {
     async fn all_containers(&self) -> Result<Vec<ContainerRecord>>;
     /// Creates the record (and its rootfs); idempotent for an existing id.
     async fn create_container(&self, new: NewContainer<'_>) -> Result<()>;
-    /// Creates and starts the container's task with stdout/stderr to `io_uri` (empty: none);
-    /// returns its pid.
-    async fn start_task(&self, id: &str, io_uri: &str) -> Result<u32>;
+    /// Creates and starts the container's task with the given stdio; returns its pid.
+    async fn start_task(&self, id: &str, io: &TaskIo) -> Result<u32>;
     /// Merges labels into the record (how a dead container's end is remembered).
     async fn set_labels(&self, id: &str, set: HashMap<String, String>) -> Result<()>;
     /// Signals the task; a task or container already gone is success.
@@ -129,8 +128,8 @@ impl Runtime for ContainerdRuntime {
         self.containerd.create_container(new).await
     }
 
-    async fn start_task(&self, id: &str, io_uri: &str) -> Result<u32> {
-        self.containerd.start_task(id, io_uri).await
+    async fn start_task(&self, id: &str, io: &TaskIo) -> Result<u32> {
+        self.containerd.start_task(id, io).await
     }
 
     async fn set_labels(&self, id: &str, set: HashMap<String, String>) -> Result<()> {
@@ -198,10 +197,7 @@ impl Runtime for ContainerdRuntime {
         self.containerd.exec_stdio(container_id, cmd, io).await
     }
 
-    async fn attach_stdio(&self, container_id: &str, _io: StdioRequest) -> Result<ProcessStdio> {
-        Err(RuntimeError::Stdio {
-            container: container_id.to_string(),
-            reason: "attach is not implemented yet".into(),
-        })
+    async fn attach_stdio(&self, container_id: &str, io: StdioRequest) -> Result<ProcessStdio> {
+        self.containerd.attach_stdio(container_id, io).await
     }
 }

@@ -787,8 +787,14 @@ pub fn container_spec(
             format!("{cwd:?} is not an absolute path"),
         ));
     }
+    let tty = c.tty == Some(true);
+    let mut process_env: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    if tty {
+        // As containerd's oci.WithTTY, which its CRI plugin applies for `tty: true`.
+        process_env.push("TERM=xterm".into());
+    }
     let mut process = ProcessBuilder::default()
-        .terminal(false)
+        .terminal(tty)
         .user(
             UserBuilder::default()
                 .uid(user.uid)
@@ -798,11 +804,7 @@ pub fn container_spec(
                 .map_err(&oci)?,
         )
         .args(args)
-        .env(
-            env.iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>(),
-        )
+        .env(process_env)
         .cwd(cwd)
         .capabilities(capabilities(caps).map_err(&oci)?)
         .no_new_privileges(no_new_privs)

@@ -15,6 +15,7 @@ use crate::network::cni::{AttachRequest, PortMapping};
 use crate::network::netns;
 use crate::pod::files::SandboxState;
 use crate::pod::qos::{pod_cgroup_parent, qos_class};
+use crate::runtime::containers::TaskIo;
 use crate::runtime::containers::{new_container_id, ContainerRecord, NewContainer, State};
 use crate::runtime::labels::{self, Kind};
 use crate::runtime::spec::{self, PodContext};
@@ -169,7 +170,7 @@ impl Worker {
                 extra_labels: extra,
             };
             rt.create_container(new.clone()).await?;
-            let pid = rt.start_task(&id, "").await?;
+            let pid = rt.start_task(&id, &TaskIo::Null).await?;
             Ok(new.as_record(Some(pid)))
         }
         .await;

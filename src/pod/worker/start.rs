@@ -4,6 +4,7 @@
 //! CreateContainerError, RunContainerError, PostStartHookError).
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +20,8 @@ use crate::objects::{ClusterObjects, ObjectError};
 use crate::pod::qos::{oom_score_adj, qos_class};
 use crate::pod::status::Waiting;
 use crate::prober;
-use crate::runtime::containers::{format_time, new_container_id, NewContainer};
+use crate::runtime::attach::{self, RelayConfig};
+use crate::runtime::containers::{format_time, new_container_id, NewContainer, TaskIo};
 use crate::runtime::images::ImageInfo;
 use crate::runtime::labels::{self, Kind};
 use crate::runtime::pull::credentials::{parse_docker_config, CredentialError, RegistryCredential};
@@ -286,16 +288,46 @@ impl Worker {
         );
         let mut record = new.as_record(None);
 
-        let uri = logs::logger_uri(
-            &self.shared.exe,
-            &log_path,
-            cfg.container_log_max_size,
-            cfg.container_log_max_files,
-        );
+        let relay = attach::needs_relay(c).then(|| RelayConfig {
+            dir: attach::relay_dir(Path::new(attach::RELAY_BASE_DIR), &id),
+            log_path: log_path.clone(),
+            rotation: logs::RotationPolicy {
+                max_size: cfg.container_log_max_size,
+                max_files: cfg.container_log_max_files,
+            },
+            container: attach::protocol::Container {
+                stdin: c.stdin == Some(true),
+                tty: c.tty == Some(true),
+                stdin_once: c.stdin_once == Some(true),
+            },
+        });
         let started = Utc::now();
-        let pid = match rt.start_task(&id, &uri).await {
+        let task = match &relay {
+            // A container with stdin or a terminal gets FIFOs that its io relay holds for
+            // its whole life (containerd 1.6 drops stdin with the logger's binary IO).
+            Some(config) => match attach::spawn::start_relay(&self.shared.exe, config).await {
+                Ok(fifos) => rt.start_task(&id, &TaskIo::Fifos(fifos)).await,
+                Err(e) => Err(RuntimeError::Stdio {
+                    container: c.name.clone(),
+                    reason: e.to_string(),
+                }),
+            },
+            None => {
+                let uri = logs::logger_uri(
+                    &self.shared.exe,
+                    &log_path,
+                    cfg.container_log_max_size,
+                    cfg.container_log_max_files,
+                );
+                rt.start_task(&id, &TaskIo::Logger(uri)).await
+            }
+        };
+        let pid = match task {
             Ok(pid) => pid,
             Err(e) => {
+                if let Some(config) = &relay {
+                    attach::spawn::remove_relay_dir(config.dir.clone()).await;
+                }
                 // As upstream with containerd: the container is dead with StartError / 128,
                 // and the pod shows RunContainerError until the next try.
                 let msg = e.to_string();
