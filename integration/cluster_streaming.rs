@@ -217,11 +217,24 @@ fn exec_and_cp_through_kubectl_over_both_transports() {
             n.cluster.kubectl.display(),
             n.cluster.kubeconfig.display()
         );
-        let o = Command::new("script")
+        // script's stdin stays open (and silent) until the command is done: at its end
+        // kubectl would send the end of input to the terminal before stty ran.
+        let mut child = Command::new("script")
             .args(["-qec", &line, "/dev/null"])
-            .stdin(Stdio::null())
-            .output()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
             .unwrap();
+        let held = child.stdin.take();
+        let mut out = Vec::new();
+        child.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+        drop(held);
+        let o = Output {
+            status: child.wait().unwrap(),
+            stdout: out,
+            stderr: Vec::new(),
+        };
         assert!(
             text(&o.stdout).contains("40 100"),
             "{t:?} tty size: {}",
@@ -477,12 +490,14 @@ fn attach_and_port_forward_through_kubectl_over_both_transports() {
 #[test]
 #[ignore = "needs root, containerd and the control plane: run hack/test.sh"]
 fn logs_follow_a_rotating_log_and_unauthorized_callers_are_refused() {
-    // A small log limit, so the writer rotates while kubectl follows.
+    // A small log limit, so the writer rotates while kubectl follows; anonymous requests
+    // refused, as kubeadm configures production nodes.
     let n = ClusterNode::start(
         "stream-logs",
         &[
             "--container-log-max-size=4Ki",
             "--container-log-max-files=5",
+            "--anonymous-auth=false",
         ],
     );
     // The pod waits for the test's go, so that the follow starts before the first rotation.
@@ -548,11 +563,11 @@ fn logs_follow_a_rotating_log_and_unauthorized_callers_are_refused() {
         (code.trim().parse::<u16>().unwrap_or(0), body.to_string())
     };
     let (code, body) = post(None);
-    assert_eq!((code, body.as_str()), (401, "Unauthorized"));
+    assert_eq!((code, body.trim_end()), (401, "Unauthorized"));
     let (code, body) = post(Some(&token));
     assert_eq!(code, 403, "{body}");
     assert_eq!(
-        body,
+        body.trim_end(),
         "Forbidden (user=system:serviceaccount:default:streamer, verb=create, resource=nodes, subresource(s)=[proxy])"
     );
     n.cluster.kubectl(&[

@@ -205,12 +205,16 @@ impl ProcessControl for AttachControl {
             return Ok(());
         }
         // As containerd's CRI plugin: the container's stdin ends with the first session's
-        // only for stdinOnce without a tty; otherwise only this session's input ends.
+        // only for stdinOnce without a tty (its output keeps flowing until the container
+        // stops); otherwise the session ends with its input, as `kubectl attach -i` expects.
         match &self.task {
             Some(task) if self.container.stdin_once && !self.container.tty => {
                 task.close_stdin().await
             }
-            _ => Ok(()),
+            _ => {
+                self.detach().await;
+                Ok(())
+            }
         }
     }
 

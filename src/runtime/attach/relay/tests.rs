@@ -197,18 +197,24 @@ fn a_slow_session_is_cut_off_without_holding_up_the_log_or_the_others() {
     let err = shim_output(&r, STDERR_FIFO);
     let (mut slow, _) = attach(&r, ALL);
     let (mut fast, _) = attach(&r, ALL);
-    let fast_reader = std::thread::spawn(move || drain(&mut fast));
 
-    // Far more than the slow session's queue and socket buffers hold.
+    // Far more than the slow session's queue and socket buffers hold. The fast session reads
+    // each batch before the next is written, so it never falls behind however loaded the
+    // machine is, while the slow one never reads at all.
     let line = [b"x".repeat(1023), b"\n".to_vec()].concat();
-    let lines = 8 * 1024;
-    for _ in 0..lines {
-        out.write_all(&line).unwrap();
+    let (lines, batch) = (8 * 1024, 16);
+    let mut fast_out = Vec::new();
+    for _ in 0..lines / batch {
+        for _ in 0..batch {
+            out.write_all(&line).unwrap();
+        }
+        fast_out.extend(read_stream(&mut fast, protocol::STDOUT, batch * line.len()));
     }
     drop((out, err));
     r.done.recv_timeout(DEADLINE).unwrap().unwrap();
 
-    let (fast_out, _, fast_ended) = fast_reader.join().unwrap();
+    let (rest, _, fast_ended) = drain(&mut fast);
+    fast_out.extend(rest);
     assert!(fast_ended);
     assert_eq!(fast_out.len(), line.len() * lines);
     let (slow_out, _, slow_ended) = drain(&mut slow);
