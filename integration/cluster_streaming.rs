@@ -16,6 +16,13 @@ use common::cluster::{Cluster, ClusterNode};
 use common::container_status;
 use serde_json::Value;
 
+/// Prints the terminal's size once the client has set it: the size travels on its own stream
+/// and may reach the terminal just after the process started (as with upstream's kubelet),
+/// so the script either sees it at once or waits for the SIGWINCH that setting it sends.
+const SIZE_ONCE_SET: &str = "trap \"stty size; exit\" WINCH; \
+    s=$(stty size 2>/dev/null); [ -n \"$s\" ] && [ \"$s\" != \"0 0\" ] && echo $s && exit; \
+    while :; do sleep 0.1; done";
+
 /// Longest a kubectl call may take before the test calls it hung.
 const KUBECTL_TIMEOUT: &str = "180";
 
@@ -213,7 +220,7 @@ fn exec_and_cp_through_kubectl_over_both_transports() {
             ""
         };
         let line = format!(
-            "stty rows 40 cols 100; {spdy_env}timeout {KUBECTL_TIMEOUT} {} --kubeconfig {} -n default exec -it {pod} -- stty size",
+            "stty rows 40 cols 100; {spdy_env}timeout {KUBECTL_TIMEOUT} {} --kubeconfig {} -n default exec -it {pod} -- sh -c '{SIZE_ONCE_SET}'",
             n.cluster.kubectl.display(),
             n.cluster.kubeconfig.display()
         );
@@ -351,6 +358,27 @@ fn wait_exit(child: &mut Child, what: &str) -> std::process::ExitStatus {
     }
 }
 
+/// `kubectl port-forward pod/<pod> :<remote>` in the background, and the local port it chose.
+fn port_forward(cluster: &Cluster, t: Transport, pod: &str, remote: &str) -> (Child, u16) {
+    let mut pf = kubectl(cluster, t, &["port-forward", &format!("pod/{pod}"), remote])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(&mut pf);
+    let prefix = "Forwarding from 127.0.0.1:";
+    let line = wait_line(&lines, prefix, &format!("{t:?} port-forward {remote}"));
+    let port = line
+        .trim_start_matches(prefix)
+        .split(' ')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("a local port in {line:?}"));
+    // kubectl prints a line per connection; a reader keeps its pipe from filling.
+    std::thread::spawn(move || for _ in lines {});
+    (pf, port)
+}
+
 /// GET http://127.0.0.1:<port>/ with curl: (status, body).
 fn curl(port: u16) -> (u16, String) {
     let out = Command::new("curl")
@@ -424,31 +452,14 @@ fn attach_and_port_forward_through_kubectl_over_both_transports() {
         );
 
         // port-forward: 20 requests at once through one session.
-        let mut pf = kubectl(
-            &n.cluster,
-            t,
-            &["port-forward", &format!("pod/{web}"), ":8080"],
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-        let pf_lines = lines_of(&mut pf);
-        let line = wait_line(&pf_lines, "Forwarding from 127.0.0.1:", "port-forward");
-        let port: u16 = line
-            .trim_start_matches("Forwarding from 127.0.0.1:")
-            .split(' ')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let (mut pf, port) = port_forward(&n.cluster, t, &web, ":8080");
         let handles: Vec<_> = (0..20)
             .map(|_| std::thread::spawn(move || curl(port)))
             .collect();
         for h in handles {
             assert_eq!(
                 h.join().unwrap(),
-                (200, "hello-web".into()),
+                (200, "hello-web\n".into()),
                 "{t:?} port-forward"
             );
         }
@@ -456,24 +467,7 @@ fn attach_and_port_forward_through_kubectl_over_both_transports() {
         let _ = pf.wait();
 
         // port-forward to a port nothing listens on: the error reaches kubectl, which gives up.
-        let mut pf = kubectl(
-            &n.cluster,
-            t,
-            &["port-forward", &format!("pod/{web}"), ":9999"],
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-        let pf_lines = lines_of(&mut pf);
-        let line = wait_line(&pf_lines, "Forwarding from 127.0.0.1:", "port-forward 9999");
-        let port: u16 = line
-            .trim_start_matches("Forwarding from 127.0.0.1:")
-            .split(' ')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let (mut pf, port) = port_forward(&n.cluster, t, &web, ":9999");
         let (code, _) = curl(port);
         assert_ne!(code, 200, "{t:?}: nothing listens on 9999");
         let status = wait_exit(&mut pf, &format!("{t:?} port-forward to a closed port"));

@@ -11,7 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use std::future::Future;
+
 use hyper::body::Incoming;
+use hyper::upgrade::Upgraded;
 use hyper::{HeaderMap, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Pod;
@@ -245,20 +248,12 @@ fn remote_command(
             Ok(p) => p,
             Err(r) => return r,
         };
-        let upgrade = hyper::upgrade::on(req);
-        tokio::spawn(
-            async move {
-                let upgraded = match upgrade.await {
-                    Ok(u) => TokioIo::new(u),
-                    Err(e) => return debug!(error = %e, "upgrade failed"),
-                };
-                match spdy::remote_command(upgraded, protocol, io).await {
-                    Ok(remote) => open_and_run(runtime, container_id, kind, io, remote).await,
-                    Err(e) => debug!(error = %e, "SPDY session setup failed"),
-                }
+        on_upgrade(req, span, move |upgraded| async move {
+            match spdy::remote_command(upgraded, protocol, io).await {
+                Ok(remote) => open_and_run(runtime, container_id, kind, io, remote).await,
+                Err(e) => debug!(error = %e, "SPDY session setup failed"),
             }
-            .instrument(span),
-        );
+        });
         spdy::switching_protocols(protocol)
     } else if websocket::is_websocket_upgrade(headers) {
         let (response, protocol) =
@@ -266,24 +261,35 @@ fn remote_command(
                 Ok(r) => r,
                 Err(r) => return r,
             };
-        let upgrade = hyper::upgrade::on(req);
-        tokio::spawn(
-            async move {
-                let upgraded = match upgrade.await {
-                    Ok(u) => TokioIo::new(u),
-                    Err(e) => return debug!(error = %e, "upgrade failed"),
-                };
-                match websocket::remote_command(upgraded, protocol, io).await {
-                    Ok(remote) => open_and_run(runtime, container_id, kind, io, remote).await,
-                    Err(e) => debug!(error = %e, "WebSocket session setup failed"),
-                }
+        on_upgrade(req, span, move |upgraded| async move {
+            match websocket::remote_command(upgraded, protocol, io).await {
+                Ok(remote) => open_and_run(runtime, container_id, kind, io, remote).await,
+                Err(e) => debug!(error = %e, "WebSocket session setup failed"),
             }
-            .instrument(span),
-        );
+        });
         response
     } else {
         not_an_upgrade(headers)
     }
+}
+
+/// Runs `serve` on the connection once hyper has switched its protocol, in the request's
+/// span (pod and container in every log line of the session).
+fn on_upgrade<F, Fut>(req: &mut Request<Incoming>, span: tracing::Span, serve: F)
+where
+    F: FnOnce(TokioIo<Upgraded>) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let upgrade = hyper::upgrade::on(req);
+    tokio::spawn(
+        async move {
+            match upgrade.await {
+                Ok(u) => serve(TokioIo::new(u)).await,
+                Err(e) => debug!(error = %e, "upgrade failed"),
+            }
+        }
+        .instrument(span),
+    );
 }
 
 /// Upstream's answer to a streaming request without an upgrade.
@@ -413,16 +419,9 @@ fn port_forward(
             Ok(p) => p,
             Err(r) => return r,
         };
-        let upgrade = hyper::upgrade::on(req);
-        tokio::spawn(
-            async move {
-                match upgrade.await {
-                    Ok(u) => spdy::port_forward(TokioIo::new(u), dialer).await,
-                    Err(e) => debug!(error = %e, "upgrade failed"),
-                }
-            }
-            .instrument(span),
-        );
+        on_upgrade(req, span, move |upgraded| {
+            spdy::port_forward(upgraded, dialer)
+        });
         spdy::switching_protocols(protocol)
     } else if websocket::is_websocket_upgrade(headers) {
         let ports = match websocket_ports(query) {
@@ -434,18 +433,9 @@ fn port_forward(
                 Ok(r) => r,
                 Err(r) => return r,
             };
-        let upgrade = hyper::upgrade::on(req);
-        tokio::spawn(
-            async move {
-                match upgrade.await {
-                    Ok(u) => {
-                        websocket::port_forward(TokioIo::new(u), protocol, ports, dialer).await
-                    }
-                    Err(e) => debug!(error = %e, "upgrade failed"),
-                }
-            }
-            .instrument(span),
-        );
+        on_upgrade(req, span, move |upgraded| {
+            websocket::port_forward(upgraded, protocol, ports, dialer)
+        });
         response
     } else {
         not_an_upgrade(headers)
