@@ -483,7 +483,7 @@ fn attach_and_port_forward_through_kubectl_over_both_transports() {
 
 #[test]
 #[ignore = "needs root, containerd and the control plane: run hack/test.sh"]
-fn logs_follow_a_rotating_log_and_unauthorized_callers_are_refused() {
+fn logs_follow_a_rotating_log_and_the_routes_answer_as_upstream() {
     // A small log limit, so the writer rotates while kubectl follows; anonymous requests
     // refused, as kubeadm configures production nodes.
     let n = ClusterNode::start(
@@ -564,6 +564,66 @@ fn logs_follow_a_rotating_log_and_unauthorized_callers_are_refused() {
         body.trim_end(),
         "Forbidden (user=system:serviceaccount:default:streamer, verb=create, resource=nodes, subresource(s)=[proxy])"
     );
+
+    // As the cluster admin (a client certificate): /run answers with the command's output,
+    // a plain request to /exec is refused for not being an upgrade, and a container that is
+    // not there is a 404.
+    let (crt, key) = (
+        n.cluster.dir.join("pki/admin.crt"),
+        n.cluster.dir.join("pki/admin.key"),
+    );
+    let admin = |method: &str, path: &str| {
+        let out = Command::new("curl")
+            .args([
+                "-sk",
+                "--max-time",
+                "60",
+                "-X",
+                method,
+                "-w",
+                "\n%{http_code}",
+            ])
+            .arg("--cert")
+            .arg(&crt)
+            .arg("--key")
+            .arg(&key)
+            .arg(format!("https://127.0.0.1:{}{path}", n.secure_port))
+            .output()
+            .unwrap();
+        let s = text(&out.stdout);
+        let (body, code) = s.rsplit_once('\n').unwrap_or(("", "0"));
+        (code.trim().parse::<u16>().unwrap_or(0), body.to_string())
+    };
+    let run_path = |cmd: &str| format!("/run/default/{running}/main?cmd={cmd}");
+    assert_eq!(
+        admin("POST", &run_path("echo+hello")),
+        (200, "hello\n".into())
+    );
+    let (code, body) = admin("POST", &run_path("false"));
+    assert_eq!(code, 500, "{body}");
+    assert_eq!(admin("GET", &run_path("true")).0, 405);
+    let (code, body) = admin(
+        "POST",
+        &format!("/exec/default/{running}/main?command=true&output=1"),
+    );
+    assert_eq!((code, body.trim_end()), (400, "Upgrade request required"));
+    let (code, body) = admin(
+        "POST",
+        &format!("/exec/default/{running}/nope?command=true&output=1"),
+    );
+    assert_eq!(
+        (code, body.trim_end()),
+        (404, "container not found (\"nope\")")
+    );
+    let (code, body) = admin(
+        "POST",
+        &format!("/exec/default/{running}/main?command=true"),
+    );
+    assert_eq!(
+        (code, body.trim_end()),
+        (400, "you must specify at least 1 of stdin, stdout, stderr")
+    );
+
     n.cluster.kubectl(&[
         "-n",
         "default",
