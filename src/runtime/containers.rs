@@ -509,18 +509,7 @@ impl Containerd {
             container: id.to_string(),
             reason,
         };
-        let status = match self.task(id).await? {
-            Some(p) => TaskStatus::try_from(p.status).unwrap_or(TaskStatus::Unknown),
-            None => TaskStatus::Stopped,
-        };
-        if status != TaskStatus::Running {
-            let state = match status {
-                TaskStatus::Created => "CONTAINER_CREATED",
-                TaskStatus::Stopped => "CONTAINER_EXITED",
-                _ => "CONTAINER_UNKNOWN",
-            };
-            return Err(stdio_err(format!("container is in {state} state")));
-        }
+        self.require_running(id).await?;
         let socket = relay_dir(Path::new(RELAY_BASE_DIR), id).join(relay::SOCKET);
         if !tokio::fs::try_exists(&socket).await.unwrap_or(false) {
             let (containerd, id) = (self.clone(), id.to_string());

@@ -301,7 +301,7 @@ impl Containerd {
     }
 
     /// Upstream execs only in running containers, and says which state it found.
-    async fn require_running(&self, container_id: &str) -> Result<()> {
+    pub(crate) async fn require_running(&self, container_id: &str) -> Result<()> {
         let task = self.task(container_id).await?;
         let state = match task.map(|t| TaskStatus::try_from(t.status)) {
             Some(Ok(TaskStatus::Running | TaskStatus::Paused | TaskStatus::Pausing)) => {

@@ -11,6 +11,7 @@
 //! - between them, the copy that joins a client's streams to a process and reports how it
 //!   ended.
 
+pub(crate) mod resize;
 pub(crate) mod routes;
 pub(crate) mod session;
 pub mod spdy;

@@ -12,6 +12,7 @@ use super::session::{self, IncomingStream, SessionControl};
 use super::stream::{StreamReader, StreamWriter};
 use super::SpdyError;
 use crate::runtime::stdio::{StdioRequest, TermSize};
+use crate::server::streaming::resize::ResizeDecoder;
 use crate::server::streaming::{RemoteStreams, StatusSink, StreamStatus};
 
 /// How long the client has to create all its streams (upstream's
@@ -156,66 +157,32 @@ async fn collect(
 /// Reads the resize stream: JSON objects such as `{"Width":120,"Height":40}` one after the
 /// other, names matched case-insensitively as Go's decoder does.
 async fn decode_resizes(mut r: StreamReader, tx: mpsc::Sender<TermSize>) {
-    let mut buf = Vec::new();
+    let mut sizes = ResizeDecoder::default();
     let mut chunk = [0u8; 1024];
     loop {
-        match r.read(&mut chunk).await {
+        let n = match r.read(&mut chunk).await {
             Ok(0) => return,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Ok(n) => n,
             Err(e) => {
                 debug!(error = %e, "resize stream ended");
                 return;
             }
-        }
-        let mut values =
-            serde_json::Deserializer::from_slice(&buf).into_iter::<serde_json::Value>();
-        for value in values.by_ref() {
-            let size = match value {
-                Ok(v) => term_size(&v),
-                Err(e) if e.is_eof() => break,
-                Err(e) => Err(e.to_string()),
-            };
-            match size {
-                Ok(size) => {
+        };
+        match sizes.push(&chunk[..n]) {
+            Ok(got) => {
+                for size in got {
                     if tx.send(size).await.is_err() {
                         return;
                     }
                 }
-                Err(e) => {
-                    // Upstream stops handling resizes at the first bad event.
-                    warn!(error = %e, "bad resize event, no more resizes for this session");
-                    return;
-                }
+            }
+            Err(e) => {
+                // Upstream stops handling resizes at the first bad event.
+                warn!(error = %e, "bad resize event, no more resizes for this session");
+                return;
             }
         }
-        let used = values.byte_offset();
-        buf.drain(..used);
     }
-}
-
-fn term_size(v: &serde_json::Value) -> Result<TermSize, String> {
-    let obj = v
-        .as_object()
-        .ok_or_else(|| format!("a resize event must be an object, not {v}"))?;
-    let field = |name: &str| -> Result<u16, String> {
-        // Go prefers the exact name, then any case-insensitive match.
-        let value = obj.get(name).or_else(|| {
-            obj.iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case(name))
-                .map(|(_, v)| v)
-        });
-        match value {
-            None => Ok(0),
-            Some(v) => v
-                .as_u64()
-                .and_then(|n| u16::try_from(n).ok())
-                .ok_or_else(|| format!("{name} {v} is not a uint16")),
-        }
-    };
-    Ok(TermSize {
-        width: field("Width")?,
-        height: field("Height")?,
-    })
 }
 
 /// Reports the outcome on the error stream, then ends the session.
@@ -262,28 +229,6 @@ impl Drop for SpdyStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn resize_events_match_names_case_insensitively() {
-        let v = serde_json::json!({"Width": 120, "Height": 40});
-        assert_eq!(
-            term_size(&v).unwrap(),
-            TermSize {
-                width: 120,
-                height: 40
-            }
-        );
-        let v = serde_json::json!({"width": 80, "HEIGHT": 24});
-        assert_eq!(
-            term_size(&v).unwrap(),
-            TermSize {
-                width: 80,
-                height: 24
-            }
-        );
-        assert!(term_size(&serde_json::json!({"Width": 70000})).is_err());
-        assert!(term_size(&serde_json::json!(3)).is_err());
-    }
 
     #[test]
     fn the_streams_wanted_follow_the_request_and_version() {

@@ -8,14 +8,12 @@
 //!   channel messages;
 //! - `remote_command`: an exec or attach session as [`RemoteStreams`](super::RemoteStreams);
 //! - `port_forward`: the legacy port-forward protocol, one connection per port;
-//! - `resize`: the terminal sizes of the resize channel.
 
 mod codec;
 mod handshake;
 mod link;
 mod port_forward;
 mod remote_command;
-mod resize;
 
 #[cfg(test)]
 mod tests;

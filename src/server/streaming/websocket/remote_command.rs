@@ -9,9 +9,9 @@ use tracing::{debug, warn, Instrument};
 
 use super::codec::{ChannelProtocol, Inbound};
 use super::link::{self, Inbox, Outbox};
-use super::resize::ResizeDecoder;
 use super::{WsError, REMOTECOMMAND_PROTOCOLS};
 use crate::runtime::stdio::StdioRequest;
+use crate::server::streaming::resize::ResizeDecoder;
 use crate::server::streaming::{
     BoxRead, BoxWrite, RemoteStreams, StatusSink, StreamStatus, TermSize,
 };

@@ -1,4 +1,4 @@
-//! The resize channel: a stream of JSON objects (`{"Width":120,"Height":40}`, Go's
+//! The resize stream (SPDY) or channel (WebSocket): a stream of JSON objects (`{"Width":120,"Height":40}`, Go's
 //! `json.Encoder`), not necessarily one per message. Go decodes the names
 //! case-insensitively, so the fields are matched here by hand rather than by serde's
 //! exact names.
@@ -53,12 +53,21 @@ fn term_size(v: Value) -> Result<TermSize, ResizeError> {
     let Value::Object(fields) = &v else {
         return Err(ResizeError::Shape(v));
     };
-    // Go leaves a missing field zero; `None` is a value that is no uint16.
-    let field = |name: &str| match fields.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)) {
-        None => Some(0),
-        Some((_, n)) => n.as_u64().and_then(|n| u16::try_from(n).ok()),
+    // Go prefers the exact name, then any case-insensitive match, and leaves a missing field
+    // zero; `None` is a value that is no uint16.
+    let field = |name: &str| {
+        let found = fields.get(name).or_else(|| {
+            fields
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v)
+        });
+        match found {
+            None => Some(0),
+            Some(n) => n.as_u64().and_then(|n| u16::try_from(n).ok()),
+        }
     };
-    match (field("width"), field("height")) {
+    match (field("Width"), field("Height")) {
         (Some(width), Some(height)) => Ok(TermSize { width, height }),
         _ => Err(ResizeError::Shape(v)),
     }
@@ -99,5 +108,27 @@ mod tests {
             .push(b"{\"Width\":70000,\"Height\":1}")
             .is_err());
         assert!(ResizeDecoder::default().push(b"[1,2]").is_err());
+    }
+
+    #[test]
+    fn resize_events_match_names_case_insensitively() {
+        let v = serde_json::json!({"Width": 120, "Height": 40});
+        assert_eq!(
+            term_size(v).unwrap(),
+            TermSize {
+                width: 120,
+                height: 40
+            }
+        );
+        let v = serde_json::json!({"width": 80, "HEIGHT": 24});
+        assert_eq!(
+            term_size(v).unwrap(),
+            TermSize {
+                width: 80,
+                height: 24
+            }
+        );
+        assert!(term_size(serde_json::json!({"Width": 70000})).is_err());
+        assert!(term_size(serde_json::json!(3)).is_err());
     }
 }
