@@ -6,7 +6,7 @@
 # binaries (hack/cluster/build.sh).
 #
 #   hack/bench/cluster.sh --agent kubelet-rs|upstream [--dir DIR] [--port-offset N] [--volumes]
-#                         [--streaming]
+#                         [--streaming] [--top]
 #
 # --volumes: every pod also mounts what real pods mount: the apiserver's default
 # kube-api-access-* volume (a service-account token from the TokenRequest API, the cluster CA
@@ -18,6 +18,12 @@
 # at a time, after 3 unmeasured ones; p50 and p99, nearest rank), and `kubectl cp` of a 20 MiB
 # file of random bytes into the pod and back (CP_RUNS each way; median MiB/s, and the copy's
 # md5 checked). kubectl's own start-up is in every figure, for both agents alike.
+#
+# --top: instead of (a), (c) and (d), what `kubectl top pod` shows through metrics-server
+# (hack/cluster/metrics-server.sh, deployed on the node): a pod spinning one CPU and a pod
+# holding a 200 MiB file in a memory-backed emptyDir; TOP_SAMPLES (8) readings 15 s apart (the
+# metrics-server's resolution) once both pods are listed, median CPU and memory of each, and
+# `kubectl top node` at the end.
 #
 # What it measures (wall clock from bash's $EPOCHREALTIME, no process forked for a stamp):
 #  (b) agent start → Node Ready: from just before the agent process is started to the moment a
@@ -59,6 +65,7 @@ DIR=/var/lib/kubelet-rs-bench-cluster
 OFFSET=300
 VOLUMES=0
 STREAMING=0
+TOP=0
 while (($# > 0)); do
 	case "$1" in
 	--agent) AGENT="$2"; shift ;;
@@ -66,7 +73,8 @@ while (($# > 0)); do
 	--port-offset) OFFSET="$2"; shift ;;
 	--volumes) VOLUMES=1 ;;
 	--streaming) STREAMING=1 ;;
-	-h | --help) sed -n '2,53s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	--top) TOP=1 ;;
+	-h | --help) sed -n '2,57s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	*) die "unknown argument '$1' (see --help)" ;;
 	esac
 	shift
@@ -100,12 +108,16 @@ if [[ "$AGENT" == kubelet-rs ]]; then
 	RS_BIN="$PWD/target/release/kubelet-rs"
 	RS_STATE="$DIR/kubelet-rs/$NODE"
 	[[ -x "$RS_BIN" ]] || die "no $RS_BIN"
-	for img in pause busybox; do
+	for img in pause busybox $( ((TOP)) && echo metrics-server); do
 		KUBELET_RS_NAMESPACE=$RS_NS ctr_ns images import --snapshotter overlayfs \
 			"$KUBELET_RS_CACHE/images/$img.oci.tar" >/dev/null
 	done
 else
 	hack/bench/upstream-kubelet.sh prepare
+	if ((TOP)); then
+		ctr --address "$CONTAINERD_SOCKET" --connect-timeout 5s -n k8s.io images import \
+			"$KUBELET_RS_CACHE/images/metrics-server.oci.tar" >/dev/null
+	fi
 fi
 
 now_us() { echo "${EPOCHREALTIME/./}"; }
@@ -122,6 +134,9 @@ cleanup() {
 		echo "node $NODE taints: $(kc get node "$NODE" -o jsonpath='{.spec.taints}' 2>&1)" >&2
 		echo "node $NODE conditions: $(kc get node "$NODE" -o jsonpath='{range .status.conditions[*]}{.type}={.status} {end}' 2>&1)" >&2
 		kc get pods -l app=krs-bench -o wide 2>&1 | grep -v ' Running ' | head -5 >&2
+	fi
+	if ((TOP)) && [[ -f "$DIR/admin.kubeconfig" ]]; then
+		hack/cluster/metrics-server.sh --dir "$DIR" --node "$NODE" --delete >/dev/null 2>&1
 	fi
 	if agent_alive; then
 		# Through the agent, so it stops and removes the pods' containers itself.
@@ -384,6 +399,69 @@ stream_bench() {
 mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
 if ((STREAMING)); then
 	stream_bench
+	exit 0
+fi
+
+# --top: kubectl top's figures for a spinning pod and a 200 MiB pod, then done.
+top_pods_listed() {
+	local listed
+	listed="$(kc top pod --no-headers 2>/dev/null)" || return 1
+	grep -q "^${POD_PREFIX}spin " <<<"$listed" && grep -q "^${POD_PREFIX}mem " <<<"$listed"
+}
+top_bench() {
+	local samples="${TOP_SAMPLES:-8}" i
+	hack/cluster/metrics-server.sh --dir "$DIR" --node "$NODE"
+	kc apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: ${POD_PREFIX}spin, labels: {app: krs-bench}}
+  spec:
+    automountServiceAccountToken: false
+    terminationGracePeriodSeconds: 1
+    nodeSelector: {kubernetes.io/hostname: $NODE}
+    containers:
+    - {name: c, image: docker.io/library/busybox:1.36, command: ["sh", "-c", "while :; do :; done"]}
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: ${POD_PREFIX}mem, labels: {app: krs-bench}}
+  spec:
+    automountServiceAccountToken: false
+    terminationGracePeriodSeconds: 1
+    nodeSelector: {kubernetes.io/hostname: $NODE}
+    volumes: [{name: m, emptyDir: {medium: Memory}}]
+    containers:
+    - name: c
+      image: docker.io/library/busybox:1.36
+      command: ["sh", "-c", "head -c 209715200 /dev/zero > /m/fill && sleep 3600"]
+      volumeMounts: [{name: m, mountPath: /m}]
+YAML
+	kc wait --for=condition=Ready "pod/${POD_PREFIX}spin" "pod/${POD_PREFIX}mem" --timeout=180s >/dev/null
+	wait_until 300 "kubectl top pod to list both pods" top_pods_listed
+	: >"$BENCH/top"
+	for ((i = 0; i < samples; i++)); do
+		sleep 15
+		# "name cpu(m) memory(Mi)"
+		kc top pod --no-headers | awk -v p="$POD_PREFIX" '$1 ~ "^" p { sub(/m$/, "", $2); sub(/Mi$/, "", $3); print $1, $2, $3 }' >>"$BENCH/top"
+	done
+	local node_top
+	node_top="$(kc top node "$NODE" --no-headers)"
+	echo
+	echo "### $AGENT: kubectl top through metrics-server (node $NODE, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg))"
+	echo
+	echo "| pod | CPU, median of $samples readings 15 s apart | memory, median |"
+	echo "|---|---|---|"
+	local pod
+	for pod in spin mem; do
+		echo "| $pod | $(awk -v n="$POD_PREFIX$pod" '$1 == n { print $2 }' "$BENCH/top" | median)m | $(awk -v n="$POD_PREFIX$pod" '$1 == n { print $3 }' "$BENCH/top" | median)Mi |"
+	done
+	echo
+	echo "kubectl top node: \`$node_top\`"
+}
+if ((TOP)); then
+	top_bench
 	exit 0
 fi
 
