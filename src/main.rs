@@ -195,6 +195,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         }
         None => Recorder::disabled(),
     };
+    let cm = start_container_manager(&cfg, &recorder).await?;
     let shared = Arc::new(Shared {
         rt: runtime.clone(),
         cni,
@@ -214,6 +215,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         cpu_capacity_millis: std::thread::available_parallelism().map_or(1, |n| n.get()) as i64
             * 1000,
         oom_score_adj_min: oom_score_adj_min(),
+        cm,
         oom_seen: oom_seen.clone(),
         sync_loop: sync_loop.clone(),
         recorder: recorder.clone(),
@@ -317,6 +319,66 @@ fn new_puller(cfg: &Config, rt: &Containerd) -> Puller {
         "image pulls configured"
     );
     puller
+}
+
+/// The pods' cgroup tree (kubepods and the QoS parents), made before any pod starts; a
+/// failure stops the agent, as upstream's container manager does. Then, once a minute as
+/// upstream: node allocatable enforced on kubepods until it succeeds (pods may use more
+/// memory than the new limit for a while; nothing is killed to make room), and the QoS
+/// parents' shares written again.
+async fn start_container_manager(
+    cfg: &Arc<Config>,
+    recorder: &Recorder,
+) -> anyhow::Result<Option<Arc<kubelet_rs::cm::ContainerManager>>> {
+    let c = cfg.clone();
+    let cm = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let Some(cm) = kubelet_rs::cm::from_host(&c).context("reading the cgroup hierarchies")?
+        else {
+            return Ok(None);
+        };
+        cm.start().context("creating the pods' cgroups")?;
+        Ok(Some(Arc::new(cm)))
+    })
+    .await??;
+    let Some(cm) = cm else { return Ok(None) };
+    let (manager, recorder) = (cm.clone(), recorder.clone());
+    tokio::spawn(async move {
+        let mut enforced = false;
+        loop {
+            let m = manager.clone();
+            let (enforce, qos) = tokio::task::spawn_blocking(move || {
+                let enforce = (!enforced).then(|| m.enforce_node_allocatable());
+                (enforce, m.update_qos())
+            })
+            .await
+            .unwrap_or((None, Ok(())));
+            match enforce {
+                Some(Ok(())) => {
+                    enforced = true;
+                    info!("node allocatable enforced on the pods' cgroup");
+                    recorder.node(
+                        EventType::Normal,
+                        "NodeAllocatableEnforced",
+                        "Updated Node Allocatable limit across pods",
+                    );
+                }
+                Some(Err(e)) => {
+                    warn!(error = %e, "node allocatable not enforced yet; trying again in a minute");
+                    recorder.node(
+                        EventType::Warning,
+                        "FailedNodeAllocatableEnforcement",
+                        format!("Failed to update Node Allocatable Limits: {e}"),
+                    );
+                }
+                None => {}
+            }
+            if let Err(e) = qos {
+                warn!(error = %e, "updating the QoS class cgroups");
+            }
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        }
+    });
+    Ok(Some(cm))
 }
 
 fn memory_capacity() -> Option<i64> {

@@ -177,6 +177,22 @@ pub fn configz_json(config: &Config) -> Value {
         .map(|(k, v)| (k.clone(), json!(v.to_string())))
         .collect();
     put("evictionHard", Value::Object(eviction));
+    put("cgroupsPerQOS", json!(config.cgroups_per_qos));
+    put("cgroupDriver", json!(config.cgroup_driver.as_str()));
+    if config.cgroup_root != "/" && !config.cgroup_root.is_empty() {
+        put("cgroupRoot", json!(config.cgroup_root));
+    }
+    put(
+        "enforceNodeAllocatable",
+        json!(config.enforce_node_allocatable),
+    );
+    put("podPidsLimit", json!(config.pod_pids_limit));
+    if !config.kube_reserved_cgroup.is_empty() {
+        put("kubeReservedCgroup", json!(config.kube_reserved_cgroup));
+    }
+    if !config.system_reserved_cgroup.is_empty() {
+        put("systemReservedCgroup", json!(config.system_reserved_cgroup));
+    }
     json!({ "kubeletconfig": c })
 }
 

@@ -194,6 +194,13 @@ const USED_FIELDS: &[&str] = &[
     "nodeStatusUpdateFrequency",
     "nodeStatusReportFrequency",
     "nodeLeaseDurationSeconds",
+    "cgroupsPerQOS",
+    "cgroupDriver",
+    "cgroupRoot",
+    "enforceNodeAllocatable",
+    "podPidsLimit",
+    "kubeReservedCgroup",
+    "systemReservedCgroup",
 ];
 
 /// Fields of component-base's LoggingConfiguration (the `logging` block).
@@ -260,6 +267,16 @@ pub(crate) struct FileSettings {
     pub node_status_update_frequency: Option<Duration>,
     pub node_status_report_frequency: Option<Duration>,
     pub node_lease_duration_seconds: Option<i32>,
+    /// A pointer upstream: an explicit false is kept.
+    pub cgroups_per_qos: Option<bool>,
+    /// Checked where it is applied (mod.rs), so the error names the setting.
+    pub cgroup_driver: Option<String>,
+    pub cgroup_root: Option<String>,
+    /// An explicit empty list is kept (nothing enforced), as upstream.
+    pub enforce_node_allocatable: Option<Vec<String>>,
+    pub pod_pids_limit: Option<i64>,
+    pub kube_reserved_cgroup: Option<String>,
+    pub system_reserved_cgroup: Option<String>,
 }
 
 pub(crate) fn load_file(path: &Path) -> Result<FileSettings, ConfigError> {
@@ -327,55 +344,69 @@ pub(crate) fn parse_text(path: &Path, text: &str) -> Result<FileSettings, Config
         }
     }
 
-    let mut settings = FileSettings {
-        static_pod_path: reader.string("staticPodPath")?.map(PathBuf::from),
-        static_pod_url: reader.string("staticPodURL")?,
-        static_pod_url_header: reader.header_map("staticPodURLHeader")?,
-        file_check_frequency: reader.duration("fileCheckFrequency")?,
-        http_check_frequency: reader.duration("httpCheckFrequency")?,
-        sync_frequency: reader.duration("syncFrequency")?,
-        max_pods: reader
-            .int_in("maxPods", 0, i32::MAX as i64)?
-            .map(|n| n as u32),
-        read_only_port: reader.int_in("readOnlyPort", 0, 65535)?.map(|n| n as u16),
-        healthz_port: reader.int_in("healthzPort", 0, 65535)?.map(|n| n as u16),
-        healthz_bind_address: reader.ip("healthzBindAddress")?,
-        container_log_max_size: reader.quantity("containerLogMaxSize")?,
-        container_log_max_files: reader
-            .int_in("containerLogMaxFiles", 0, i32::MAX as i64)?
-            .map(|n| n as u32),
-        pod_logs_dir: reader.string("podLogsDir")?.map(PathBuf::from),
-        container_runtime_endpoint: reader.string("containerRuntimeEndpoint")?,
-        address: reader.ip("address")?,
-        port: reader.int_in("port", 0, 65535)?.map(|n| n as u16),
-        logging_format: None,
-        verbosity: None,
-        ignored_fields,
-        tls_cert_file: reader.string("tlsCertFile")?.map(PathBuf::from),
-        tls_private_key_file: reader.string("tlsPrivateKeyFile")?.map(PathBuf::from),
-        tls_min_version: reader.string("tlsMinVersion")?,
-        tls_cipher_suites: reader.string_list("tlsCipherSuites")?,
-        rotate_certificates: reader.boolean("rotateCertificates")?,
-        server_tls_bootstrap: reader.boolean("serverTLSBootstrap")?,
-        image_gc_high_threshold_percent: reader.int32("imageGCHighThresholdPercent")?,
-        image_gc_low_threshold_percent: reader.int32("imageGCLowThresholdPercent")?,
-        image_minimum_gc_age: reader.duration("imageMinimumGCAge")?,
-        serialize_image_pulls: reader.boolean("serializeImagePulls")?,
-        enable_debugging_handlers: reader.boolean("enableDebuggingHandlers")?,
-        max_parallel_image_pulls: reader.int32("maxParallelImagePulls")?,
-        register_with_taints: reader.taints("registerWithTaints")?,
-        register_node: reader.boolean("registerNode")?,
-        kube_reserved: reader.resource_list("kubeReserved")?,
-        system_reserved: reader.resource_list("systemReserved")?,
-        eviction_hard: reader.eviction_thresholds("evictionHard")?,
-        node_status_update_frequency: reader.duration("nodeStatusUpdateFrequency")?,
-        node_status_report_frequency: reader.duration("nodeStatusReportFrequency")?,
-        // Not a pointer upstream: 0 means the default.
-        node_lease_duration_seconds: reader
-            .int32("nodeLeaseDurationSeconds")?
-            .filter(|n| *n != 0),
-        ..FileSettings::default()
-    };
+    let mut settings =
+        FileSettings {
+            static_pod_path: reader.string("staticPodPath")?.map(PathBuf::from),
+            static_pod_url: reader.string("staticPodURL")?,
+            static_pod_url_header: reader.header_map("staticPodURLHeader")?,
+            file_check_frequency: reader.duration("fileCheckFrequency")?,
+            http_check_frequency: reader.duration("httpCheckFrequency")?,
+            sync_frequency: reader.duration("syncFrequency")?,
+            max_pods: reader
+                .int_in("maxPods", 0, i32::MAX as i64)?
+                .map(|n| n as u32),
+            read_only_port: reader.int_in("readOnlyPort", 0, 65535)?.map(|n| n as u16),
+            healthz_port: reader.int_in("healthzPort", 0, 65535)?.map(|n| n as u16),
+            healthz_bind_address: reader.ip("healthzBindAddress")?,
+            container_log_max_size: reader.quantity("containerLogMaxSize")?,
+            container_log_max_files: reader
+                .int_in("containerLogMaxFiles", 0, i32::MAX as i64)?
+                .map(|n| n as u32),
+            pod_logs_dir: reader.string("podLogsDir")?.map(PathBuf::from),
+            container_runtime_endpoint: reader.string("containerRuntimeEndpoint")?,
+            address: reader.ip("address")?,
+            port: reader.int_in("port", 0, 65535)?.map(|n| n as u16),
+            logging_format: None,
+            verbosity: None,
+            ignored_fields,
+            tls_cert_file: reader.string("tlsCertFile")?.map(PathBuf::from),
+            tls_private_key_file: reader.string("tlsPrivateKeyFile")?.map(PathBuf::from),
+            tls_min_version: reader.string("tlsMinVersion")?,
+            tls_cipher_suites: reader.string_list("tlsCipherSuites")?,
+            rotate_certificates: reader.boolean("rotateCertificates")?,
+            server_tls_bootstrap: reader.boolean("serverTLSBootstrap")?,
+            image_gc_high_threshold_percent: reader.int32("imageGCHighThresholdPercent")?,
+            image_gc_low_threshold_percent: reader.int32("imageGCLowThresholdPercent")?,
+            image_minimum_gc_age: reader.duration("imageMinimumGCAge")?,
+            serialize_image_pulls: reader.boolean("serializeImagePulls")?,
+            enable_debugging_handlers: reader.boolean("enableDebuggingHandlers")?,
+            max_parallel_image_pulls: reader.int32("maxParallelImagePulls")?,
+            register_with_taints: reader.taints("registerWithTaints")?,
+            register_node: reader.boolean("registerNode")?,
+            kube_reserved: reader.resource_list("kubeReserved")?,
+            system_reserved: reader.resource_list("systemReserved")?,
+            eviction_hard: reader.eviction_thresholds("evictionHard")?,
+            node_status_update_frequency: reader.duration("nodeStatusUpdateFrequency")?,
+            node_status_report_frequency: reader.duration("nodeStatusReportFrequency")?,
+            // Not a pointer upstream: 0 means the default.
+            node_lease_duration_seconds: reader
+                .int32("nodeLeaseDurationSeconds")?
+                .filter(|n| *n != 0),
+            cgroups_per_qos: reader.boolean("cgroupsPerQOS")?,
+            cgroup_driver: reader.string("cgroupDriver")?.filter(|s| !s.is_empty()),
+            cgroup_root: reader.string("cgroupRoot")?.filter(|s| !s.is_empty()),
+            enforce_node_allocatable: match reader.get("enforceNodeAllocatable") {
+                None => None,
+                Some(v) => Some(serde_json::from_value::<Vec<String>>(v.clone()).map_err(
+                    |_| reader.bad("enforceNodeAllocatable", v, "expected a list of strings"),
+                )?),
+            },
+            // A pointer upstream: an explicit 0 is kept (and means no limit).
+            pod_pids_limit: reader.int_in("podPidsLimit", i64::MIN, i64::MAX)?,
+            kube_reserved_cgroup: reader.string("kubeReservedCgroup")?,
+            system_reserved_cgroup: reader.string("systemReservedCgroup")?,
+            ..FileSettings::default()
+        };
     read_authentication(&reader, &mut settings)?;
     read_authorization(&reader, &mut settings)?;
     // Non-pointer fields upstream: their zero value means "default". healthzPort and
@@ -795,7 +826,9 @@ pub(crate) mod tests {
         assert_eq!(s.file_check_frequency, None);
         assert_eq!(s.verbosity, Some(0));
         assert!(!s.ignored_fields.contains(&"authentication".to_string()));
-        assert!(s.ignored_fields.contains(&"cgroupDriver".to_string()));
+        assert!(!s.ignored_fields.contains(&"cgroupDriver".to_string()));
+        assert!(s.ignored_fields.contains(&"clusterDNS".to_string()));
+        assert_eq!(s.cgroup_driver.as_deref(), Some("systemd"));
         assert_eq!(
             s.client_ca_file,
             Some(PathBuf::from("/etc/kubernetes/pki/ca.crt"))

@@ -107,6 +107,13 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
     value("kube-reserved", "NAME=QUANTITY[,...]", "cpu, memory, ephemeral-storage, pid held back for Kubernetes daemons (kubeReserved)"),
     value("system-reserved", "NAME=QUANTITY[,...]", "cpu, memory, ephemeral-storage, pid held back for the OS (systemReserved)"),
     value("eviction-hard", "SIGNAL<VALUE[,...]", "hard eviction thresholds, e.g. memory.available<100Mi,nodefs.available<10% (evictionHard)"),
+    bool_flag("cgroups-per-qos", "create kubepods, the QoS class cgroups and a limited cgroup per pod (cgroupsPerQOS, default true)"),
+    value("cgroup-driver", "DRIVER", "cgroup naming, cgroupfs or systemd (cgroupDriver, default cgroupfs; written through cgroupfs either way)"),
+    value("cgroup-root", "PATH", "the cgroup kubepods goes under (cgroupRoot, default /)"),
+    value("enforce-node-allocatable", "LIST", "comma-separated: pods, system-reserved, kube-reserved, system-reserved-compressible, kube-reserved-compressible, or none (enforceNodeAllocatable, default pods)"),
+    value("pod-max-pids", "N", "pids.max of each pod's cgroup, -1 for none (podPidsLimit, default -1)"),
+    value("kube-reserved-cgroup", "PATH", "the existing cgroup kubeReserved is enforced on (kubeReservedCgroup)"),
+    value("system-reserved-cgroup", "PATH", "the existing cgroup systemReserved is enforced on (systemReservedCgroup)"),
     value("node-status-update-frequency", "DURATION", "how often the node's status is computed (nodeStatusUpdateFrequency, default 10s)"),
     FlagSpec {
         name: "help",

@@ -164,6 +164,22 @@ pub struct Config {
     pub node_status_report_frequency: Duration,
     /// nodeLeaseDurationSeconds: the Lease's duration; it is renewed every quarter of it.
     pub node_lease_duration_seconds: i32,
+    /// --cgroups-per-qos / cgroupsPerQOS: kubepods, the QoS parents and limited pod cgroups
+    /// (default true).
+    pub cgroups_per_qos: bool,
+    /// --cgroup-driver / cgroupDriver: how cgroups are named (default cgroupfs).
+    pub cgroup_driver: crate::cm::CgroupDriver,
+    /// --cgroup-root / cgroupRoot: where kubepods goes (default the hierarchy's root, "/").
+    pub cgroup_root: String,
+    /// --enforce-node-allocatable / enforceNodeAllocatable (default ["pods"]).
+    pub enforce_node_allocatable: Vec<String>,
+    /// --pod-max-pids / podPidsLimit: pids.max of each pod's cgroup; -1 (default) or 0 is
+    /// no limit.
+    pub pod_pids_limit: i64,
+    /// --kube-reserved-cgroup / kubeReservedCgroup: the cgroup kubeReserved is enforced on.
+    pub kube_reserved_cgroup: String,
+    /// --system-reserved-cgroup / systemReservedCgroup.
+    pub system_reserved_cgroup: String,
 }
 
 /// How requests to the main server are authorized (authorization.mode).
@@ -303,6 +319,13 @@ impl Config {
             node_status_update_frequency: Duration::from_secs(10),
             node_status_report_frequency: Duration::from_secs(300),
             node_lease_duration_seconds: 40,
+            cgroups_per_qos: true,
+            cgroup_driver: crate::cm::CgroupDriver::Cgroupfs,
+            cgroup_root: "/".to_string(),
+            enforce_node_allocatable: vec![crate::cm::ENFORCE_PODS.to_string()],
+            pod_pids_limit: -1,
+            kube_reserved_cgroup: String::new(),
+            system_reserved_cgroup: String::new(),
         }
     }
 }
@@ -397,6 +420,13 @@ fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError
         node_status_update_frequency,
         node_status_report_frequency,
         node_lease_duration_seconds,
+        cgroups_per_qos,
+        cgroup_driver,
+        cgroup_root,
+        enforce_node_allocatable,
+        pod_pids_limit,
+        kube_reserved_cgroup,
+        system_reserved_cgroup,
     } = file;
     fn set<T>(target: &mut T, value: Option<T>) {
         if let Some(v) = value {
@@ -489,6 +519,23 @@ fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError
         &mut config.node_lease_duration_seconds,
         node_lease_duration_seconds,
     );
+    set(&mut config.cgroups_per_qos, cgroups_per_qos);
+    if let Some(driver) = cgroup_driver {
+        config.cgroup_driver =
+            crate::cm::CgroupDriver::parse(&driver).map_err(|reason| ConfigError::Invalid {
+                setting: "cgroupDriver (--cgroup-driver)",
+                value: driver.clone(),
+                reason,
+            })?;
+    }
+    set(&mut config.cgroup_root, cgroup_root);
+    set(
+        &mut config.enforce_node_allocatable,
+        enforce_node_allocatable,
+    );
+    set(&mut config.pod_pids_limit, pod_pids_limit);
+    set(&mut config.kube_reserved_cgroup, kube_reserved_cgroup);
+    set(&mut config.system_reserved_cgroup, system_reserved_cgroup);
     Ok(())
 }
 
@@ -696,6 +743,26 @@ fn apply_flags(config: &mut Config, given: &[FlagValue]) -> Result<(), ConfigErr
                 }
             }
             "register-node" => config.register_node = flags::parse_bool(v).map_err(|r| bad(&r))?,
+            "cgroups-per-qos" => {
+                config.cgroups_per_qos = flags::parse_bool(v).map_err(|r| bad(&r))?
+            }
+            "cgroup-driver" => {
+                config.cgroup_driver = crate::cm::CgroupDriver::parse(v).map_err(|r| bad(&r))?
+            }
+            "cgroup-root" => config.cgroup_root = v.to_string(),
+            "enforce-node-allocatable" => {
+                config.enforce_node_allocatable = v
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(String::from)
+                    .collect()
+            }
+            "pod-max-pids" => {
+                config.pod_pids_limit = v.parse().map_err(|_| bad("expected an integer"))?
+            }
+            "kube-reserved-cgroup" => config.kube_reserved_cgroup = v.to_string(),
+            "system-reserved-cgroup" => config.system_reserved_cgroup = v.to_string(),
             "node-status-update-frequency" => {
                 config.node_status_update_frequency = parse_duration(v).map_err(|r| bad(&r))?
             }
@@ -941,6 +1008,7 @@ fn validate(config: &Config) -> Result<(), ConfigError> {
     validate_image_gc(config)?;
     validate_image_pulls(config)?;
     validate_node(config)?;
+    validate_cgroups(config)?;
     if let Some(url) = &config.static_pod_url {
         check_manifest_url(url).map_err(|reason| ConfigError::Invalid {
             setting: "staticPodURL (--manifest-url)",
@@ -948,6 +1016,92 @@ fn validate(config: &Config) -> Result<(), ConfigError> {
             reason,
         })?;
     }
+    Ok(())
+}
+
+/// Upstream's rules for the container manager's settings: known enforcement keys, `none`
+/// alone, a reserved cgroup named for each reservation enforced on one, no enforcement
+/// without cgroupsPerQOS, and cgroup paths in the driver's spelling.
+fn validate_cgroups(config: &Config) -> Result<(), ConfigError> {
+    use crate::cm;
+    const SETTING: &str = "enforceNodeAllocatable (--enforce-node-allocatable)";
+    let invalid = |setting: &'static str, value: String, reason: String| ConfigError::Invalid {
+        setting,
+        value,
+        reason,
+    };
+    let list = &config.enforce_node_allocatable;
+    let keys = [
+        cm::ENFORCE_PODS,
+        cm::ENFORCE_SYSTEM_RESERVED,
+        cm::ENFORCE_KUBE_RESERVED,
+        cm::ENFORCE_SYSTEM_RESERVED_COMPRESSIBLE,
+        cm::ENFORCE_KUBE_RESERVED_COMPRESSIBLE,
+        cm::ENFORCE_NONE,
+    ];
+    for key in list {
+        if !keys.contains(&key.as_str()) {
+            return Err(invalid(
+                SETTING,
+                key.clone(),
+                format!("unknown option; valid options are {}", keys.join(", ")),
+            ));
+        }
+    }
+    if list.iter().any(|k| k == cm::ENFORCE_NONE) && list.len() > 1 {
+        return Err(invalid(
+            SETTING,
+            list.join(","),
+            "none must not be combined with any other entries".into(),
+        ));
+    }
+    let enforcing = list.iter().any(|k| k != cm::ENFORCE_NONE);
+    if enforcing && !config.cgroups_per_qos {
+        return Err(invalid(
+            SETTING,
+            list.join(","),
+            "is not supported unless cgroupsPerQOS (--cgroups-per-qos) is true; set it to none or empty".into(),
+        ));
+    }
+    for (keys, cgroup, setting) in [
+        (
+            [
+                cm::ENFORCE_SYSTEM_RESERVED,
+                cm::ENFORCE_SYSTEM_RESERVED_COMPRESSIBLE,
+            ],
+            &config.system_reserved_cgroup,
+            "systemReservedCgroup (--system-reserved-cgroup)",
+        ),
+        (
+            [
+                cm::ENFORCE_KUBE_RESERVED,
+                cm::ENFORCE_KUBE_RESERVED_COMPRESSIBLE,
+            ],
+            &config.kube_reserved_cgroup,
+            "kubeReservedCgroup (--kube-reserved-cgroup)",
+        ),
+    ] {
+        if let Some(key) = keys.iter().find(|k| list.iter().any(|e| e == *k)) {
+            if cgroup.is_empty() {
+                return Err(invalid(
+                    setting,
+                    String::new(),
+                    format!("must be specified when {key} is in {SETTING}"),
+                ));
+            }
+        }
+        if !cgroup.is_empty() {
+            cm::CgroupName::parse(config.cgroup_driver, cgroup)
+                .map_err(|reason| invalid(setting, cgroup.clone(), reason))?;
+        }
+    }
+    cm::CgroupName::parse(config.cgroup_driver, &config.cgroup_root).map_err(|reason| {
+        invalid(
+            "cgroupRoot (--cgroup-root)",
+            config.cgroup_root.clone(),
+            reason,
+        )
+    })?;
     Ok(())
 }
 

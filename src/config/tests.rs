@@ -827,3 +827,87 @@ fn node_settings_from_the_file() {
     let file = config_file(&format!("{HEADER}kubeReserved:\n  gpu: \"1\"\n"));
     assert!(load(&["--config", file.path().to_str().unwrap()]).is_err());
 }
+
+#[test]
+fn container_manager_settings_default_as_upstream() {
+    let c = load(&[]).unwrap();
+    assert!(c.cgroups_per_qos);
+    assert_eq!(c.cgroup_driver, crate::cm::CgroupDriver::Cgroupfs);
+    assert_eq!(c.cgroup_root, "/");
+    assert_eq!(c.enforce_node_allocatable, vec!["pods".to_string()]);
+    assert_eq!(c.pod_pids_limit, -1);
+    assert!(c.kube_reserved_cgroup.is_empty() && c.system_reserved_cgroup.is_empty());
+    let z = configz_json(&c);
+    assert_eq!(z["kubeletconfig"]["cgroupsPerQOS"], true);
+    assert_eq!(z["kubeletconfig"]["cgroupDriver"], "cgroupfs");
+    assert_eq!(z["kubeletconfig"]["enforceNodeAllocatable"][0], "pods");
+    assert_eq!(z["kubeletconfig"]["podPidsLimit"], -1);
+}
+
+#[test]
+fn container_manager_settings_from_file_and_flags() {
+    let file = config_file(&format!(
+        "{HEADER}cgroupDriver: systemd\ncgroupRoot: /krs.slice\npodPidsLimit: 1024\n\
+         enforceNodeAllocatable: [pods, kube-reserved]\nkubeReservedCgroup: /krs.slice/krs-kube.slice\n"
+    ));
+    let path = file.path().to_str().unwrap();
+    let c = load(&["--config", path]).unwrap();
+    assert_eq!(c.cgroup_driver, crate::cm::CgroupDriver::Systemd);
+    assert_eq!(c.cgroup_root, "/krs.slice");
+    assert_eq!(c.pod_pids_limit, 1024);
+    assert_eq!(c.enforce_node_allocatable, vec!["pods", "kube-reserved"]);
+    assert!(
+        c.ignored_config_fields.is_empty(),
+        "{:?}",
+        c.ignored_config_fields
+    );
+    assert_eq!(
+        configz_json(&c)["kubeletconfig"]["kubeReservedCgroup"],
+        "/krs.slice/krs-kube.slice"
+    );
+    // Flags win; an empty list enforces nothing, which cgroupsPerQOS off needs.
+    let c = load(&[
+        "--config",
+        path,
+        "--cgroup-driver=cgroupfs",
+        "--cgroup-root=/krs",
+        "--kube-reserved-cgroup=/kube",
+        "--pod-max-pids=-1",
+        "--enforce-node-allocatable=",
+        "--cgroups-per-qos=false",
+    ])
+    .unwrap();
+    assert_eq!(c.cgroup_driver, crate::cm::CgroupDriver::Cgroupfs);
+    assert_eq!((c.cgroup_root.as_str(), c.pod_pids_limit), ("/krs", -1));
+    assert!(c.enforce_node_allocatable.is_empty() && !c.cgroups_per_qos);
+    // An explicit empty list in the file is kept, as upstream's defaulting keeps it.
+    let file = config_file(&format!(
+        "{HEADER}enforceNodeAllocatable: []\ncgroupsPerQOS: false\n"
+    ));
+    let c = load(&["--config", file.path().to_str().unwrap()]).unwrap();
+    assert!(c.enforce_node_allocatable.is_empty() && !c.cgroups_per_qos);
+}
+
+#[test]
+fn container_manager_settings_are_validated() {
+    let err = |args: &[&str]| load(args).unwrap_err().to_string();
+    assert!(err(&["--cgroup-driver=docker"]).contains("expected cgroupfs or systemd"));
+    let e = err(&["--enforce-node-allocatable=pods,memory"]);
+    assert!(
+        e.contains("enforceNodeAllocatable") && e.contains("unknown option"),
+        "{e}"
+    );
+    let e = err(&["--enforce-node-allocatable=none,pods"]);
+    assert!(e.contains("must not be combined"), "{e}");
+    let e = err(&["--enforce-node-allocatable=pods,system-reserved"]);
+    assert!(
+        e.contains("systemReservedCgroup") && e.contains("must be specified"),
+        "{e}"
+    );
+    let e = err(&["--cgroups-per-qos=false"]);
+    assert!(e.contains("cgroupsPerQOS"), "{e}");
+    let e = err(&["--cgroup-driver=systemd", "--cgroup-root=/krs"]);
+    assert!(e.contains("cgroupRoot") && e.contains("slice"), "{e}");
+    assert!(err(&["--pod-max-pids=lots"]).contains("expected an integer"));
+    assert!(load(&["--enforce-node-allocatable=none", "--cgroups-per-qos=false"]).is_ok());
+}

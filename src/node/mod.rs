@@ -10,9 +10,9 @@ mod conditions;
 #[cfg(test)]
 mod fake_api;
 mod lease;
-mod machine;
+pub(crate) mod machine;
 mod registration;
-mod resources;
+pub(crate) mod resources;
 mod runtime;
 mod status;
 mod update;

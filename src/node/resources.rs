@@ -89,6 +89,30 @@ pub(crate) fn allocatable(capacity: &Amounts, reservation: &Amounts) -> Amounts 
     out
 }
 
+/// What node allocatable enforcement puts on the pods' cgroup (upstream's
+/// getNodeAllocatableAbsolute): capacity minus kubeReserved and systemReserved only, never
+/// below zero. The hard eviction thresholds stay out of it on purpose: pods may use that
+/// memory until the eviction manager acts, rather than meet the kernel's OOM killer first.
+pub(crate) fn enforced_allocatable(
+    capacity: &Amounts,
+    kube_reserved: &BTreeMap<String, Quantity>,
+    system_reserved: &BTreeMap<String, Quantity>,
+) -> Amounts {
+    let reserved = reservation(
+        capacity,
+        kube_reserved,
+        system_reserved,
+        &EvictionThresholds::new(),
+    );
+    capacity
+        .iter()
+        .map(|(name, cap)| {
+            let left = cap.saturating_sub(reserved.get(name).copied().unwrap_or(0));
+            (name.clone(), left.max(0))
+        })
+        .collect()
+}
+
 /// The API form of an amount: cpu as cores or millicores, memory-like resources in
 /// BinarySI, counts as plain numbers (the forms upstream's serialisation produces).
 pub(crate) fn to_api(amounts: &Amounts) -> BTreeMap<String, ApiQuantity> {
@@ -167,6 +191,26 @@ mod tests {
         assert_eq!(alloc["pods"], 110);
         assert_eq!(alloc["hugepages-2Mi"], 512 << 20);
         assert_eq!(to_api(&alloc)["cpu"].0, "3400m");
+    }
+
+    #[test]
+    fn enforced_allocatable_leaves_eviction_thresholds_and_huge_pages_in() {
+        let mut cap = capacity(&machine(), 110);
+        cap.insert("pid".into(), 4_194_304);
+        let kube = BTreeMap::from([("cpu".to_string(), q("100m")), ("memory".into(), q("1Gi"))]);
+        let system = BTreeMap::from([
+            ("memory".to_string(), q("512Mi")),
+            ("pid".into(), q("1000")),
+        ]);
+        let enforced = enforced_allocatable(&cap, &kube, &system);
+        assert_eq!(enforced["cpu"], 3900);
+        assert_eq!(enforced["memory"], (8 << 30) - (1 << 30) - (512 << 20));
+        assert_eq!(enforced["pid"], 4_194_304 - 1000);
+        let huge = BTreeMap::from([("memory".to_string(), q("9Gi"))]);
+        assert_eq!(
+            enforced_allocatable(&cap, &huge, &BTreeMap::new())["memory"],
+            0
+        );
     }
 
     #[test]

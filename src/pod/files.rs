@@ -192,12 +192,23 @@ fn parse_resolv(s: &str) -> (Vec<String>, Vec<String>, Vec<String>) {
 }
 
 /// Removes the pod's cgroup directories in every hierarchy (v1 controllers or the v2
-/// unified tree). Leaf containers' cgroups are removed by runc; this takes the pod level
-/// (and any leaf runc left). A cgroup whose last process was only just killed stays busy
-/// for a moment, so a busy directory is tried again for up to two seconds. Blocking.
+/// unified tree) under /sys/fs/cgroup. Blocking. See `remove_cgroup_everywhere`.
 pub fn remove_pod_cgroups(cgroup_parent: &str) {
-    let rel = cgroup_parent.trim_start_matches('/');
-    let root = Path::new("/sys/fs/cgroup");
+    remove_cgroup_everywhere(Path::new("/sys/fs/cgroup"), cgroup_parent);
+}
+
+/// Removes the cgroup `cgroup` (an absolute path within a hierarchy) from the hierarchy
+/// mounted at `root` and from every hierarchy mounted in a folder of `root` (the v1
+/// controllers). Leaf containers' cgroups are removed by runc; this takes the pod level
+/// (and any leaf runc left). A cgroup whose last process was only just killed stays busy
+/// for a moment, so a busy directory is tried again for up to two seconds; what still
+/// exists after that is returned. Blocking.
+pub(crate) fn remove_cgroup_everywhere(root: &Path, cgroup: &str) -> Vec<PathBuf> {
+    let rel = cgroup.trim_start_matches('/');
+    if rel.is_empty() {
+        // Never the hierarchy's root.
+        return Vec::new();
+    }
     let mut dirs = vec![root.join(rel)];
     if let Ok(entries) = std::fs::read_dir(root) {
         for e in entries.flatten() {
@@ -214,6 +225,7 @@ pub fn remove_pod_cgroups(cgroup_parent: &str) {
         std::thread::sleep(delay);
         delay = (delay * 2).min(std::time::Duration::from_millis(400));
     }
+    dirs
 }
 
 /// Removes a cgroup directory, its child directories first; true when it is gone.

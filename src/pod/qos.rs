@@ -1,4 +1,4 @@
-//! Pod QoS class and the cgroup layout of upstream's cgroupfs driver.
+//! Pod QoS class (the cgroup layout is `cm::Layout`) and the containers' oom_score_adj.
 
 use std::collections::BTreeMap;
 
@@ -55,7 +55,7 @@ fn accumulate(
 
 /// Requests as the API server defaults them: a resource with a limit and no request
 /// requests its limit (static pods get the same defaulting when upstream decodes them).
-fn defaulted_requests(r: &ResourceRequirements) -> Option<ResourceMap> {
+pub(crate) fn defaulted_requests(r: &ResourceRequirements) -> Option<ResourceMap> {
     let mut requests = r.requests.clone().unwrap_or_default();
     for (name, limit) in r.limits.iter().flatten() {
         requests
@@ -108,25 +108,29 @@ pub fn qos_class(pod: &Pod) -> QosClass {
     }
 }
 
-/// The pod's cgroup parent as upstream's cgroupfs driver lays it out.
-pub fn pod_cgroup_parent(pod_uid: &str, qos: QosClass) -> String {
-    match qos {
-        QosClass::Guaranteed => format!("/kubepods/pod{pod_uid}"),
-        QosClass::Burstable => format!("/kubepods/burstable/pod{pod_uid}"),
-        QosClass::BestEffort => format!("/kubepods/besteffort/pod{pod_uid}"),
-    }
-}
+/// Upstream's guaranteedOOMScoreAdj and besteffortOOMScoreAdj (pkg/kubelet/qos/policy.go).
+pub const GUARANTEED_OOM_SCORE_ADJ: i64 = -997;
+pub const BESTEFFORT_OOM_SCORE_ADJ: i64 = 1000;
 
-/// oom_score_adj for a container, as upstream's policy computes it.
+/// oom_score_adj for a container, as upstream's policy computes it: Burstable from the
+/// container's memory request against the node's memory, never below
+/// 1000 + guaranteedOOMScoreAdj (3: above any Guaranteed container) and never 1000 (999:
+/// below BestEffort). The documentation's table says 2 for the floor; the code says 3.
 pub fn oom_score_adj(qos: QosClass, memory_request: Option<i64>, memory_capacity: i64) -> i64 {
     match qos {
-        QosClass::Guaranteed => -997,
-        QosClass::BestEffort => 1000,
+        QosClass::Guaranteed => GUARANTEED_OOM_SCORE_ADJ,
+        QosClass::BestEffort => BESTEFFORT_OOM_SCORE_ADJ,
         QosClass::Burstable => {
             let req = memory_request.unwrap_or(0).max(0) as i128;
             let cap = memory_capacity.max(1) as i128;
-            let adj = 1000 - (1000 * req) / cap;
-            adj.clamp(2, 999) as i64
+            let adj = (1000 - (1000 * req) / cap) as i64;
+            if adj < 1000 + GUARANTEED_OOM_SCORE_ADJ {
+                1000 + GUARANTEED_OOM_SCORE_ADJ
+            } else if adj == BESTEFFORT_OOM_SCORE_ADJ {
+                adj - 1
+            } else {
+                adj
+            }
         }
     }
 }
@@ -233,17 +237,24 @@ mod tests {
     }
 
     #[test]
-    fn cgroup_parents_and_oom() {
-        assert_eq!(
-            pod_cgroup_parent("u", QosClass::BestEffort),
-            "/kubepods/besteffort/podu"
-        );
-        assert_eq!(
-            pod_cgroup_parent("u", QosClass::Guaranteed),
-            "/kubepods/podu"
-        );
+    fn oom_score_adj_as_upstream() {
+        assert_eq!(oom_score_adj(QosClass::Guaranteed, Some(1), 100), -997);
+        assert_eq!(oom_score_adj(QosClass::BestEffort, None, 100), 1000);
         assert_eq!(oom_score_adj(QosClass::Burstable, Some(0), 100), 999);
-        assert_eq!(oom_score_adj(QosClass::Burstable, Some(100), 100), 2);
+        assert_eq!(oom_score_adj(QosClass::Burstable, None, 100), 999);
+        assert_eq!(oom_score_adj(QosClass::Burstable, Some(100), 100), 3);
+        assert_eq!(oom_score_adj(QosClass::Burstable, Some(99), 100), 10);
+        assert_eq!(oom_score_adj(QosClass::Burstable, Some(998), 1000), 3);
         assert_eq!(oom_score_adj(QosClass::Burstable, Some(50), 100), 500);
+        // Upstream's worked example: a 10 % request gives 900.
+        assert_eq!(
+            oom_score_adj(QosClass::Burstable, Some(1 << 30), 10 << 30),
+            900
+        );
+        assert_eq!(
+            oom_score_adj(QosClass::Burstable, Some(200), 100),
+            3,
+            "over capacity"
+        );
     }
 }

@@ -75,6 +75,9 @@ pub struct Shared {
     pub started: std::time::Instant,
     /// See `PodContext::oom_score_adj_min`.
     pub oom_score_adj_min: i64,
+    /// The pods' cgroups (kubepods, QoS parents, pod level); None with cgroupsPerQOS off
+    /// and in unit tests, where pods get no cgroup of their own.
+    pub cm: Option<Arc<crate::cm::ContainerManager>>,
     /// Containers containerd reported an OOM for, until their exit is recorded.
     pub oom_seen: OomSeen,
     /// Stamped by the manager's loop; read by /healthz/syncloop.

@@ -14,7 +14,7 @@ use crate::events::EventType;
 use crate::network::cni::{AttachRequest, PortMapping};
 use crate::network::netns;
 use crate::pod::files::SandboxState;
-use crate::pod::qos::{pod_cgroup_parent, qos_class};
+use crate::pod::qos::qos_class;
 use crate::runtime::containers::TaskIo;
 use crate::runtime::containers::{new_container_id, ContainerRecord, NewContainer, State};
 use crate::runtime::labels::{self, Kind};
@@ -32,6 +32,8 @@ pub enum SandboxError {
     Image(#[source] crate::runtime::pull::PullError),
     #[error("volumes: {0}")]
     Volume(#[from] crate::volume::VolumeError),
+    #[error("pod cgroup: {0}")]
+    Cgroup(#[from] crate::cm::CgroupError),
     #[error("pod directory {dir}: {source}")]
     Files {
         dir: PathBuf,
@@ -53,6 +55,12 @@ impl Worker {
     /// containers are stopped and its network torn down first (`Sandbox::replaced`).
     pub(super) async fn ensure_sandbox(&mut self, pod: &Pod) -> Result<Sandbox, SandboxError> {
         let rt = self.shared.rt.clone();
+        // The pod's cgroup with its limits exists before anything runs in it (upstream's
+        // EnsureExists in SyncPod); on later passes this writes only what changed.
+        if let Some(cm) = self.shared.cm.clone() {
+            let p = pod.clone();
+            blocking(move || cm.ensure_pod(&p)).await?;
+        }
         let latest = latest_sandbox(self.view.as_deref().unwrap_or(&[])).cloned();
         if let Some(sb) = &latest {
             if let State::Running { pid, .. } = sb.state {
@@ -236,7 +244,8 @@ impl Worker {
             pod_name: self.pod_ref.name.clone(),
             pod_namespace: self.pod_ref.namespace.clone(),
             pod_uid: self.pod_ref.uid.clone(),
-            cgroup_parent: pod_cgroup_parent(&self.pod_ref.uid, qos),
+            cgroup_parent: crate::cm::Layout::from_config(&self.shared.cfg)
+                .pod_cgroup(&self.pod_ref.uid, qos),
             host_network: host_network(pod),
             host_pid: spec.and_then(|s| s.host_pid).unwrap_or(false),
             host_ipc: spec.and_then(|s| s.host_ipc).unwrap_or(false),

@@ -12,7 +12,6 @@ use super::sandbox::{latest_sandbox, split_ips, SandboxError};
 use super::{blocking, Worker};
 use crate::events::EventType;
 use crate::pod::files::{remove_log_links, remove_pod_cgroups};
-use crate::pod::qos::{pod_cgroup_parent, QosClass};
 use crate::prober;
 use crate::runtime::containers::ContainerRecord;
 use crate::runtime::labels::{self, Kind};
@@ -178,15 +177,23 @@ impl Worker {
             self.pod_ref.namespace.clone(),
             self.pod_ref.uid.clone(),
         );
+        let cm = self.shared.cm.clone();
         blocking(move || {
             let _ = std::fs::remove_dir_all(&log_dir);
             remove_log_links(&cfg.container_logs_dir, &name, &namespace);
-            for qos in [
-                QosClass::Guaranteed,
-                QosClass::Burstable,
-                QosClass::BestEffort,
-            ] {
-                remove_pod_cgroups(&pod_cgroup_parent(&uid, qos));
+            // Wherever the pod's cgroup is (its class may have changed with its spec).
+            match cm {
+                Some(cm) => {
+                    let left = cm.remove_pod(&uid);
+                    if !left.is_empty() {
+                        tracing::warn!(pod_uid = %uid, ?left, "pod cgroups still busy; left in place");
+                    }
+                }
+                None => {
+                    for cgroup in crate::cm::Layout::from_config(&cfg).pod_cgroups(&uid) {
+                        remove_pod_cgroups(&cgroup);
+                    }
+                }
             }
         })
         .await;

@@ -82,6 +82,7 @@ pub(crate) fn test_shared(
         stats_pods: Default::default(),
         started: std::time::Instant::now(),
         oom_score_adj_min: -1000,
+        cm: None,
         oom_seen,
         sync_loop: Arc::new(SyncLoopHealth::new(Duration::from_secs(60))),
         recorder,

@@ -1,0 +1,344 @@
+//! The container manager's cgroup work (upstream's pkg/kubelet/cm, its behaviour not its
+//! shape): the pods' cgroup tree — kubepods limited to node allocatable, the Burstable and
+//! BestEffort parents weighted as upstream's QoS manager weights them, and one cgroup per
+//! pod limited to what its containers may use — on cgroup v1 or v2, named as the cgroupfs
+//! or systemd driver names them (`names`), written through the cgroup filesystem
+//! (`cgroupfs`).
+//!
+//! Pod workers call `ensure_pod` before a pod's sandbox exists (and on every pass, which
+//! writes only when something changed) and `remove_pod` once everything of the pod is gone;
+//! both keep the Burstable parent's shares current. `main` calls `start` once and then
+//! `enforce_node_allocatable` until it succeeds, as upstream retries it every minute.
+//! Nothing here kills or moves a process: creating a cgroup that exists changes nothing in
+//! it, and a memory limit below what a cgroup already uses is left for later.
+
+pub(crate) mod allocatable;
+pub mod cgroupfs;
+pub mod names;
+pub(crate) mod pod;
+pub(crate) mod qos;
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use k8s_openapi::api::core::v1::Pod;
+use tracing::{info, warn};
+
+pub use cgroupfs::{CgroupError, CgroupFs, ResourceConfig};
+pub use names::{CgroupDriver, CgroupName};
+
+use crate::config::Config;
+use crate::node::resources::Amounts;
+use crate::pod::qos::{qos_class, QosClass};
+
+/// enforceNodeAllocatable values (upstream's names).
+pub const ENFORCE_PODS: &str = "pods";
+pub const ENFORCE_SYSTEM_RESERVED: &str = "system-reserved";
+pub const ENFORCE_KUBE_RESERVED: &str = "kube-reserved";
+pub const ENFORCE_SYSTEM_RESERVED_COMPRESSIBLE: &str = "system-reserved-compressible";
+pub const ENFORCE_KUBE_RESERVED_COMPRESSIBLE: &str = "kube-reserved-compressible";
+pub const ENFORCE_NONE: &str = "none";
+
+/// Where pods' cgroups go, from the configuration alone (the pod worker names a pod's
+/// cgroup with it whether or not a manager runs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    pub driver: CgroupDriver,
+    pub root: CgroupName,
+    pub per_qos: bool,
+}
+
+impl Layout {
+    /// cgroupRoot is checked when the configuration is loaded; an unreadable one here
+    /// falls back to the hierarchy's root.
+    pub fn from_config(cfg: &Config) -> Layout {
+        Layout {
+            driver: cfg.cgroup_driver,
+            root: CgroupName::parse(cfg.cgroup_driver, &cfg.cgroup_root).unwrap_or_default(),
+            per_qos: cfg.cgroups_per_qos,
+        }
+    }
+
+    /// The node allocatable cgroup (`kubepods` under cgroupRoot).
+    pub fn kubepods(&self) -> CgroupName {
+        if self.per_qos {
+            self.root.child("kubepods")
+        } else {
+            self.root.clone()
+        }
+    }
+
+    fn qos_parent(&self, qos: QosClass) -> CgroupName {
+        match qos {
+            QosClass::Guaranteed => self.kubepods(),
+            QosClass::Burstable => self.kubepods().child("burstable"),
+            QosClass::BestEffort => self.kubepods().child("besteffort"),
+        }
+    }
+
+    /// The pod's cgroup as a path for runc and the cgroup filesystem. Without
+    /// cgroupsPerQOS the pod's containers are still grouped under `<cgroupRoot>/pod<uid>`
+    /// (never limited): upstream leaves them to the runtime's default place instead.
+    pub fn pod_cgroup(&self, uid: &str, qos: QosClass) -> String {
+        let pod = format!("pod{uid}");
+        let name = if self.per_qos {
+            self.qos_parent(qos).child(&pod)
+        } else {
+            self.root.child(&pod)
+        };
+        name.to_path(self.driver)
+    }
+
+    /// Every place the pod's cgroup can be (its class is not needed to remove it).
+    pub fn pod_cgroups(&self, uid: &str) -> Vec<String> {
+        let mut all: Vec<String> = [
+            QosClass::Guaranteed,
+            QosClass::Burstable,
+            QosClass::BestEffort,
+        ]
+        .into_iter()
+        .map(|q| self.pod_cgroup(uid, q))
+        .collect();
+        all.dedup();
+        all
+    }
+}
+
+/// What the manager knows of an active pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Active {
+    qos: QosClass,
+    cpu_request_millis: i64,
+    applied: ResourceConfig,
+}
+
+/// The node's pod cgroups. Every method is blocking (file-system writes): call it from
+/// `spawn_blocking`.
+#[derive(Debug)]
+pub struct ContainerManager {
+    fs: CgroupFs,
+    layout: Layout,
+    pod_pids_limit: i64,
+    kubepods: ResourceConfig,
+    /// Reserved cgroups to enforce: (path, settings).
+    reserved: Vec<(String, ResourceConfig)>,
+    active: Mutex<BTreeMap<String, Active>>,
+}
+
+impl ContainerManager {
+    /// `capacity`: the node's cpu (millicores), memory (bytes) and pid count.
+    pub fn new(fs: CgroupFs, cfg: &Config, capacity: &Amounts) -> ContainerManager {
+        let layout = Layout::from_config(cfg);
+        let enforce = |key: &str| cfg.enforce_node_allocatable.iter().any(|e| e == key);
+        let kubepods = allocatable::kubepods_config(
+            capacity,
+            &cfg.kube_reserved,
+            &cfg.system_reserved,
+            layout.per_qos && enforce(ENFORCE_PODS),
+        );
+        let mut reserved = Vec::new();
+        for (full, compressible, cgroup, amounts) in [
+            (
+                ENFORCE_SYSTEM_RESERVED,
+                ENFORCE_SYSTEM_RESERVED_COMPRESSIBLE,
+                &cfg.system_reserved_cgroup,
+                &cfg.system_reserved,
+            ),
+            (
+                ENFORCE_KUBE_RESERVED,
+                ENFORCE_KUBE_RESERVED_COMPRESSIBLE,
+                &cfg.kube_reserved_cgroup,
+                &cfg.kube_reserved,
+            ),
+        ] {
+            let amounts = allocatable::reserved_amounts(amounts);
+            let path = CgroupName::parse(layout.driver, cgroup)
+                .unwrap_or_default()
+                .to_path(layout.driver);
+            if enforce(full) {
+                reserved.push((path, allocatable::config_for(&amounts, false)));
+            } else if enforce(compressible) {
+                reserved.push((path, allocatable::config_for(&amounts, true)));
+            }
+        }
+        ContainerManager {
+            fs,
+            layout,
+            pod_pids_limit: cfg.pod_pids_limit,
+            kubepods,
+            reserved,
+            active: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// What kubepods is limited to.
+    pub fn kubepods_config(&self) -> &ResourceConfig {
+        &self.kubepods
+    }
+
+    fn path(&self, name: &CgroupName) -> String {
+        name.to_path(self.layout.driver)
+    }
+
+    /// Creates kubepods and the QoS parents. A kubepods that does not exist yet is made
+    /// with its limits at once; an existing one (pods running under it) keeps what it has
+    /// until `enforce_node_allocatable` succeeds.
+    pub fn start(&self) -> Result<(), CgroupError> {
+        if !self.layout.per_qos {
+            return Ok(());
+        }
+        let kubepods = self.path(&self.layout.kubepods());
+        if !self.fs.exists(&kubepods) {
+            self.fs.create(&kubepods)?;
+            self.fs.apply(&kubepods, &self.kubepods)?;
+        }
+        for qos in [QosClass::Burstable, QosClass::BestEffort] {
+            self.fs.create(&self.path(&self.layout.qos_parent(qos)))?;
+        }
+        self.update_qos()
+    }
+
+    /// Writes kubepods' limits and the reserved cgroups'. Fails while pods use more memory
+    /// than the new limit (the caller tries again later), or when a reserved cgroup does
+    /// not exist (upstream requires it to).
+    pub fn enforce_node_allocatable(&self) -> Result<(), CgroupError> {
+        if self.layout.per_qos {
+            let kubepods = self.path(&self.layout.kubepods());
+            self.fs.apply(&kubepods, &self.kubepods)?;
+        }
+        for (cgroup, config) in &self.reserved {
+            if !self.fs.exists(cgroup) {
+                return Err(CgroupError::Create {
+                    path: cgroup.into(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        "the reserved cgroup must exist before it is enforced",
+                    ),
+                });
+            }
+            self.fs.apply(cgroup, config)?;
+        }
+        Ok(())
+    }
+
+    /// The Burstable parent's shares from the active Burstable pods; BestEffort's minimum.
+    pub fn update_qos(&self) -> Result<(), CgroupError> {
+        if !self.layout.per_qos {
+            return Ok(());
+        }
+        let requests: Vec<i64> = self
+            .active
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|a| a.qos == QosClass::Burstable)
+            .map(|a| a.cpu_request_millis)
+            .collect();
+        let burstable = self.path(&self.layout.qos_parent(QosClass::Burstable));
+        let besteffort = self.path(&self.layout.qos_parent(QosClass::BestEffort));
+        self.fs.create(&burstable)?;
+        self.fs.create(&besteffort)?;
+        self.fs
+            .apply(&burstable, &qos::burstable_config(requests))?;
+        self.fs.apply(&besteffort, &qos::besteffort_config())
+    }
+
+    /// Makes the pod's cgroup with its limits, or brings them up to date; returns the
+    /// cgroup's path. Writes only when the cgroup is missing or its values changed. A memory
+    /// limit below the pod's current usage is skipped with a warning (the pod keeps
+    /// running; the limit is tried again on the next pass).
+    pub fn ensure_pod(&self, pod: &Pod) -> Result<String, CgroupError> {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let qos = qos_class(pod);
+        let path = self.layout.pod_cgroup(&uid, qos);
+        if !self.layout.per_qos {
+            return Ok(path);
+        }
+        let config = pod::resource_config(pod, self.pod_pids_limit, cgroupfs::QUOTA_PERIOD);
+        let entry = Active {
+            qos,
+            cpu_request_millis: pod::pod_requests(pod).cpu_millis,
+            applied: config.clone(),
+        };
+        let previous = self
+            .active
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&uid)
+            .cloned();
+        if previous.as_ref() == Some(&entry) && self.fs.exists(&path) {
+            return Ok(path);
+        }
+        self.fs.create(&path)?;
+        match self.fs.apply(&path, &config) {
+            Ok(()) => {}
+            Err(e @ CgroupError::MemoryBelowUsage { .. }) => {
+                warn!(pod_uid = %uid, error = %e, "pod cgroup memory limit not applied yet");
+                // Not recorded as applied, so the next pass tries again.
+                return Ok(path);
+            }
+            Err(e) => return Err(e),
+        }
+        let weight_changed = previous
+            .as_ref()
+            .is_none_or(|p| p.qos != entry.qos || p.cpu_request_millis != entry.cpu_request_millis);
+        self.active
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(uid, entry);
+        if weight_changed && qos == QosClass::Burstable {
+            self.update_qos()?;
+        }
+        Ok(path)
+    }
+
+    /// Removes the pod's cgroup wherever it is (all its processes are gone by now) and
+    /// updates the Burstable parent; returns what could not be removed.
+    pub fn remove_pod(&self, uid: &str) -> Vec<std::path::PathBuf> {
+        let mut left = Vec::new();
+        for cgroup in self.layout.pod_cgroups(uid) {
+            left.extend(self.fs.remove(&cgroup));
+        }
+        let was = self
+            .active
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(uid);
+        if was.is_some_and(|a| a.qos == QosClass::Burstable) {
+            if let Err(e) = self.update_qos() {
+                warn!(error = %e, "updating the burstable QoS cgroup");
+            }
+        }
+        left
+    }
+}
+
+/// Builds the manager from the host: the cgroup mode from the mount table, capacity from
+/// /proc (cpu, memory, pid), or None with cgroupsPerQOS off. Blocking.
+pub fn from_host(cfg: &Config) -> Result<Option<ContainerManager>, CgroupError> {
+    if !cfg.cgroups_per_qos {
+        return Ok(None);
+    }
+    let fs = CgroupFs::detect()?;
+    let host = crate::node::machine::read_host(&cfg.root_dir, &cfg.image_fs_path);
+    let mut capacity = crate::node::resources::capacity(&host.machine, cfg.max_pods);
+    if let Some(pids) = host.readings.max_pid {
+        capacity.insert("pid".into(), pids);
+    }
+    let cm = ContainerManager::new(fs, cfg, &capacity);
+    info!(
+        version = ?cm.fs.version(),
+        driver = %cm.layout.driver,
+        kubepods = %cm.path(&cm.layout.kubepods()),
+        limits = ?cm.kubepods,
+        "container manager: pod cgroups per QoS class"
+    );
+    Ok(Some(cm))
+}
+
+#[cfg(test)]
+mod tests;
