@@ -195,6 +195,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         }
         None => Recorder::disabled(),
     };
+    protect_agent_from_oom();
     let cm = start_container_manager(&cfg, &recorder).await?;
     let shared = Arc::new(Shared {
         rt: runtime.clone(),
@@ -319,6 +320,16 @@ fn new_puller(cfg: &Config, rt: &Containerd) -> Puller {
         "image pulls configured"
     );
     puller
+}
+
+/// Upstream's kubelet lowers its own oom_score_adj to -999 (oomScoreAdj's default) so the
+/// kernel's OOM killer takes pods first; without CAP_SYS_RESOURCE the kernel refuses, and
+/// the agent runs on with what it has, as upstream does.
+fn protect_agent_from_oom() {
+    const AGENT_OOM_SCORE_ADJ: &str = "-999";
+    if let Err(e) = std::fs::write("/proc/self/oom_score_adj", AGENT_OOM_SCORE_ADJ) {
+        warn!(error = %e, "could not set the agent's own oom_score_adj to -999");
+    }
 }
 
 /// The pods' cgroup tree (kubepods and the QoS parents), made before any pod starts; a
