@@ -213,11 +213,16 @@ def charts(data, out):
         for agent in AGENTS:
             values = sorted(data.get((workload, agent, "pod_start_ms"), []))
             if values:
-                ys = [(i + 1) / len(values) for i in range(len(values))]
-                ax.step(values, ys, where="post", label=f"{agent} ({len(values)} pods)", color=colors[agent])
+                # From 0 at the first pod up to 1 at the last; markers show each pod when few.
+                xs = [values[0]] + values
+                ys = [0.0] + [(i + 1) / len(values) for i in range(len(values))]
+                ax.step(xs, ys, where="post", label=f"{agent} ({len(values)} pods)", color=colors[agent],
+                        marker="o" if len(values) <= 30 else None, markersize=3)
         ax.set_title(WORKLOADS.get(workload, (workload,))[0], fontsize=10)
         ax.set_xlabel("manifests written -> pod's containers running (ms)")
         ax.set_ylabel("fraction of pods")
+        ax.set_ylim(0, 1.05)
+        ax.set_xlim(left=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     for ax in list(axes.flat)[len(names):]:
