@@ -376,6 +376,10 @@ force_clean() {
 end_run() {
 	[[ -n "$AGENT" ]] || return 0
 	set +e
+	# Interrupted before the pods' UIDs were read: read them now, for the cgroup checks.
+	if [[ ! -s "$RUN/uids" ]] && agent_alive; then
+		curl -sf "${READ_ONLY:-}/pods" | jq -r '.items[].metadata.uid' >"$RUN/uids" 2>/dev/null
+	fi
 	[[ -n "$MANIFESTS" ]] && rm -f "$MANIFESTS"/*.yaml
 	if agent_alive; then
 		local deadline=$((SECONDS + 240))
