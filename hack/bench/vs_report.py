@@ -118,9 +118,11 @@ FIGURES = [
     ("agent_hwm_startup_mib", "agent peak RSS at the end of start-up", "MiB", "median"),
     ("agent_hwm_mib", "agent peak RSS at the end of idle", "MiB", "median"),
     ("agent_pss_mib", "agent PSS", "MiB", "median"),
-    ("loggers_pss_mib", "log writers PSS (kubelet-rs only)", "MiB", "median"),
+    ("loggers", "log writer processes (kubelet-rs only)", "", "median"),
+    ("loggers_pss_mib", "log writers PSS", "MiB", "median"),
     ("loggers_cpu_startup_s", "log writers CPU during start-up", "s", "median"),
     ("loggers_cpu_idle_s", "log writers CPU over the idle window", "s", "median"),
+    ("shims", "shim processes", "", "median"),
     ("shims_pss_mib", "shims PSS", "MiB", "median"),
     ("shims_cpu_startup_s", "shims CPU during start-up (with runc)", "s", "median"),
     ("shims_cpu_idle_s", "shims CPU over the idle window", "s", "median"),
@@ -160,6 +162,8 @@ def fmt(value, unit):
         return f"{value:.0f} ms"
     if unit == "s":
         return f"{value:.2f} s"
+    if not unit:
+        return f"{value:g}"
     return f"{value:.1f} MiB"
 
 
