@@ -226,7 +226,8 @@ def charts(data, out):
         ax.set_xlabel("manifests written -> pod's containers running (ms)")
         ax.set_ylabel("fraction of pods")
         ax.set_ylim(0, 1.05)
-        ax.set_xlim(left=0)
+        longest = max((max(data.get((workload, a, "pod_start_ms"), [0])) for a in AGENTS), default=0)
+        ax.set_xlim(0, longest * 1.05 or 1)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     for ax in list(axes.flat)[len(names):]:
