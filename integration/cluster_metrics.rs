@@ -36,8 +36,22 @@ impl Drop for Cleanup {
     fn drop(&mut self) {
         let spin = format!("spin-{}", self.node);
         for args in [
-            vec!["-n", "default", "delete", "hpa", &spin, "--ignore-not-found"],
-            vec!["-n", "default", "delete", "deployment", &spin, "--ignore-not-found"],
+            vec![
+                "-n",
+                "default",
+                "delete",
+                "hpa",
+                &spin,
+                "--ignore-not-found",
+            ],
+            vec![
+                "-n",
+                "default",
+                "delete",
+                "deployment",
+                &spin,
+                "--ignore-not-found",
+            ],
         ] {
             let (ok, out) = self.cluster.kubectl(&args);
             if !ok {
@@ -81,10 +95,16 @@ fn metrics_server_top_and_hpa() {
 
 /// `kubectl top node` prints the node's CPU and memory, with their share of allocatable.
 fn top_node(node: &ClusterNode) {
-    let out = node.cluster.ok(&["top", "node", node.name(), "--no-headers"]);
+    let out = node
+        .cluster
+        .ok(&["top", "node", node.name(), "--no-headers"]);
     println!("kubectl top node:\n{out}");
     let fields: Vec<&str> = out.split_whitespace().collect();
-    assert_eq!(fields.len(), 5, "one row NAME CPU CPU% MEMORY MEMORY%: {out}");
+    assert_eq!(
+        fields.len(),
+        5,
+        "one row NAME CPU CPU% MEMORY MEMORY%: {out}"
+    );
     assert_eq!(fields[0], node.name(), "{out}");
     assert!(millicores(fields[1]).is_some(), "CPU in millicores: {out}");
     assert!(percent(fields[2]).is_some(), "CPU%: {out}");
@@ -146,6 +166,8 @@ fn top_pods(node: &ClusterNode) {
     let last = readings.last().unwrap();
     let span_start = first.timestamp + Duration::from_millis(500) - first.window;
     let span_end = last.timestamp + Duration::from_millis(500);
+    // That end may lie a moment ahead of the newest sample.
+    sampler.wait_past(span_end);
     let used_ns = sampler.usage_at(span_end) - sampler.usage_at(span_start);
     let span_secs = span_end.duration_since(span_start).unwrap().as_secs_f64();
     let cgroup_millicores = used_ns / span_secs / 1e6;
@@ -175,7 +197,8 @@ fn top_pods(node: &ClusterNode) {
     );
 
     for pod in [&mem, &spin] {
-        node.cluster.ok(&["-n", "default", "delete", "pod", pod, "--wait=false"]);
+        node.cluster
+            .ok(&["-n", "default", "delete", "pod", pod, "--wait=false"]);
     }
 }
 
@@ -333,8 +356,10 @@ fn wait_pod_metrics(
     }
 }
 
-/// `count` successive readings of `pod` (each a new window) whose windows all lie within what
-/// the sampler saw.
+/// `count` successive readings of `pod` whose windows follow one another without a gap (each
+/// starts where the one before ended, to the second the timestamps carry) and all lie within
+/// what the sampler saw. A reading that does not follow on (one was missed) starts the run
+/// again.
 fn consecutive_readings(
     node: &ClusterNode,
     pod: &str,
@@ -349,6 +374,17 @@ fn consecutive_readings(
             newer_than.is_none_or(|t| m.timestamp > t)
                 && m.timestamp.checked_sub(m.window).is_some_and(|s| s > since)
         });
+        let follows = readings.last().is_none_or(|prev| {
+            let gap = r
+                .timestamp
+                .duration_since(prev.timestamp)
+                .unwrap_or_default()
+                .as_secs_f64();
+            (gap - r.window.as_secs_f64()).abs() <= 1.5
+        });
+        if !follows {
+            readings.clear();
+        }
         readings.push(r);
     }
     readings
@@ -469,6 +505,25 @@ impl Sampler {
         sampler
     }
 
+    /// Waits until a sample was taken at or after `t`.
+    fn wait_past(&self, t: SystemTime) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self
+            .samples
+            .lock()
+            .unwrap()
+            .last()
+            .is_none_or(|(at, _)| *at < t)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the sampler of {} stopped sampling",
+                self.cgroup.display()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     fn first_sample_time(&self) -> SystemTime {
         self.samples.lock().unwrap()[0].0
     }
@@ -476,13 +531,16 @@ impl Sampler {
     /// The usage at `t`, interpolated between the samples either side of it.
     fn usage_at(&self, t: SystemTime) -> f64 {
         let samples = self.samples.lock().unwrap();
-        let after = samples.iter().position(|(at, _)| *at >= t).unwrap_or_else(|| {
-            panic!(
-                "no sample of {} at or after {t:?} (last {:?})",
-                self.cgroup.display(),
-                samples.last()
-            )
-        });
+        let after = samples
+            .iter()
+            .position(|(at, _)| *at >= t)
+            .unwrap_or_else(|| {
+                panic!(
+                    "no sample of {} at or after {t:?} (last {:?})",
+                    self.cgroup.display(),
+                    samples.last()
+                )
+            });
         let (t1, u1) = samples[after];
         if after == 0 {
             return u1;
