@@ -82,7 +82,7 @@ config_dir="/etc/$name"
 if [[ -z "$dest" ]]; then
 	require_root
 	[[ -d /run/systemd/system ]] ||
-		die "systemd is not running this host (PID 1 is $(cat /proc/1/comm)): nothing to install into; --dest-root DIR only writes the files"
+		die "systemd is not PID 1 on this host (PID 1 is $(cat /proc/1/comm)): nothing to install into; --dest-root DIR only writes the files"
 fi
 
 # The shipped files name the default paths; an instance of another name gets its own.
