@@ -30,12 +30,13 @@ cd "$KUBELET_RS_ROOT"
 
 export RUST_BACKTRACE=1
 step setup-node hack/setup-node.sh
-step build-images hack/build-images.sh
 # The cluster tests join a real control plane: built from the Kubernetes modules once per
 # version (about 20 minutes the first time on 2 cores, then cached), started fresh for this run
 # and stopped on exit. A missing Go toolchain or a failed build fails the run.
 CLUSTER_DIR="${KUBELET_RS_CLUSTER_DIR:-/var/lib/kubelet-rs-cluster}"
 step k8s-build hack/cluster/build.sh
+# After k8s-build: the metrics-server image packs the binary that step builds.
+step build-images hack/build-images.sh
 trap 'hack/cluster/down.sh --dir "$CLUSTER_DIR" >/dev/null 2>&1 || true' EXIT
 step cluster-up hack/cluster/up.sh --dir "$CLUSTER_DIR"
 export KUBELET_RS_CLUSTER_DIR="$CLUSTER_DIR"

@@ -5,6 +5,8 @@
 #
 #   hack/bench/upstream-kubelet.sh prepare                    containerd and images for the CRI plugin
 #   hack/bench/upstream-kubelet.sh start NAME [--dir DIR] [--port N]
+#   hack/bench/upstream-kubelet.sh start NAME --static-pods MANIFESTS [--dir DIR] [--port N]
+#                                  [--read-only-port N]
 #   hack/bench/upstream-kubelet.sh stop NAME [--dir DIR]      SIGTERM (SIGKILL after 20 s)
 #   hack/bench/upstream-kubelet.sh clean PREFIX               remove containers left of pods named PREFIX*
 #
@@ -26,6 +28,12 @@
 # kills the processes of pod cgroups under its kubepods it does not know and removes pod log
 # folders it does not know, which would hit kubelet-rs pods (/kubepods, /var/log/pods) running
 # beside it. UPSTREAM_CGROUP_ROOT=/ gives the upstream layout (then run nothing else).
+#
+# --static-pods MANIFESTS runs it standalone instead (hack/bench/vs-upstream.sh): no
+# --kubeconfig and no control plane, its pods are the manifests in MANIFESTS (staticPodPath), and
+# its servers listen on 127.0.0.1 only, without authentication (anonymous, AlwaysAllow), with the
+# read-only port at --read-only-port (default off) for /pods. The upstream kubelet kills every
+# running CRI pod in the k8s.io namespace it does not know, so run one upstream kubelet at a time.
 #
 # Eviction: only memory.available < 1Mi. With evictionHard given, the kubelet sets no disk
 # thresholds, so it never evicts pods, taints the node DiskPressure or deletes unused images
@@ -154,14 +162,18 @@ unmount_root() {
 }
 
 parse_node_args() {
-	NAME="${1:?usage: upstream-kubelet.sh start|stop|clean NAME [--dir DIR] [--port N]}"
+	NAME="${1:?usage: upstream-kubelet.sh start|stop|clean NAME [--dir DIR] [--port N] [--static-pods DIR]}"
 	shift
 	DIR=/var/lib/kubelet-rs-cluster
 	PORT=10550
+	STATIC_PODS=""
+	READ_ONLY_PORT=0
 	while (($# > 0)); do
 		case "$1" in
 		--dir) DIR="$2"; shift ;;
 		--port) PORT="$2"; shift ;;
+		--static-pods) STATIC_PODS="$2"; shift ;;
+		--read-only-port) READ_ONLY_PORT="$2"; shift ;;
 		*) die "unknown argument '$1' (see --help)" ;;
 		esac
 		shift
@@ -172,14 +184,20 @@ parse_node_args() {
 start() {
 	parse_node_args "$@"
 	prepare
-	[[ -f "$DIR/env" ]] || die "no control plane in $DIR; run hack/cluster/up.sh --dir $DIR first"
-	local bin kubeconfig pid
+	if [[ -z "$STATIC_PODS" ]]; then
+		[[ -f "$DIR/env" ]] || die "no control plane in $DIR; run hack/cluster/up.sh --dir $DIR first"
+	else
+		[[ -d "$STATIC_PODS" ]] || die "no manifest folder $STATIC_PODS"
+	fi
+	local bin kubeconfig="" pid
 	bin="$("$KUBELET_RS_ROOT/hack/cluster/build.sh" --print)/kubelet"
 	[[ -x "$bin" ]] || die "no upstream kubelet at $bin; run hack/cluster/build.sh"
 	if pid="$(cat "$STATE/kubelet.pid" 2>/dev/null)" && kill -0 "$pid" 2>/dev/null; then
 		die "the upstream kubelet for $NAME is already running (pid $pid)"
 	fi
-	kubeconfig="$("$KUBELET_RS_ROOT/hack/cluster/node-kubeconfig.sh" "$NAME" --dir "$DIR")"
+	if [[ -z "$STATIC_PODS" ]]; then
+		kubeconfig="$("$KUBELET_RS_ROOT/hack/cluster/node-kubeconfig.sh" "$NAME" --dir "$DIR")"
+	fi
 	make_cgroup_root
 	# A fresh root dir each start (pods without volumes leave no mounts; never remove through one).
 	unmount_root
@@ -201,6 +219,27 @@ evictionHard:
   memory.available: 1Mi
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
+port: $PORT
+healthzBindAddress: 127.0.0.1
+healthzPort: $((PORT - 2))
+podLogsDir: $STATE/pod-logs
+YAML
+	if [[ -n "$STATIC_PODS" ]]; then
+		cat >>"$STATE/config.yaml" <<YAML
+staticPodPath: $STATIC_PODS
+address: 127.0.0.1
+readOnlyPort: $READ_ONLY_PORT
+authentication:
+  anonymous:
+    enabled: true
+  webhook:
+    enabled: false
+authorization:
+  mode: AlwaysAllow
+YAML
+	else
+		cat >>"$STATE/config.yaml" <<YAML
+readOnlyPort: 0
 authentication:
   anonymous:
     enabled: false
@@ -210,16 +249,13 @@ authentication:
     clientCAFile: $DIR/pki/ca.crt
 authorization:
   mode: Webhook
-port: $PORT
-healthzBindAddress: 127.0.0.1
-healthzPort: $((PORT - 2))
-readOnlyPort: 0
-podLogsDir: $STATE/pod-logs
 YAML
+	fi
 	rm -f "$STATE/kubelet.pid"
+	local args=(--config "$STATE/config.yaml" --hostname-override "$NAME" --root-dir "$STATE/root")
+	[[ -z "$kubeconfig" ]] || args+=(--kubeconfig "$kubeconfig")
 	echo "${EPOCHREALTIME/./}" >"$STATE/started_us"
-	"$bin" --config "$STATE/config.yaml" --kubeconfig "$kubeconfig" --hostname-override "$NAME" \
-		--root-dir "$STATE/root" >>"$STATE/kubelet.log" 2>&1 </dev/null &
+	"$bin" "${args[@]}" >>"$STATE/kubelet.log" 2>&1 </dev/null &
 	echo $! >"$STATE/kubelet.pid"
 	log "upstream kubelet for node $NAME: pid $!, state and log in $STATE"
 }
@@ -265,6 +301,6 @@ clean() {
 case "${1:-}" in
 prepare) prepare ;;
 start | stop | clean) cmd="$1"; shift; "$cmd" "$@" ;;
--h | --help) sed -n '2,30s/^# \{0,1\}//p' "$0" ;;
+-h | --help) sed -n '2,41s/^# \{0,1\}//p' "$0" ;;
 *) die "usage: upstream-kubelet.sh prepare|start|stop|clean ... (see --help)" ;;
 esac

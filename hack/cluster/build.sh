@@ -3,6 +3,8 @@
 # side-by-side comparisons) from their Go modules at one pinned version, once: they are cached
 # under $KUBELET_RS_CACHE/k8s/<version>/bin, outside the repository, and a second run with the
 # binaries present does nothing. A missing Go toolchain or a failed build is an error.
+# metrics-server is built too (hack/cluster/build-metrics-server.sh, cached the same way), so
+# hack/test.sh's k8s-build step leaves everything the cluster tests run.
 #
 #   hack/cluster/build.sh            build (or reuse) every binary
 #   hack/cluster/build.sh --print    print the bin directory only
@@ -31,6 +33,8 @@ if [[ "${1:-}" == --print ]]; then
 	echo "$BIN_DIR"
 	exit 0
 fi
+
+"$KUBELET_RS_ROOT/hack/cluster/build-metrics-server.sh"
 
 all_built() {
 	local cmd

@@ -29,6 +29,14 @@
 # (nodeclient), and nodes' renewals of their own client certificates are approved
 # (selfnodeclient). Serving-certificate CSRs (kubernetes.io/kubelet-serving) wait for
 # `kubectl certificate approve`, as on a kubeadm cluster.
+#
+# The aggregation layer is on as kubeadm configures it (a front-proxy CA and its
+# front-proxy-client certificate, the --requestheader-* and --proxy-client-* flags), with
+# --enable-aggregator-routing: with no kube-proxy here, the apiserver dials an aggregated API's
+# endpoints (a pod IP on the CNI bridge) rather than its service IP. The apiserver listens on
+# every address, so pods reach it at the bridge's gateway 10.88.0.1 (in its certificate's SANs);
+# it still advertises 127.0.0.1. hack/cluster/metrics-server.sh deploys metrics-server on this.
+# The controller-manager's HPA sync period is 5 s (upstream 15 s), so autoscaling tests react fast.
 set -euo pipefail
 
 # shellcheck source=hack/lib.sh
@@ -44,7 +52,7 @@ while (($# > 0)); do
 	--port-offset) OFFSET="$2"; shift ;;
 	--audit) AUDIT=1 ;;
 	--signing-duration) SIGNING_DURATION="$2"; shift ;;
-	-h | --help) sed -n '2,32s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,40s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	*) die "unknown argument '$1' (see --help)" ;;
 	esac
 	shift
@@ -61,6 +69,8 @@ ETCD_PEER_PORT=$((2380 + OFFSET))
 KCM_PORT=$((10257 + OFFSET))
 SCHED_PORT=$((10259 + OFFSET))
 PKI="$DIR/pki"
+# The CNI bridge's gateway (hack/setup-node.sh's kubers0): the host as pods see it.
+POD_GATEWAY=10.88.0.1
 LOGS="$DIR/logs"
 
 "$KUBELET_RS_ROOT/hack/cluster/down.sh" --dir "$DIR" >/dev/null 2>&1 || true
@@ -74,10 +84,18 @@ pki_ca "$PKI"
 	openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
 	openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
 }
+# IP:10.88.0.1, the CNI bridge's gateway: pods reach the apiserver there (see the apiserver's
+# --bind-address below), as there is no kube-proxy to route the service IP 10.96.0.1.
 pki_cert "$PKI" apiserver "/CN=kube-apiserver" serverAuth \
-	"DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:10.96.0.1"
+	"DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:10.96.0.1,IP:$POD_GATEWAY"
 pki_cert "$PKI" admin "/O=system:masters/CN=kubernetes-admin" clientAuth
 pki_cert "$PKI" apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
+# The aggregation layer (as kubeadm sets it up): the apiserver proxies requests for aggregated
+# APIs (metrics.k8s.io from metrics-server) with this client certificate, signed by a CA of its
+# own, and passes the caller's identity in X-Remote-* headers that the extension server trusts
+# only from that CA and that name.
+pki_named_ca "$PKI" front-proxy-ca front-proxy-ca
+pki_cert_by "$PKI" front-proxy-ca front-proxy-client "/CN=front-proxy-client" clientAuth
 
 SERVER="https://127.0.0.1:$API_PORT"
 write_kubeconfig "$DIR/admin.kubeconfig" "$SERVER" "$PKI/ca.crt" "$PKI/admin.crt" "$PKI/admin.key" kubernetes-admin
@@ -121,7 +139,7 @@ fi
 
 start kube-apiserver "$BIN/kube-apiserver" "${AUDIT_FLAGS[@]}" \
 	--etcd-servers "http://127.0.0.1:$ETCD_PORT" \
-	--bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
+	--bind-address 0.0.0.0 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
 	--tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
 	--client-ca-file "$PKI/ca.crt" \
 	--service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
@@ -131,7 +149,15 @@ start kube-apiserver "$BIN/kube-apiserver" "${AUDIT_FLAGS[@]}" \
 	--kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" \
 	--kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
 	--kubelet-preferred-address-types Hostname,InternalIP \
-	--service-cluster-ip-range 10.96.0.0/16 --allow-privileged=true
+	--service-cluster-ip-range 10.96.0.0/16 --allow-privileged=true \
+	--requestheader-client-ca-file "$PKI/front-proxy-ca.crt" \
+	--requestheader-allowed-names front-proxy-client \
+	--requestheader-extra-headers-prefix X-Remote-Extra- \
+	--requestheader-group-headers X-Remote-Group \
+	--requestheader-username-headers X-Remote-User \
+	--proxy-client-cert-file "$PKI/front-proxy-client.crt" \
+	--proxy-client-key-file "$PKI/front-proxy-client.key" \
+	--enable-aggregator-routing=true
 wait_for "kube-apiserver" 90 curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "$SERVER/readyz"
 
 SIGNING_FLAGS=()
@@ -146,6 +172,7 @@ start kube-controller-manager "$BIN/kube-controller-manager" "${SIGNING_FLAGS[@]
 	--use-service-account-credentials \
 	--cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
 	--leader-elect=false \
+	--horizontal-pod-autoscaler-sync-period 5s \
 	--controllers '*,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller'
 start kube-scheduler "$BIN/kube-scheduler" \
 	--kubeconfig "$DIR/admin.kubeconfig" --authentication-kubeconfig "$DIR/admin.kubeconfig" \
