@@ -431,6 +431,9 @@ fn start_stats(cfg: &Arc<Config>, server: &Arc<server::ServerState>, pods: Stats
     let mut c = CollectorConfig::new(cfg.node_name.clone());
     c.housekeeping_interval = cfg.housekeeping_interval;
     c.node_fs_dir = cfg.root_dir.clone();
+    // The `pods` system container is kubepods wherever cgroupRoot and the driver put it.
+    let layout = kubelet_rs::cm::Layout::from_config(cfg);
+    c.pods_cgroup = layout.kubepods().to_path(layout.driver);
     let collector = Arc::new(Collector::new(c, cgroups));
     server.set_stats(Arc::new(CollectorViews(collector.clone())));
     let lister = Arc::new(move || -> Vec<PodInfo> {

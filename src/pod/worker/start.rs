@@ -17,7 +17,7 @@ use crate::config::format_duration;
 use crate::events::EventType;
 use crate::logs;
 use crate::objects::{ClusterObjects, ObjectError};
-use crate::pod::qos::{oom_score_adj, qos_class};
+use crate::pod::qos::container_oom_score_adj;
 use crate::pod::status::Waiting;
 use crate::prober;
 use crate::runtime::attach::{self, RelayConfig};
@@ -198,18 +198,7 @@ impl Worker {
         let rt = self.shared.rt.clone();
         let image = self.resolve_image(pod, c, kind).await?;
         let mut ctx = self.pod_context(pod, &sandbox.id, None, sandbox.pid, &sandbox.ips, "");
-        let qos = qos_class(pod);
-        let mem_request = c
-            .resources
-            .as_ref()
-            .and_then(|r| {
-                r.requests
-                    .as_ref()
-                    .and_then(|m| m.get("memory"))
-                    .or(r.limits.as_ref().and_then(|m| m.get("memory")))
-            })
-            .and_then(|q| crate::quantity::bytes(&q.0));
-        ctx.oom_score_adj = oom_score_adj(qos, mem_request, self.shared.memory_capacity);
+        ctx.oom_score_adj = container_oom_score_adj(pod, c, self.shared.memory_capacity);
         let config_error = |e: String| Waiting::new("CreateContainerConfigError", e);
         let env_objects = self.env_objects(c).await;
         let env = spec::container_env(pod, c, &image.config, &ctx, &env_objects)
