@@ -51,6 +51,34 @@ require_containerd() {
 	containerd_answers || die "containerd is not answering on $CONTAINERD_SOCKET; run hack/setup-node.sh first"
 }
 
+# Whether PID runs: a zombie (an exited child of this shell, not reaped yet) does not count.
+pid_alive() {
+	[[ -n "$1" ]] && kill -0 "$1" 2>/dev/null && [[ "$(ps -o stat= -p "$1")" != Z* ]]
+}
+
+# wait_gone PID SECONDS: true once PID has exited, false if it still runs after SECONDS.
+wait_gone() {
+	local pid="$1" i
+	for ((i = 0; i < $2 * 10; i++)); do
+		pid_alive "$pid" || return 0
+		sleep 0.1
+	done
+	! pid_alive "$pid"
+}
+
+# stop_pid PID [NAME]: SIGTERM, 20 s to leave, then SIGKILL; a child of this shell is reaped.
+stop_pid() {
+	local pid="$1" name="${2:-pid $1}"
+	if pid_alive "$pid"; then
+		kill "$pid" 2>/dev/null || true
+		if ! wait_gone "$pid" 20; then
+			warn "$name ignored SIGTERM for 20 s; killing it"
+			kill -9 "$pid" 2>/dev/null || true
+		fi
+	fi
+	wait "$pid" 2>/dev/null || true
+}
+
 # sha256 of stdin, hex only.
 sha256_stdin() { sha256sum | cut -d' ' -f1; }
 sha256_file() { sha256sum "$1" | cut -d' ' -f1; }

@@ -209,23 +209,13 @@ start_agent() {
 }
 
 # Running and not a zombie (kubelet-rs is this shell's child, reaped only by `wait`).
-agent_alive() {
-	[[ -n "$AGENT_PID" ]] && kill -0 "$AGENT_PID" 2>/dev/null &&
-		[[ "$(ps -o stat= -p "$AGENT_PID")" != Z* ]]
-}
+agent_alive() { pid_alive "$AGENT_PID"; }
 
 stop_agent() {
 	if [[ "$AGENT" == upstream ]]; then
 		hack/bench/upstream-kubelet.sh stop "$NODE" --dir "$DIR" >/dev/null
-	elif agent_alive; then
-		kill "$AGENT_PID"
-		local i
-		for ((i = 0; i < 200; i++)); do
-			agent_alive || break
-			sleep 0.1
-		done
-		kill -9 "$AGENT_PID" 2>/dev/null || true
-		wait "$AGENT_PID" 2>/dev/null || true
+	elif [[ -n "$AGENT_PID" ]]; then
+		stop_pid "$AGENT_PID" kubelet-rs
 	fi
 	AGENT_PID=""
 }

@@ -88,16 +88,12 @@ start_containerd_if_down() {
 }
 
 restart_containerd() {
-	local pid i
+	local pid
 	pid="$(pgrep -xo containerd || true)"
 	if [[ -n "$pid" ]]; then
 		log "containerd: restarting (pid $pid) for the new configuration; running containers survive"
 		kill "$pid"
-		for ((i = 0; i < 200; i++)); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.1
-		done
-		kill -0 "$pid" 2>/dev/null && die "containerd (pid $pid) did not stop within 20 s"
+		wait_gone "$pid" 20 || die "containerd (pid $pid) did not stop within 20 s"
 	fi
 	start_containerd_if_down
 }
@@ -262,19 +258,11 @@ YAML
 
 stop() {
 	parse_node_args "$@"
-	local pid i
+	local pid
 	pid="$(cat "$STATE/kubelet.pid" 2>/dev/null)" || { log "no upstream kubelet for $NAME"; return 0; }
 	rm -f "$STATE/kubelet.pid"
-	kill -0 "$pid" 2>/dev/null || return 0
-	kill "$pid"
-	for ((i = 0; i < 200; i++)); do
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	if kill -0 "$pid" 2>/dev/null; then
-		warn "upstream kubelet (pid $pid) ignored SIGTERM for 20s; killing it"
-		kill -9 "$pid" 2>/dev/null || true
-	fi
+	pid_alive "$pid" || return 0
+	stop_pid "$pid" "upstream kubelet (pid $pid)"
 	unmount_root
 	log "stopped the upstream kubelet for $NAME (pid $pid)"
 }

@@ -215,10 +215,7 @@ logger_pids() {
 	ps -eo pid=,args= | awk -v d="$RS_LOGS/" '/kubelet-rs-cri-logger/ && index($0, d) { print $1 }'
 }
 
-agent_alive() {
-	[[ -n "$AGENT_PID" ]] && kill -0 "$AGENT_PID" 2>/dev/null &&
-		[[ "$(ps -o stat= -p "$AGENT_PID")" != Z* ]]
-}
+agent_alive() { pid_alive "$AGENT_PID"; }
 
 # wait_until SECONDS WHAT COMMAND...: polls COMMAND every 0.2 s while the agent lives.
 wait_until() {
@@ -279,16 +276,9 @@ stop_agent() {
 	if [[ "$AGENT" == upstream ]]; then
 		hack/bench/upstream-kubelet.sh stop "$UP_NODE" --dir "$WORK" >/dev/null
 		[[ -f "$UP_STATE/kubelet.log" ]] && mv "$UP_STATE/kubelet.log" "$RUN/agent.log"
-	elif agent_alive; then
-		kill "$AGENT_PID"
-		local i
-		for ((i = 0; i < 200; i++)); do
-			agent_alive || break
-			sleep 0.1
-		done
-		kill -9 "$AGENT_PID" 2>/dev/null || true
+	elif [[ -n "$AGENT_PID" ]]; then
+		stop_pid "$AGENT_PID" kubelet-rs
 	fi
-	wait "$AGENT_PID" 2>/dev/null || true
 	AGENT_PID=""
 }
 
