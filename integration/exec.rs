@@ -13,7 +13,7 @@ use common::{
     ctr, import_images, purge_namespace, require_integration, test_namespace, BUSYBOX, SOCKET,
 };
 use futures::FutureExt;
-use kubelet_rs::runtime::exec::EXEC_FIFO_DIR;
+use kubelet_rs::runtime::exec::exec_fifo_dir;
 use kubelet_rs::runtime::{Containerd, RuntimeError};
 
 /// `krs-exec-test-<pid>`: a run of this file on the same containerd at the same time (another
@@ -146,7 +146,7 @@ async fn cases() {
     // The container survived all of this, and no FIFO directory is left over.
     let r = c.exec_sync(ID, cmd(&["true"]), t).await.unwrap();
     assert_eq!(r.exit_code, 0);
-    let leftovers: Vec<_> = std::fs::read_dir(EXEC_FIFO_DIR)
+    let leftovers: Vec<_> = std::fs::read_dir(exec_fifo_dir(ns()))
         .map(|d| d.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();
     assert!(leftovers.is_empty(), "FIFO dirs left: {leftovers:?}");

@@ -21,7 +21,7 @@ use common::{
 use futures::FutureExt;
 use kubelet_rs::network::netns;
 use kubelet_rs::network::port_forward;
-use kubelet_rs::runtime::exec::EXEC_FIFO_DIR;
+use kubelet_rs::runtime::exec::exec_fifo_dir;
 use kubelet_rs::runtime::stdio::{ProcessEnd, ProcessStdio, StdioRequest, TermSize};
 use kubelet_rs::runtime::Containerd;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -55,7 +55,7 @@ fn extra_processes() -> Vec<String> {
 }
 
 fn fifo_dirs() -> Vec<PathBuf> {
-    std::fs::read_dir(EXEC_FIFO_DIR)
+    std::fs::read_dir(exec_fifo_dir(ns()))
         .map(|d| d.flatten().map(|e| e.path()).collect())
         .unwrap_or_default()
 }

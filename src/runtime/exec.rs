@@ -38,8 +38,14 @@ use super::{Containerd, Result, RuntimeError};
 /// never blocks on a full pipe. Upstream's exec probe keeps 10 KiB of output too.
 pub const MAX_EXEC_OUTPUT: usize = 10 * 1024;
 
-/// Where the FIFOs of running execs live; one sub-directory per exec.
+/// Where the FIFOs of running execs live: one folder per containerd namespace (agents on
+/// one host in different namespaces keep apart), one sub-directory per exec.
 pub const EXEC_FIFO_DIR: &str = "/run/kubelet-rs/exec";
+
+/// The FIFO folder of the execs of one containerd namespace.
+pub fn exec_fifo_dir(namespace: &str) -> PathBuf {
+    Path::new(EXEC_FIFO_DIR).join(namespace)
+}
 
 /// The `op` of the `RuntimeError::Timeout` that `exec_sync` returns when the command itself
 /// ran out of time (as opposed to containerd not answering).
@@ -200,8 +206,9 @@ impl Containerd {
             field,
             reason: e.to_string(),
         };
-        let fifos = FifoDir::create(Path::new(EXEC_FIFO_DIR), &exec_id, io)
-            .map_err(|e| fifo_err(format!("exec FIFOs in {EXEC_FIFO_DIR}"), e))?;
+        let fifo_root = exec_fifo_dir(self.namespace());
+        let fifos = FifoDir::create(&fifo_root, &exec_id, io)
+            .map_err(|e| fifo_err(format!("exec FIFOs in {}", fifo_root.display()), e))?;
         // Read ends first: the shim opens the write ends while starting the process and
         // blocks until a reader exists. They are opened non-blocking, so reading before
         // Start would see end-of-file; callers read only once this returns.
