@@ -330,11 +330,18 @@ pub fn from_host(cfg: &Config) -> Result<Option<ContainerManager>, CgroupError> 
         capacity.insert("pid".into(), pids);
     }
     let cm = ContainerManager::new(fs, cfg, &capacity);
+    let version = match cm.fs.version() {
+        cgroupfs::Version::V1 => "v1",
+        cgroupfs::Version::V2 => "v2",
+    };
+    // Each limit a field of its own: the log carries values, not Debug forms.
     info!(
-        version = ?cm.fs.version(),
+        version,
         driver = %cm.layout.driver,
         kubepods = %cm.path(&cm.layout.kubepods()),
-        limits = ?cm.kubepods,
+        cpu_shares = cm.kubepods.cpu_shares,
+        memory_bytes = cm.kubepods.memory,
+        pids = cm.kubepods.pids,
         "container manager: pod cgroups per QoS class"
     );
     Ok(Some(cm))

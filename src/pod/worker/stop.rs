@@ -186,7 +186,9 @@ impl Worker {
                 Some(cm) => {
                     let left = cm.remove_pod(&uid);
                     if !left.is_empty() {
-                        tracing::warn!(pod_uid = %uid, ?left, "pod cgroups still busy; left in place");
+                        let left: Vec<String> =
+                            left.iter().map(|p| p.display().to_string()).collect();
+                        tracing::warn!(pod_uid = %uid, left = %left.join(" "), "pod cgroups still busy; left in place");
                     }
                 }
                 None => {
