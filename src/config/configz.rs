@@ -193,6 +193,14 @@ pub fn configz_json(config: &Config) -> Value {
     if !config.system_reserved_cgroup.is_empty() {
         put("systemReservedCgroup", json!(config.system_reserved_cgroup));
     }
+    // The fields the agent does not act on yet: what the files set, else upstream's
+    // default, so a client reading them sees what upstream's kubelet would show.
+    for (key, value) in super::schema::configz_defaults() {
+        c.entry(key).or_insert(value);
+    }
+    for (key, value) in &config.unimplemented_config_values {
+        c.insert(key.clone(), value.clone());
+    }
     json!({ "kubeletconfig": c })
 }
 
