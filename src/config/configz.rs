@@ -179,7 +179,9 @@ pub fn configz_json(config: &Config) -> Value {
     put("evictionHard", Value::Object(eviction));
     put("cgroupsPerQOS", json!(config.cgroups_per_qos));
     put("cgroupDriver", json!(config.cgroup_driver.as_str()));
-    if config.cgroup_root != "/" && !config.cgroup_root.is_empty() {
+    // Shown even as "/": the agent always has a root (upstream's "" means the same), and
+    // the node e2e runner sets "/" and reads it back from here.
+    if !config.cgroup_root.is_empty() {
         put("cgroupRoot", json!(config.cgroup_root));
     }
     put(

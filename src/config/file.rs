@@ -648,7 +648,7 @@ pub(crate) mod tests {
             .unwrap_err();
             let message = err.to_string();
             assert!(
-                message.starts_with(&format!("config file /etc/kubelet.yaml: invalid value "))
+                message.starts_with("config file /etc/kubelet.yaml: invalid value ")
                     && message.contains(&format!(" for field {field}"))
                     && message.contains(reason),
                 "{text}: {message}"

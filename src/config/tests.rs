@@ -1025,6 +1025,7 @@ fn node_e2e_runner_command_line_and_config_load() {
     assert_eq!(k["readOnlyPort"], 10255);
     assert_eq!(k["cgroupsPerQOS"], true);
     assert_eq!(k["cgroupDriver"], "cgroupfs");
+    assert_eq!(k["cgroupRoot"], "/");
     assert_eq!(k["kubeletCgroups"], "/kubelet");
     assert_eq!(k["systemCgroups"], "/system");
     assert_eq!(k["failSwapOn"], false);
