@@ -641,6 +641,22 @@ pub(crate) mod tests {
                 "reservedMemory[0].numaNode",
                 "expected an integer",
             ),
+            (
+                "reservedSystemCPUs: 0-x",
+                "reservedSystemCPUs",
+                "not a CPU number",
+            ),
+            (
+                "shutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 20s",
+                "shutdownGracePeriodCriticalPods",
+                "must be <= shutdownGracePeriod 10s",
+            ),
+            ("shutdownGracePeriod: 500ms", "shutdownGracePeriod", ">= 1s"),
+            (
+                "enableSystemLogHandler: false\nenableSystemLogQuery: true",
+                "enableSystemLogQuery",
+                "needs enableSystemLogHandler",
+            ),
         ] {
             let err = parse(&format!(
                 "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n{text}\n"

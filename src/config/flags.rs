@@ -59,6 +59,8 @@ pub(crate) enum ValueType {
     ReservedMemory,
     /// `pattern=N,...` (--vmodule).
     Vmodule,
+    /// A Linux CPU list, `0-3,8` (--reserved-cpus).
+    CpuSet,
 }
 
 pub(crate) struct FlagSpec {
@@ -102,6 +104,7 @@ const fn not_yet(name: &'static str, ty: ValueType) -> FlagSpec {
         ValueType::Int { .. } => (FlagKind::Value, "N"),
         ValueType::Duration => (FlagKind::Value, "DURATION"),
         ValueType::Str | ValueType::Choice(_) => (FlagKind::Value, "STRING"),
+        ValueType::CpuSet => (FlagKind::Value, "CPUS"),
         ValueType::Strings => (FlagKind::Value, "STRINGS"),
         ValueType::Ips => (FlagKind::Value, "IPS"),
         ValueType::StringMap | ValueType::ThresholdMap | ValueType::DurationMap => {
@@ -293,7 +296,7 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
     not_yet("qos-reserved", ValueType::StringMap),
     not_yet("registry-burst", NON_NEGATIVE_INT32),
     not_yet("registry-qps", NON_NEGATIVE_INT32),
-    not_yet("reserved-cpus", ValueType::Str),
+    not_yet("reserved-cpus", ValueType::CpuSet),
     not_yet("reserved-memory", ValueType::ReservedMemory),
     not_yet("resolv-conf", ValueType::Str),
     not_yet("runonce", ValueType::Bool),
@@ -482,6 +485,7 @@ pub(crate) fn check_value(ty: ValueType, text: &str) -> Result<(), String> {
             }
             Ok(())
         }
+        ValueType::CpuSet => super::schema::check_cpu_set(text),
         ValueType::Vmodule => {
             for (pattern, level) in pairs('=')? {
                 level

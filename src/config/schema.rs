@@ -46,6 +46,8 @@ pub(crate) enum Kind {
     Choice(&'static [&'static str]),
     /// A resource.Quantity string.
     Quantity,
+    /// A Linux CPU list, `0-3,8` (reservedSystemCPUs).
+    CpuSet,
     StringList,
     IntList,
     IpList,
@@ -399,7 +401,7 @@ pub(crate) const FIELDS: &[Field] = &[
     ),
     done("systemReserved"),
     done("kubeReserved"),
-    f("reservedSystemCPUs", Kind::Str, Preset::Zero),
+    f("reservedSystemCPUs", Kind::CpuSet, Preset::Zero),
     f("showHiddenMetricsForVersion", Kind::Str, Preset::Zero),
     done("systemReservedCgroup"),
     done("kubeReservedCgroup"),
@@ -513,6 +515,7 @@ pub(crate) struct FieldProblem {
 pub(crate) fn survey(obj: &Map<String, Value>) -> Result<Survey, FieldProblem> {
     let mut out = Survey::default();
     walk(obj, FIELDS, "", &mut out)?;
+    check_together(obj)?;
     // A stable order for the warning, whatever order the file had.
     out.unknown.sort();
     out.unimplemented.sort();
@@ -552,6 +555,85 @@ fn walk(
                         out.values.insert(key.clone(), value.clone());
                     }
                 }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Upstream's validation rules that tie not-implemented fields together (none of these has
+/// a flag, so the document alone decides).
+fn check_together(obj: &Map<String, Value>) -> Result<(), FieldProblem> {
+    let duration = |key: &str| {
+        obj.get(key)
+            .and_then(|v| duration_of(v).ok())
+            .unwrap_or_default()
+    };
+    let (all, critical) = (
+        duration("shutdownGracePeriod"),
+        duration("shutdownGracePeriodCriticalPods"),
+    );
+    for (key, d) in [
+        ("shutdownGracePeriod", all),
+        ("shutdownGracePeriodCriticalPods", critical),
+    ] {
+        if !d.is_zero() && d < Duration::from_secs(1) {
+            return Err(problem(
+                key,
+                &obj[key],
+                "must be either zero or otherwise >= 1s",
+            ));
+        }
+    }
+    if critical > all {
+        return Err(problem(
+            "shutdownGracePeriodCriticalPods",
+            &obj["shutdownGracePeriodCriticalPods"],
+            format!(
+                "must be <= shutdownGracePeriod {}",
+                super::format_duration(all)
+            ),
+        ));
+    }
+    let by_priority = obj
+        .get("shutdownGracePeriodByPodPriority")
+        .and_then(Value::as_array)
+        .is_some_and(|a| !a.is_empty());
+    if by_priority && !all.is_zero() {
+        return Err(problem(
+            "shutdownGracePeriodByPodPriority",
+            &obj["shutdownGracePeriodByPodPriority"],
+            "cannot be set together with shutdownGracePeriod or shutdownGracePeriodCriticalPods",
+        ));
+    }
+    let flag = |key: &str, default: bool| obj.get(key).and_then(Value::as_bool).unwrap_or(default);
+    if flag("enableSystemLogQuery", false) && !flag("enableSystemLogHandler", true) {
+        return Err(problem(
+            "enableSystemLogQuery",
+            &obj["enableSystemLogQuery"],
+            "needs enableSystemLogHandler",
+        ));
+    }
+    Ok(())
+}
+
+/// Linux's CPU list syntax as upstream's cpuset.Parse takes it: `N` or `N-M` (N <= M),
+/// comma-separated; "" is the empty set.
+pub(crate) fn check_cpu_set(text: &str) -> Result<(), String> {
+    for part in text.split(',').filter(|p| !p.trim().is_empty()) {
+        let number = |n: &str| {
+            n.trim()
+                .parse::<u32>()
+                .map_err(|_| format!("{part:?} is not a CPU number or range"))
+        };
+        match part.split_once('-') {
+            Some((from, to)) => {
+                if number(from)? > number(to)? {
+                    return Err(format!("invalid range {part:?}: start exceeds end"));
+                }
+            }
+            None => {
+                number(part)?;
             }
         }
     }
@@ -660,6 +742,10 @@ fn check(
             crate::quantity::Quantity::parse(s)
                 .map(|_| ())
                 .map_err(|e| bad(&e.to_string()))
+        }
+        Kind::CpuSet => {
+            let s = value.as_str().ok_or_else(|| bad("expected a string"))?;
+            check_cpu_set(s).map_err(|r| bad(&r))
         }
         Kind::StringList => list_of(value, |v| v.is_string())
             .then_some(())

@@ -1083,6 +1083,7 @@ fn every_not_implemented_flag_takes_a_value_of_its_type_and_is_warned_about() {
             ValueType::Quantity => "1Mi".into(),
             ValueType::ReservedMemory => "0:memory=1Gi,hugepages-1M=2Gi;1:memory=2Gi".into(),
             ValueType::Vmodule => "server=2,pod*=4".into(),
+            ValueType::CpuSet => "0-1,3".into(),
         }
     };
     let mut args = vec!["kubelet".to_string(), "--hostname-override=n".to_string()];
@@ -1158,6 +1159,11 @@ fn malformed_values_of_not_implemented_flags_are_refused_naming_the_flag() {
             "--cloud-provider=gce",
             "--cloud-provider",
             "expected one of external",
+        ),
+        (
+            "--reserved-cpus=3-1",
+            "--reserved-cpus",
+            "start exceeds end",
         ),
     ] {
         let err = load(&[arg]).unwrap_err();
