@@ -400,7 +400,7 @@ where
     for flag in given.iter().filter(|f| f.name == "version") {
         if version_requested(flag)? {
             return Err(ConfigError::Help(format!(
-                "kubelet-rs v{}\n",
+                "kubelet-rs v{}",
                 env!("CARGO_PKG_VERSION")
             )));
         }
