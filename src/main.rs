@@ -107,8 +107,8 @@ fn wants_colour(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) ->
 async fn run(cfg: Config) -> anyhow::Result<()> {
     let cfg = Arc::new(cfg);
     info!(node = %cfg.node_name, root_dir = %cfg.root_dir.display(), "kubelet-rs starting");
-    if !cfg.ignored_config_fields.is_empty() {
-        tracing::debug!(fields = %cfg.ignored_config_fields.join(","), "config file fields accepted but not acted on yet");
+    for warning in cfg.warnings() {
+        tracing::warn!("{warning}");
     }
     std::fs::create_dir_all(&cfg.root_dir)
         .with_context(|| format!("creating root dir {}", cfg.root_dir.display()))?;

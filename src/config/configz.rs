@@ -179,7 +179,9 @@ pub fn configz_json(config: &Config) -> Value {
     put("evictionHard", Value::Object(eviction));
     put("cgroupsPerQOS", json!(config.cgroups_per_qos));
     put("cgroupDriver", json!(config.cgroup_driver.as_str()));
-    if config.cgroup_root != "/" && !config.cgroup_root.is_empty() {
+    // Shown even as "/": the agent always has a root (upstream's "" means the same), and
+    // the node e2e runner sets "/" and reads it back from here.
+    if !config.cgroup_root.is_empty() {
         put("cgroupRoot", json!(config.cgroup_root));
     }
     put(
@@ -192,6 +194,14 @@ pub fn configz_json(config: &Config) -> Value {
     }
     if !config.system_reserved_cgroup.is_empty() {
         put("systemReservedCgroup", json!(config.system_reserved_cgroup));
+    }
+    // The fields the agent does not act on yet: what the files set, else upstream's
+    // default, so a client reading them sees what upstream's kubelet would show.
+    for (key, value) in super::schema::configz_defaults() {
+        c.entry(key).or_insert(value);
+    }
+    for (key, value) in &config.unimplemented_config_values {
+        c.insert(key.clone(), value.clone());
     }
     json!({ "kubeletconfig": c })
 }

@@ -24,6 +24,11 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("config dir {}: cannot read it: {source}", path.display())]
+    ReadConfigDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("config file {}: not valid YAML or JSON: {message}", path.display())]
     ParseFile { path: PathBuf, message: String },
     #[error("config file {}: {field} is {value:?}, expected {expected:?}", path.display())]
@@ -33,8 +38,6 @@ pub enum ConfigError {
         value: String,
         expected: &'static str,
     },
-    #[error("config file {}: unknown field {field:?}", path.display())]
-    UnknownField { path: PathBuf, field: String },
     #[error("config file {}: invalid value {value} for field {field}: {reason}", path.display())]
     InvalidFileField {
         path: PathBuf,

@@ -1,8 +1,9 @@
 //! The `--config` file: a `kubelet.config.k8s.io/v1beta1` KubeletConfiguration in YAML or JSON.
 //!
 //! Every field of upstream's v1beta1 type is accepted so a kubeadm-written file loads as it is;
-//! the ones the agent acts on are read with their types checked, the others are reported back
-//! as ignored. An unknown field is an error, as with the kubelet's strict decoding.
+//! the ones the agent acts on are read here with their types checked, the others are checked
+//! against `schema`'s table and reported back when set. An unknown field is dropped with a
+//! warning, as upstream's lenient v1beta1 decoding does after its strict pass fails.
 //! As upstream's defaulting does, a zero value of a non-pointer field ("0s", 0, "") means
 //! "use the default": kubeadm writes `fileCheckFrequency: 0s` and means exactly that.
 
@@ -16,201 +17,13 @@ use serde_json::{Map, Value};
 use super::duration::parse_duration;
 use super::error::ConfigError;
 use super::node::{self, EvictionThresholds};
+use super::schema;
 use super::AuthorizationMode;
 use crate::quantity::Quantity;
 use k8s_openapi::api::core::v1::Taint;
 
 pub(crate) const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
 pub(crate) const KIND: &str = "KubeletConfiguration";
-
-/// Top-level fields of upstream's v1beta1 KubeletConfiguration (k8s.io/kubelet
-/// config/v1beta1 types.go), besides apiVersion and kind.
-const UPSTREAM_FIELDS: &[&str] = &[
-    "enableServer",
-    "staticPodPath",
-    "podLogsDir",
-    "syncFrequency",
-    "fileCheckFrequency",
-    "httpCheckFrequency",
-    "staticPodURL",
-    "staticPodURLHeader",
-    "address",
-    "port",
-    "readOnlyPort",
-    "tlsCertFile",
-    "tlsPrivateKeyFile",
-    "tlsCipherSuites",
-    "tlsCurvePreferences",
-    "tlsMinVersion",
-    "rotateCertificates",
-    "serverTLSBootstrap",
-    "authentication",
-    "authorization",
-    "registryPullQPS",
-    "registryBurst",
-    "imagePullCredentialsVerificationPolicy",
-    "preloadedImagesVerificationAllowlist",
-    "eventRecordQPS",
-    "eventBurst",
-    "enableDebuggingHandlers",
-    "enableContentionProfiling",
-    "healthzPort",
-    "healthzBindAddress",
-    "oomScoreAdj",
-    "clusterDomain",
-    "clusterDNS",
-    "streamingConnectionIdleTimeout",
-    "nodeStatusUpdateFrequency",
-    "nodeStatusReportFrequency",
-    "nodeLeaseDurationSeconds",
-    "imageMinimumGCAge",
-    "imageMaximumGCAge",
-    "imageGCHighThresholdPercent",
-    "imageGCLowThresholdPercent",
-    "volumeStatsAggPeriod",
-    "kubeletCgroups",
-    "systemCgroups",
-    "cgroupRoot",
-    "cgroupsPerQOS",
-    "cgroupDriver",
-    "cpuManagerPolicy",
-    "singleProcessOOMKill",
-    "cpuManagerPolicyOptions",
-    "cpuManagerReconcilePeriod",
-    "memoryManagerPolicy",
-    "topologyManagerPolicy",
-    "topologyManagerScope",
-    "topologyManagerPolicyOptions",
-    "qosReserved",
-    "runtimeRequestTimeout",
-    "hairpinMode",
-    "maxPods",
-    "podCIDR",
-    "podPidsLimit",
-    "resolvConf",
-    "runOnce",
-    "cpuCFSQuota",
-    "cpuCFSQuotaPeriod",
-    "nodeStatusMaxImages",
-    "maxOpenFiles",
-    "contentType",
-    "kubeAPIQPS",
-    "kubeAPIBurst",
-    "serializeImagePulls",
-    "maxParallelImagePulls",
-    "evictionHard",
-    "evictionSoft",
-    "evictionSoftGracePeriod",
-    "evictionPressureTransitionPeriod",
-    "evictionMaxPodGracePeriod",
-    "evictionMinimumReclaim",
-    "mergeDefaultEvictionSettings",
-    "podsPerCore",
-    "enableControllerAttachDetach",
-    "protectKernelDefaults",
-    "makeIPTablesUtilChains",
-    "iptablesMasqueradeBit",
-    "iptablesDropBit",
-    "featureGates",
-    "failSwapOn",
-    "memorySwap",
-    "containerLogMaxSize",
-    "containerLogMaxFiles",
-    "containerLogMaxWorkers",
-    "containerLogMonitorInterval",
-    "configMapAndSecretChangeDetectionStrategy",
-    "systemReserved",
-    "kubeReserved",
-    "reservedSystemCPUs",
-    "showHiddenMetricsForVersion",
-    "systemReservedCgroup",
-    "kubeReservedCgroup",
-    "enforceNodeAllocatable",
-    "allowedUnsafeSysctls",
-    "defaultPodSysctls",
-    "volumePluginDir",
-    "providerID",
-    "kernelMemcgNotification",
-    "logging",
-    "enableSystemLogHandler",
-    "enableSystemLogQuery",
-    "shutdownGracePeriod",
-    "shutdownGracePeriodCriticalPods",
-    "shutdownGracePeriodByPodPriority",
-    "crashLoopBackOff",
-    "reservedMemory",
-    "enableProfilingHandler",
-    "enableDebugFlagsHandler",
-    "seccompDefault",
-    "memoryThrottlingFactor",
-    "memoryReservationPolicy",
-    "registerWithTaints",
-    "registerNode",
-    "tracing",
-    "localStorageCapacityIsolation",
-    "containerRuntimeEndpoint",
-    "imageServiceEndpoint",
-    "failCgroupV1",
-    "userNamespaces",
-];
-
-/// Fields the agent acts on; all other known fields are accepted and ignored.
-const USED_FIELDS: &[&str] = &[
-    "staticPodPath",
-    "staticPodURL",
-    "staticPodURLHeader",
-    "fileCheckFrequency",
-    "httpCheckFrequency",
-    "syncFrequency",
-    "maxPods",
-    "readOnlyPort",
-    "healthzPort",
-    "healthzBindAddress",
-    "containerLogMaxSize",
-    "containerLogMaxFiles",
-    "podLogsDir",
-    "containerRuntimeEndpoint",
-    "address",
-    "port",
-    "logging",
-    "authentication",
-    "authorization",
-    "tlsCertFile",
-    "tlsPrivateKeyFile",
-    "tlsMinVersion",
-    "tlsCipherSuites",
-    "rotateCertificates",
-    "serverTLSBootstrap",
-    "imageMinimumGCAge",
-    "imageGCHighThresholdPercent",
-    "imageGCLowThresholdPercent",
-    "serializeImagePulls",
-    "maxParallelImagePulls",
-    "registerWithTaints",
-    "registerNode",
-    "kubeReserved",
-    "systemReserved",
-    "evictionHard",
-    "nodeStatusUpdateFrequency",
-    "nodeStatusReportFrequency",
-    "nodeLeaseDurationSeconds",
-    "cgroupsPerQOS",
-    "cgroupDriver",
-    "cgroupRoot",
-    "enforceNodeAllocatable",
-    "podPidsLimit",
-    "kubeReservedCgroup",
-    "systemReservedCgroup",
-];
-
-/// Fields of component-base's LoggingConfiguration (the `logging` block).
-const LOGGING_FIELDS: &[&str] = &[
-    "format",
-    "flushFrequency",
-    "verbosity",
-    "vmodule",
-    "options",
-];
 
 /// What the file sets. `None` means "not set, or set to its zero value": the default applies.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -234,8 +47,13 @@ pub(crate) struct FileSettings {
     pub port: Option<u16>,
     pub logging_format: Option<String>,
     pub verbosity: Option<u8>,
-    /// Known upstream fields present in the file that the agent does not act on.
-    pub ignored_fields: Vec<String>,
+    /// Known upstream fields (dotted paths) set to a non-default value that the agent does
+    /// not act on yet.
+    pub unimplemented_fields: Vec<String>,
+    /// Their top-level values as written, for /configz.
+    pub unimplemented_values: Map<String, Value>,
+    /// Fields upstream does not have (dotted paths); dropped, as upstream's lenient decoding.
+    pub unknown_fields: Vec<String>,
     pub tls_cert_file: Option<PathBuf>,
     pub tls_private_key_file: Option<PathBuf>,
     pub tls_min_version: Option<String>,
@@ -279,15 +97,14 @@ pub(crate) struct FileSettings {
     pub system_reserved_cgroup: Option<String>,
 }
 
-pub(crate) fn load_file(path: &Path) -> Result<FileSettings, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadFile {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    parse_text(path, &text)
+#[cfg(test)]
+pub(crate) fn parse_text(path: &Path, text: &str) -> Result<FileSettings, ConfigError> {
+    parse_document(path, &read_document(path, text)?)
 }
 
-pub(crate) fn parse_text(path: &Path, text: &str) -> Result<FileSettings, ConfigError> {
+/// The file's text as a JSON object (YAML or JSON, as upstream's codec reads either), with
+/// its apiVersion and kind checked.
+pub(crate) fn read_document(path: &Path, text: &str) -> Result<Map<String, Value>, ConfigError> {
     let parse_error = |message: String| ConfigError::ParseFile {
         path: path.to_path_buf(),
         message,
@@ -297,52 +114,45 @@ pub(crate) fn parse_text(path: &Path, text: &str) -> Result<FileSettings, Config
     } else {
         crate::yaml::from_str(text).map_err(|e| parse_error(e.to_string()))?
     };
-    let empty = Map::new();
-    let obj = match &value {
+    let obj = match value {
         Value::Object(map) => map,
-        Value::Null => &empty,
+        Value::Null => Map::new(),
         other => return Err(parse_error(format!("expected a mapping, found {other}"))),
     };
+    for (field, expected) in [("apiVersion", API_VERSION), ("kind", KIND)] {
+        let value = match obj.get(field) {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Null) | None => String::new(),
+            Some(other) => other.to_string(),
+        };
+        if value != expected {
+            return Err(ConfigError::WrongType {
+                path: path.to_path_buf(),
+                field,
+                value,
+                expected,
+            });
+        }
+    }
+    Ok(obj)
+}
+
+/// Reads a KubeletConfiguration document (`read_document`'s result, or several merged).
+pub(crate) fn parse_document(
+    path: &Path,
+    obj: &Map<String, Value>,
+) -> Result<FileSettings, ConfigError> {
+    let survey = schema::survey(obj).map_err(|p| ConfigError::InvalidFileField {
+        path: path.to_path_buf(),
+        field: p.field,
+        value: p.value.to_string(),
+        reason: p.reason,
+    })?;
     let reader = FieldReader {
         path,
         obj,
         prefix: String::new(),
     };
-
-    let api_version = reader.string("apiVersion")?.unwrap_or_default();
-    if api_version != API_VERSION {
-        return Err(ConfigError::WrongType {
-            path: path.to_path_buf(),
-            field: "apiVersion",
-            value: api_version,
-            expected: API_VERSION,
-        });
-    }
-    let kind = reader.string("kind")?.unwrap_or_default();
-    if kind != KIND {
-        return Err(ConfigError::WrongType {
-            path: path.to_path_buf(),
-            field: "kind",
-            value: kind,
-            expected: KIND,
-        });
-    }
-
-    let mut ignored_fields = Vec::new();
-    for key in obj.keys() {
-        if key == "apiVersion" || key == "kind" {
-            continue;
-        }
-        if !UPSTREAM_FIELDS.contains(&key.as_str()) {
-            return Err(ConfigError::UnknownField {
-                path: path.to_path_buf(),
-                field: key.clone(),
-            });
-        }
-        if !USED_FIELDS.contains(&key.as_str()) {
-            ignored_fields.push(key.clone());
-        }
-    }
 
     let mut settings =
         FileSettings {
@@ -368,7 +178,9 @@ pub(crate) fn parse_text(path: &Path, text: &str) -> Result<FileSettings, Config
             port: reader.int_in("port", 0, 65535)?.map(|n| n as u16),
             logging_format: None,
             verbosity: None,
-            ignored_fields,
+            unimplemented_fields: survey.unimplemented,
+            unimplemented_values: survey.values,
+            unknown_fields: survey.unknown,
             tls_cert_file: reader.string("tlsCertFile")?.map(PathBuf::from),
             tls_private_key_file: reader.string("tlsPrivateKeyFile")?.map(PathBuf::from),
             tls_min_version: reader.string("tlsMinVersion")?,
@@ -415,31 +227,9 @@ pub(crate) fn parse_text(path: &Path, text: &str) -> Result<FileSettings, Config
     settings.port = settings.port.filter(|n| *n != 0);
     settings.read_only_port = settings.read_only_port.filter(|n| *n != 0);
 
-    if let Some(logging) = obj.get("logging").filter(|v| !v.is_null()) {
-        let logging = logging
-            .as_object()
-            .ok_or_else(|| ConfigError::InvalidFileField {
-                path: path.to_path_buf(),
-                field: "logging".into(),
-                value: logging.to_string(),
-                reason: "expected a mapping".into(),
-            })?;
-        if let Some(key) = logging
-            .keys()
-            .find(|k| !LOGGING_FIELDS.contains(&k.as_str()))
-        {
-            return Err(ConfigError::UnknownField {
-                path: path.to_path_buf(),
-                field: format!("logging.{key}"),
-            });
-        }
-        let reader = FieldReader {
-            path,
-            obj: logging,
-            prefix: "logging.".into(),
-        };
-        settings.logging_format = reader.string("format")?;
-        settings.verbosity = reader.int_in("verbosity", 0, 255)?.map(|n| n as u8);
+    if let Some(logging) = reader.block("logging")? {
+        settings.logging_format = logging.string("format")?;
+        settings.verbosity = logging.int_in("verbosity", 0, 255)?.map(|n| n as u8);
     }
     Ok(settings)
 }
@@ -449,17 +239,17 @@ fn read_authentication(
     reader: &FieldReader<'_>,
     settings: &mut FileSettings,
 ) -> Result<(), ConfigError> {
-    let Some(auth) = reader.block("authentication", &["x509", "webhook", "anonymous"])? else {
+    let Some(auth) = reader.block("authentication")? else {
         return Ok(());
     };
-    if let Some(x509) = auth.block("x509", &["clientCAFile"])? {
+    if let Some(x509) = auth.block("x509")? {
         settings.client_ca_file = x509.string("clientCAFile")?.map(PathBuf::from);
     }
-    if let Some(webhook) = auth.block("webhook", &["enabled", "cacheTTL"])? {
+    if let Some(webhook) = auth.block("webhook")? {
         settings.authentication_token_webhook = webhook.boolean("enabled")?;
         settings.authentication_token_webhook_cache_ttl = webhook.duration("cacheTTL")?;
     }
-    if let Some(anonymous) = auth.block("anonymous", &["enabled"])? {
+    if let Some(anonymous) = auth.block("anonymous")? {
         settings.anonymous_auth = anonymous.boolean("enabled")?;
     }
     Ok(())
@@ -470,7 +260,7 @@ fn read_authorization(
     reader: &FieldReader<'_>,
     settings: &mut FileSettings,
 ) -> Result<(), ConfigError> {
-    let Some(authz) = reader.block("authorization", &["mode", "webhook"])? else {
+    let Some(authz) = reader.block("authorization")? else {
         return Ok(());
     };
     if let Some(mode) = authz.string("mode")? {
@@ -479,9 +269,7 @@ fn read_authorization(
                 .map_err(|reason| authz.bad("mode", &Value::String(mode.clone()), reason))?,
         );
     }
-    if let Some(webhook) =
-        authz.block("webhook", &["cacheAuthorizedTTL", "cacheUnauthorizedTTL"])?
-    {
+    if let Some(webhook) = authz.block("webhook")? {
         settings.authorization_webhook_cache_authorized_ttl =
             webhook.duration("cacheAuthorizedTTL")?;
         settings.authorization_webhook_cache_unauthorized_ttl =
@@ -507,8 +295,8 @@ impl<'a> FieldReader<'a> {
         }
     }
 
-    /// A nested mapping whose keys must all be in `fields` (strict, as upstream decodes).
-    fn block(&self, field: &str, fields: &[&str]) -> Result<Option<FieldReader<'a>>, ConfigError> {
+    /// A nested mapping; keys it does not know were reported by `schema::survey`.
+    fn block(&self, field: &str) -> Result<Option<FieldReader<'a>>, ConfigError> {
         let Some(value) = self.obj.get(field).filter(|v| !v.is_null()) else {
             return Ok(None);
         };
@@ -516,12 +304,6 @@ impl<'a> FieldReader<'a> {
             .as_object()
             .ok_or_else(|| self.bad(field, value, "expected a mapping"))?;
         let prefix = format!("{}{field}.", self.prefix);
-        if let Some(key) = obj.keys().find(|k| !fields.contains(&k.as_str())) {
-            return Err(ConfigError::UnknownField {
-                path: self.path.to_path_buf(),
-                field: format!("{prefix}{key}"),
-            });
-        }
         Ok(Some(FieldReader {
             path: self.path,
             obj,
@@ -690,11 +472,14 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn upstream_field_list_is_complete_and_contains_used_fields() {
-        assert_eq!(UPSTREAM_FIELDS.len(), 126);
-        for used in USED_FIELDS {
-            assert!(UPSTREAM_FIELDS.contains(used), "{used}");
-        }
+    fn upstream_field_table_is_complete() {
+        // types.go at v1.34 has 126 fields besides apiVersion and kind; the table also
+        // accepts draManagerReconcilePeriod, from later versions.
+        assert_eq!(schema::FIELDS.len(), 127);
+        let mut names: Vec<&str> = schema::FIELDS.iter().map(|f| f.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), schema::FIELDS.len(), "no field twice");
     }
 
     #[test]
@@ -737,7 +522,8 @@ pub(crate) mod tests {
         assert_eq!(s.port, Some(11250));
         assert_eq!(s.logging_format.as_deref(), Some("json"));
         assert_eq!(s.verbosity, Some(4));
-        assert!(s.ignored_fields.is_empty());
+        assert!(s.unimplemented_fields.is_empty());
+        assert!(s.unknown_fields.is_empty());
     }
 
     #[test]
@@ -770,24 +556,120 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn unknown_fields_are_errors_naming_file_and_field() {
-        let err = parse(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPod: 3\n",
+    fn unknown_fields_are_dropped_and_reported_as_upstream_lenient_decoding() {
+        let s = parse(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPod: 3\n\
+             maxPods: 4\nlogging:\n  colour: red\nauthentication:\n  x509:\n    crl: /x\n\
+             memorySwap:\n  swapLimit: 1\n",
         )
-        .unwrap_err();
+        .unwrap();
+        assert_eq!(s.max_pods, Some(4));
         assert_eq!(
-            err.to_string(),
-            "config file /etc/kubelet.yaml: unknown field \"maxPod\""
+            s.unknown_fields,
+            vec![
+                "authentication.x509.crl",
+                "logging.colour",
+                "maxPod",
+                "memorySwap.swapLimit"
+            ]
         );
-        assert_eq!(err.exit_code(), 2);
-        let err = parse(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nlogging:\n  colour: red\n",
+    }
+
+    #[test]
+    fn unimplemented_fields_are_checked_and_listed_when_not_default() {
+        let s = parse(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             kubeAPIQPS: 50\noomScoreAdj: -500\nfailSwapOn: true\nfeatureGates:\n  A: true\n\
+             streamingConnectionIdleTimeout: 4h\nvolumeStatsAggPeriod: 0s\nenableServer: false\n\
+             logging:\n  flushFrequency: 5000000000\n  vmodule:\n  - filePattern: x\n    verbosity: 2\n",
         )
-        .unwrap_err();
-        assert!(
-            err.to_string().contains("unknown field \"logging.colour\""),
-            "{err}"
+        .unwrap();
+        assert_eq!(
+            s.unimplemented_fields,
+            vec![
+                "enableServer",
+                "featureGates",
+                "logging.vmodule",
+                "oomScoreAdj"
+            ]
         );
+        for (text, field, reason) in [
+            (
+                "oomScoreAdj: 2000",
+                "oomScoreAdj",
+                "must be between -1000 and 1000",
+            ),
+            ("kubeAPIQPS: -1", "kubeAPIQPS", "must be between 0 and"),
+            ("failSwapOn: maybe", "failSwapOn", "expected true or false"),
+            (
+                "hairpinMode: bridge",
+                "hairpinMode",
+                "expected one of promiscuous-bridge",
+            ),
+            (
+                "clusterDNS: [10.0.0.300]",
+                "clusterDNS",
+                "not a valid IP address",
+            ),
+            (
+                "cpuCFSQuotaPeriod: 2s",
+                "cpuCFSQuotaPeriod",
+                "between 1ms and 1s",
+            ),
+            (
+                "evictionSoft:\n  memory.available: lots",
+                "evictionSoft",
+                "memory.available",
+            ),
+            (
+                "crashLoopBackOff:\n  maxContainerRestartPeriod: 10m",
+                "crashLoopBackOff.maxContainerRestartPeriod",
+                "between 1s and 5m0s",
+            ),
+            (
+                "userNamespaces:\n  idsPerPod: 1000",
+                "userNamespaces.idsPerPod",
+                "multiple of 65536",
+            ),
+            (
+                "logging:\n  options:\n    json:\n      infoBufferSize: big",
+                "logging.options",
+                "",
+            ),
+            (
+                "reservedMemory:\n- numaNode: x",
+                "reservedMemory[0].numaNode",
+                "expected an integer",
+            ),
+            (
+                "reservedSystemCPUs: 0-x",
+                "reservedSystemCPUs",
+                "not a CPU number",
+            ),
+            (
+                "shutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 20s",
+                "shutdownGracePeriodCriticalPods",
+                "must be <= shutdownGracePeriod 10s",
+            ),
+            ("shutdownGracePeriod: 500ms", "shutdownGracePeriod", ">= 1s"),
+            (
+                "enableSystemLogHandler: false\nenableSystemLogQuery: true",
+                "enableSystemLogQuery",
+                "needs enableSystemLogHandler",
+            ),
+        ] {
+            let err = parse(&format!(
+                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n{text}\n"
+            ))
+            .unwrap_err();
+            let message = err.to_string();
+            assert!(
+                message.starts_with("config file /etc/kubelet.yaml: invalid value ")
+                    && message.contains(&format!(" for field {field}"))
+                    && message.contains(reason),
+                "{text}: {message}"
+            );
+        }
     }
 
     #[test]
@@ -825,9 +707,13 @@ pub(crate) mod tests {
         assert_eq!(s.healthz_port, Some(10248));
         assert_eq!(s.file_check_frequency, None);
         assert_eq!(s.verbosity, Some(0));
-        assert!(!s.ignored_fields.contains(&"authentication".to_string()));
-        assert!(!s.ignored_fields.contains(&"cgroupDriver".to_string()));
-        assert!(s.ignored_fields.contains(&"clusterDNS".to_string()));
+        // What kubeadm sets that the agent does not act on yet; its zero durations ("0s")
+        // mean the defaults and are not listed.
+        assert_eq!(
+            s.unimplemented_fields,
+            vec!["clusterDNS", "clusterDomain", "resolvConf"]
+        );
+        assert!(s.unknown_fields.is_empty());
         assert_eq!(s.cgroup_driver.as_deref(), Some("systemd"));
         assert_eq!(
             s.client_ca_file,

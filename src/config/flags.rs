@@ -13,6 +13,54 @@ use super::error::ConfigError;
 pub(crate) enum FlagKind {
     Bool,
     Value,
+    /// pflag's NoOptDefVal: `--flag` alone means this value, `--flag=x` gives another, and
+    /// the next argument is never taken (`--version`).
+    Optional(&'static str),
+}
+
+/// Whether the agent acts on a flag. Upstream's flags it does not act on yet are still
+/// parsed with upstream's value type (so a malformed value is refused as upstream would),
+/// then named in one warning at start.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Support {
+    Implemented,
+    NotYet(ValueType),
+}
+
+/// The value types of upstream's flags that the agent does not act on yet.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum ValueType {
+    Bool,
+    /// Go int32 or int, with the range upstream's validation allows.
+    Int {
+        min: i64,
+        max: i64,
+    },
+    Duration,
+    Str,
+    /// One of these ("" allowed: upstream's default applies).
+    Choice(&'static [&'static str]),
+    /// Comma-separated strings.
+    Strings,
+    /// Comma-separated IP addresses (--cluster-dns).
+    Ips,
+    /// `k=v,...` (mapStringString).
+    StringMap,
+    /// `k=v,...` with eviction thresholds as values (--eviction-minimum-reclaim).
+    ThresholdMap,
+    /// `k<v,...` with eviction thresholds as values (--eviction-soft).
+    LangleThresholdMap,
+    /// `k=duration,...` (--eviction-soft-grace-period).
+    DurationMap,
+    /// `k=bool,...` (mapStringBool: --feature-gates).
+    BoolMap,
+    Quantity,
+    /// `numa:type=quantity[,type=quantity][;...]` (--reserved-memory).
+    ReservedMemory,
+    /// `pattern=N,...` (--vmodule).
+    Vmodule,
+    /// A Linux CPU list, `0-3,8` (--reserved-cpus).
+    CpuSet,
 }
 
 pub(crate) struct FlagSpec {
@@ -21,6 +69,7 @@ pub(crate) struct FlagSpec {
     pub kind: FlagKind,
     pub value_name: &'static str,
     pub help: &'static str,
+    pub support: Support,
 }
 
 const fn value(name: &'static str, value_name: &'static str, help: &'static str) -> FlagSpec {
@@ -30,6 +79,7 @@ const fn value(name: &'static str, value_name: &'static str, help: &'static str)
         kind: FlagKind::Value,
         value_name,
         help,
+        support: Support::Implemented,
     }
 }
 
@@ -40,8 +90,54 @@ const fn bool_flag(name: &'static str, help: &'static str) -> FlagSpec {
         kind: FlagKind::Bool,
         value_name: "",
         help,
+        support: Support::Implemented,
     }
 }
+
+const NOT_YET_HELP: &str =
+    "upstream's flag, accepted and checked; not implemented yet (warned at start)";
+
+/// An upstream flag the agent parses with upstream's type but does not act on yet.
+const fn not_yet(name: &'static str, ty: ValueType) -> FlagSpec {
+    let (kind, value_name) = match ty {
+        ValueType::Bool => (FlagKind::Bool, ""),
+        ValueType::Int { .. } => (FlagKind::Value, "N"),
+        ValueType::Duration => (FlagKind::Value, "DURATION"),
+        ValueType::Str | ValueType::Choice(_) => (FlagKind::Value, "STRING"),
+        ValueType::CpuSet => (FlagKind::Value, "CPUS"),
+        ValueType::Strings => (FlagKind::Value, "STRINGS"),
+        ValueType::Ips => (FlagKind::Value, "IPS"),
+        ValueType::StringMap | ValueType::ThresholdMap | ValueType::DurationMap => {
+            (FlagKind::Value, "K=V[,...]")
+        }
+        ValueType::LangleThresholdMap => (FlagKind::Value, "K<V[,...]"),
+        ValueType::BoolMap => (FlagKind::Value, "K=BOOL[,...]"),
+        ValueType::Quantity => (FlagKind::Value, "QUANTITY"),
+        ValueType::ReservedMemory => (FlagKind::Value, "NUMA:TYPE=QTY[,...]"),
+        ValueType::Vmodule => (FlagKind::Value, "PATTERN=N[,...]"),
+    };
+    FlagSpec {
+        name,
+        short: None,
+        kind,
+        value_name,
+        help: NOT_YET_HELP,
+        support: Support::NotYet(ty),
+    }
+}
+
+const INT32: ValueType = ValueType::Int {
+    min: i32::MIN as i64,
+    max: i32::MAX as i64,
+};
+const NON_NEGATIVE_INT32: ValueType = ValueType::Int {
+    min: 0,
+    max: i32::MAX as i64,
+};
+const INT: ValueType = ValueType::Int {
+    min: i64::MIN,
+    max: i64::MAX,
+};
 
 pub(crate) const FLAGS: &[FlagSpec] = &[
     value("config", "FILE", "KubeletConfiguration file (kubelet.config.k8s.io/v1beta1, YAML or JSON); flags override it"),
@@ -76,6 +172,7 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         kind: FlagKind::Value,
         value_name: "LEVEL",
         help: "log verbosity (logging.verbosity)",
+        support: Support::Implemented,
     },
     value("logging-format", "FORMAT", "log format, text or json (logging.format, default text)"),
     value("tls-cert-file", "FILE", "serving certificate (chain) of the main server (tlsCertFile); else a self-signed one in --cert-dir"),
@@ -115,14 +212,118 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
     value("kube-reserved-cgroup", "PATH", "the existing cgroup kubeReserved is enforced on (kubeReservedCgroup)"),
     value("system-reserved-cgroup", "PATH", "the existing cgroup systemReserved is enforced on (systemReservedCgroup)"),
     value("node-status-update-frequency", "DURATION", "how often the node's status is computed (nodeStatusUpdateFrequency, default 10s)"),
+    value("config-dir", "PATH", "folder of drop-in KubeletConfiguration files (*.conf, in lexical order, subfolders included) merged over --config; flags override both"),
+    FlagSpec {
+        name: "version",
+        short: None,
+        kind: FlagKind::Optional("true"),
+        value_name: "[=true|raw]",
+        help: "print the version and exit",
+        support: Support::Implemented,
+    },
     FlagSpec {
         name: "help",
         short: Some('h'),
         kind: FlagKind::Bool,
         value_name: "",
         help: "print this help and exit",
+        support: Support::Implemented,
     },
+    // Upstream's (1.34) remaining flags, deprecated ones included.
+    not_yet("allowed-unsafe-sysctls", ValueType::Strings),
+    not_yet("application-metrics-count-limit", INT),
+    not_yet("boot-id-file", ValueType::Str),
+    not_yet("cloud-provider", ValueType::Choice(&["external"])),
+    not_yet("cluster-dns", ValueType::Ips),
+    not_yet("cluster-domain", ValueType::Str),
+    not_yet("container-hints", ValueType::Str),
+    not_yet("containerd", ValueType::Str),
+    not_yet("contention-profiling", ValueType::Bool),
+    not_yet("cpu-cfs-quota", ValueType::Bool),
+    not_yet("cpu-cfs-quota-period", ValueType::Duration),
+    not_yet("cpu-manager-policy", ValueType::Choice(&["none", "static"])),
+    not_yet("cpu-manager-policy-options", ValueType::StringMap),
+    not_yet("cpu-manager-reconcile-period", ValueType::Duration),
+    not_yet("enable-controller-attach-detach", ValueType::Bool),
+    not_yet("enable-load-reader", ValueType::Bool),
+    not_yet("enable-server", ValueType::Bool),
+    not_yet("event-burst", NON_NEGATIVE_INT32),
+    not_yet("event-qps", NON_NEGATIVE_INT32),
+    not_yet("event-storage-age-limit", ValueType::Str),
+    not_yet("event-storage-event-limit", ValueType::Str),
+    not_yet("eviction-max-pod-grace-period", INT32),
+    not_yet("eviction-minimum-reclaim", ValueType::ThresholdMap),
+    not_yet("eviction-pressure-transition-period", ValueType::Duration),
+    not_yet("eviction-soft", ValueType::LangleThresholdMap),
+    not_yet("eviction-soft-grace-period", ValueType::DurationMap),
+    not_yet("exit-on-lock-contention", ValueType::Bool),
+    not_yet("experimental-allocatable-ignore-eviction", ValueType::Bool),
+    not_yet("experimental-mounter-path", ValueType::Str),
+    not_yet("fail-cgroupv1", ValueType::Bool),
+    not_yet("fail-swap-on", ValueType::Bool),
+    not_yet("feature-gates", ValueType::BoolMap),
+    not_yet("global-housekeeping-interval", ValueType::Duration),
+    not_yet("hairpin-mode", ValueType::Choice(&["promiscuous-bridge", "hairpin-veth", "none"])),
+    not_yet("image-credential-provider-bin-dir", ValueType::Str),
+    not_yet("image-credential-provider-config", ValueType::Str),
+    not_yet("image-service-endpoint", ValueType::Str),
+    not_yet("kernel-memcg-notification", ValueType::Bool),
+    not_yet("kube-api-burst", NON_NEGATIVE_INT32),
+    not_yet("kube-api-content-type", ValueType::Str),
+    not_yet("kube-api-qps", NON_NEGATIVE_INT32),
+    not_yet("kubelet-cgroups", ValueType::Str),
+    not_yet("local-storage-capacity-isolation", ValueType::Bool),
+    not_yet("lock-file", ValueType::Str),
+    not_yet("log-cadvisor-usage", ValueType::Bool),
+    not_yet("log-flush-frequency", ValueType::Duration),
+    not_yet("log-json-info-buffer-size", ValueType::Quantity),
+    not_yet("log-json-split-stream", ValueType::Bool),
+    not_yet("log-text-info-buffer-size", ValueType::Quantity),
+    not_yet("log-text-split-stream", ValueType::Bool),
+    not_yet("machine-id-file", ValueType::Str),
+    not_yet("make-iptables-util-chains", ValueType::Bool),
+    not_yet("max-open-files", ValueType::Int { min: 0, max: i64::MAX }),
+    not_yet("maximum-dead-containers", INT32),
+    not_yet("maximum-dead-containers-per-container", INT32),
+    not_yet("memory-manager-policy", ValueType::Choice(&["None", "Static"])),
+    not_yet("minimum-container-ttl-duration", ValueType::Duration),
+    not_yet("node-status-max-images", ValueType::Int { min: -1, max: i32::MAX as i64 }),
+    not_yet("oom-score-adj", ValueType::Int { min: -1000, max: 1000 }),
+    not_yet("pod-cidr", ValueType::Str),
+    not_yet("pods-per-core", NON_NEGATIVE_INT32),
+    not_yet("protect-kernel-defaults", ValueType::Bool),
+    not_yet("provider-id", ValueType::Str),
+    not_yet("qos-reserved", ValueType::StringMap),
+    not_yet("registry-burst", NON_NEGATIVE_INT32),
+    not_yet("registry-qps", NON_NEGATIVE_INT32),
+    not_yet("reserved-cpus", ValueType::CpuSet),
+    not_yet("reserved-memory", ValueType::ReservedMemory),
+    not_yet("resolv-conf", ValueType::Str),
+    not_yet("runonce", ValueType::Bool),
+    not_yet("runtime-cgroups", ValueType::Str),
+    not_yet("runtime-request-timeout", ValueType::Duration),
+    not_yet("seccomp-default", ValueType::Bool),
+    not_yet("storage-driver-buffer-duration", ValueType::Duration),
+    not_yet("storage-driver-db", ValueType::Str),
+    not_yet("storage-driver-host", ValueType::Str),
+    not_yet("storage-driver-password", ValueType::Str),
+    not_yet("storage-driver-secure", ValueType::Bool),
+    not_yet("storage-driver-table", ValueType::Str),
+    not_yet("storage-driver-user", ValueType::Str),
+    not_yet("streaming-connection-idle-timeout", ValueType::Duration),
+    not_yet("system-cgroups", ValueType::Str),
+    not_yet("topology-manager-policy", ValueType::Choice(&["none", "best-effort", "restricted", "single-numa-node"])),
+    not_yet("topology-manager-policy-options", ValueType::StringMap),
+    not_yet("topology-manager-scope", ValueType::Choice(&["container", "pod"])),
+    not_yet("vmodule", ValueType::Vmodule),
+    not_yet("volume-plugin-dir", ValueType::Str),
+    not_yet("volume-stats-agg-period", ValueType::Duration),
 ];
+
+/// The table entry of a parsed flag.
+pub(crate) fn spec(name: &str) -> Option<&'static FlagSpec> {
+    FLAGS.iter().find(|f| f.name == name)
+}
 
 /// One flag occurrence, in command-line order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -149,10 +350,10 @@ pub(crate) fn parse_args(args: &[String]) -> Result<Vec<FlagValue>, ConfigError>
         }
         let (spec, spelled, inline) = if let Some(long) = arg.strip_prefix("--") {
             let (name, inline) = split_inline(long);
-            let spec = FLAGS
-                .iter()
-                .find(|f| f.name == name)
-                .ok_or_else(|| ConfigError::UnknownFlag(format!("--{name}")))?;
+            // pflag's WordSepNormalizeFunc, which the kubelet installs: --root_dir is
+            // --root-dir.
+            let name = name.replace('_', "-");
+            let spec = spec(&name).ok_or_else(|| ConfigError::UnknownFlag(format!("--{name}")))?;
             (spec, format!("--{name}"), inline)
         } else if let Some(short) = arg.strip_prefix('-').filter(|s| !s.is_empty()) {
             let letter = short.chars().next().unwrap_or('-');
@@ -165,7 +366,7 @@ pub(crate) fn parse_args(args: &[String]) -> Result<Vec<FlagValue>, ConfigError>
                 Some(v) => Some(v.to_string()),
                 None if after.is_empty() => None,
                 // pflag reads "-v3" as "-v" with value "3"; a bool has no glued value.
-                None if spec.kind == FlagKind::Value => Some(after.to_string()),
+                None if spec.kind != FlagKind::Bool => Some(after.to_string()),
                 None => return Err(ConfigError::UnknownFlag(arg.clone())),
             };
             (spec, format!("-{letter}"), inline)
@@ -175,6 +376,7 @@ pub(crate) fn parse_args(args: &[String]) -> Result<Vec<FlagValue>, ConfigError>
         let value = match (spec.kind, inline) {
             (_, Some(v)) => v,
             (FlagKind::Bool, None) => "true".to_string(),
+            (FlagKind::Optional(default), None) => default.to_string(),
             (FlagKind::Value, None) => match args.get(i) {
                 Some(next) => {
                     i += 1;
@@ -208,6 +410,93 @@ pub(crate) fn parse_bool(text: &str) -> Result<bool, String> {
     }
 }
 
+/// Checks a value of a flag the agent does not act on yet as upstream's flag type (and the
+/// simple range its validation applies) would.
+pub(crate) fn check_value(ty: ValueType, text: &str) -> Result<(), String> {
+    use super::node::{parse_eviction_thresholds, parse_key_value_list};
+    use std::collections::BTreeMap;
+    let pairs = |separator: char| -> Result<BTreeMap<String, String>, String> {
+        let mut map = BTreeMap::new();
+        parse_key_value_list(text, separator, &mut map)?;
+        Ok(map)
+    };
+    match ty {
+        ValueType::Bool => parse_bool(text).map(|_| ()),
+        ValueType::Int { min, max } => {
+            let n: i64 = text
+                .parse()
+                .map_err(|_| "expected an integer".to_string())?;
+            if n < min || n > max {
+                return Err(format!("must be between {min} and {max}, inclusive"));
+            }
+            Ok(())
+        }
+        ValueType::Duration => super::parse_duration(text).map(|_| ()),
+        ValueType::Str | ValueType::Strings => Ok(()),
+        ValueType::Choice(choices) => {
+            if text.is_empty() || choices.contains(&text) {
+                Ok(())
+            } else {
+                Err(format!("expected one of {}", choices.join(", ")))
+            }
+        }
+        ValueType::Ips => {
+            for ip in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                ip.parse::<std::net::IpAddr>()
+                    .map_err(|_| format!("{ip:?} is not a valid IP address"))?;
+            }
+            Ok(())
+        }
+        ValueType::StringMap => pairs('=').map(|_| ()),
+        ValueType::ThresholdMap => parse_eviction_thresholds(&pairs('=')?).map(|_| ()),
+        ValueType::LangleThresholdMap => parse_eviction_thresholds(&pairs('<')?).map(|_| ()),
+        ValueType::DurationMap => {
+            for (key, value) in pairs('=')? {
+                super::parse_duration(&value).map_err(|r| format!("{key}: {r}"))?;
+            }
+            Ok(())
+        }
+        ValueType::BoolMap => {
+            for (key, value) in pairs('=')? {
+                parse_bool(&value).map_err(|r| format!("{key}: {r}"))?;
+            }
+            Ok(())
+        }
+        ValueType::Quantity => crate::quantity::Quantity::parse(text)
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        ValueType::ReservedMemory => {
+            for entry in text.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+                let (numa, limits) = entry
+                    .split_once(':')
+                    .ok_or_else(|| format!("{entry:?}: expected NUMA:TYPE=QUANTITY[,...]"))?;
+                numa.trim()
+                    .parse::<i32>()
+                    .map_err(|_| format!("{entry:?}: the NUMA node {numa:?} is not an integer"))?;
+                let mut map = BTreeMap::new();
+                parse_key_value_list(limits, '=', &mut map)?;
+                if map.is_empty() {
+                    return Err(format!("{entry:?}: no memory limits"));
+                }
+                for (kind, qty) in map {
+                    crate::quantity::Quantity::parse(&qty)
+                        .map_err(|e| format!("{entry:?}: {kind}: {e}"))?;
+                }
+            }
+            Ok(())
+        }
+        ValueType::CpuSet => super::schema::check_cpu_set(text),
+        ValueType::Vmodule => {
+            for (pattern, level) in pairs('=')? {
+                level
+                    .parse::<u32>()
+                    .map_err(|_| format!("{pattern}: verbosity {level:?} is not a number"))?;
+            }
+            Ok(())
+        }
+    }
+}
+
 pub(crate) fn help_text() -> String {
     let mut text = String::from(
         "kubelet-rs: a Kubernetes node agent driving containerd, with the kubelet's flags.\n\n\
@@ -218,9 +507,13 @@ pub(crate) fn help_text() -> String {
             Some(c) => format!("  -{c}, --{}", flag.name),
             None => format!("      --{}", flag.name),
         };
-        if flag.kind == FlagKind::Value {
-            left.push(' ');
-            left.push_str(flag.value_name);
+        match flag.kind {
+            FlagKind::Value => {
+                left.push(' ');
+                left.push_str(flag.value_name);
+            }
+            FlagKind::Optional(_) => left.push_str(flag.value_name),
+            FlagKind::Bool => {}
         }
         text.push_str(&format!("{left:<50} {}\n", flag.help));
     }
@@ -314,6 +607,186 @@ mod tests {
         assert_eq!(parse_bool("true"), Ok(true));
         assert_eq!(parse_bool("F"), Ok(false));
         assert!(parse_bool("yes").is_err());
+    }
+
+    /// Every flag `kubelet --help` lists at v1.34.4 (the deprecated ones included; the
+    /// kubelet has no hidden flags beyond these).
+    const UPSTREAM_1_34_FLAGS: &[&str] = &[
+        "address",
+        "allowed-unsafe-sysctls",
+        "anonymous-auth",
+        "application-metrics-count-limit",
+        "authentication-token-webhook",
+        "authentication-token-webhook-cache-ttl",
+        "authorization-mode",
+        "authorization-webhook-cache-authorized-ttl",
+        "authorization-webhook-cache-unauthorized-ttl",
+        "boot-id-file",
+        "bootstrap-kubeconfig",
+        "cert-dir",
+        "cgroup-driver",
+        "cgroup-root",
+        "cgroups-per-qos",
+        "client-ca-file",
+        "cloud-provider",
+        "cluster-dns",
+        "cluster-domain",
+        "config",
+        "config-dir",
+        "container-hints",
+        "container-log-max-files",
+        "container-log-max-size",
+        "container-runtime-endpoint",
+        "containerd",
+        "containerd-namespace",
+        "contention-profiling",
+        "cpu-cfs-quota",
+        "cpu-cfs-quota-period",
+        "cpu-manager-policy",
+        "cpu-manager-policy-options",
+        "cpu-manager-reconcile-period",
+        "enable-controller-attach-detach",
+        "enable-debugging-handlers",
+        "enable-load-reader",
+        "enable-server",
+        "enforce-node-allocatable",
+        "event-burst",
+        "event-qps",
+        "event-storage-age-limit",
+        "event-storage-event-limit",
+        "eviction-hard",
+        "eviction-max-pod-grace-period",
+        "eviction-minimum-reclaim",
+        "eviction-pressure-transition-period",
+        "eviction-soft",
+        "eviction-soft-grace-period",
+        "exit-on-lock-contention",
+        "experimental-allocatable-ignore-eviction",
+        "experimental-mounter-path",
+        "fail-cgroupv1",
+        "fail-swap-on",
+        "feature-gates",
+        "file-check-frequency",
+        "global-housekeeping-interval",
+        "hairpin-mode",
+        "healthz-bind-address",
+        "healthz-port",
+        "help",
+        "hostname-override",
+        "housekeeping-interval",
+        "http-check-frequency",
+        "image-credential-provider-bin-dir",
+        "image-credential-provider-config",
+        "image-gc-high-threshold",
+        "image-gc-low-threshold",
+        "image-service-endpoint",
+        "kernel-memcg-notification",
+        "kube-api-burst",
+        "kube-api-content-type",
+        "kube-api-qps",
+        "kube-reserved",
+        "kube-reserved-cgroup",
+        "kubeconfig",
+        "kubelet-cgroups",
+        "local-storage-capacity-isolation",
+        "lock-file",
+        "log-cadvisor-usage",
+        "log-flush-frequency",
+        "log-json-info-buffer-size",
+        "log-json-split-stream",
+        "log-text-info-buffer-size",
+        "log-text-split-stream",
+        "logging-format",
+        "machine-id-file",
+        "make-iptables-util-chains",
+        "manifest-url",
+        "manifest-url-header",
+        "max-open-files",
+        "max-pods",
+        "maximum-dead-containers",
+        "maximum-dead-containers-per-container",
+        "memory-manager-policy",
+        "minimum-container-ttl-duration",
+        "minimum-image-ttl-duration",
+        "node-ip",
+        "node-labels",
+        "node-status-max-images",
+        "node-status-update-frequency",
+        "oom-score-adj",
+        "pod-cidr",
+        "pod-infra-container-image",
+        "pod-manifest-path",
+        "pod-max-pids",
+        "pods-per-core",
+        "port",
+        "protect-kernel-defaults",
+        "provider-id",
+        "qos-reserved",
+        "read-only-port",
+        "register-node",
+        "register-with-taints",
+        "registry-burst",
+        "registry-qps",
+        "reserved-cpus",
+        "reserved-memory",
+        "resolv-conf",
+        "root-dir",
+        "rotate-certificates",
+        "rotate-server-certificates",
+        "runonce",
+        "runtime-cgroups",
+        "runtime-request-timeout",
+        "seccomp-default",
+        "serialize-image-pulls",
+        "storage-driver-buffer-duration",
+        "storage-driver-db",
+        "storage-driver-host",
+        "storage-driver-password",
+        "storage-driver-secure",
+        "storage-driver-table",
+        "storage-driver-user",
+        "streaming-connection-idle-timeout",
+        "sync-frequency",
+        "system-cgroups",
+        "system-reserved",
+        "system-reserved-cgroup",
+        "tls-cert-file",
+        "tls-cipher-suites",
+        "tls-min-version",
+        "tls-private-key-file",
+        "topology-manager-policy",
+        "topology-manager-policy-options",
+        "topology-manager-scope",
+        "v",
+        "version",
+        "vmodule",
+        "volume-plugin-dir",
+        "volume-stats-agg-period",
+    ];
+
+    #[test]
+    fn every_upstream_flag_is_in_the_table() {
+        assert_eq!(UPSTREAM_1_34_FLAGS.len(), 150);
+        for name in UPSTREAM_1_34_FLAGS {
+            assert!(spec(name).is_some(), "--{name} is missing");
+        }
+        let mut names: Vec<&str> = FLAGS.iter().map(|f| f.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), FLAGS.len(), "no flag twice");
+    }
+
+    #[test]
+    fn optional_value_flags_never_take_the_next_argument() {
+        assert_eq!(pairs(&["--version"]), vec![("version", "true".to_string())]);
+        assert_eq!(
+            pairs(&["--version=raw"]),
+            vec![("version", "raw".to_string())]
+        );
+        assert!(matches!(
+            parse_args(&args(&["--version", "raw"])),
+            Err(ConfigError::UnexpectedArgument(a)) if a == "raw"
+        ));
     }
 
     #[test]

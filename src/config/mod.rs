@@ -4,11 +4,13 @@
 //! the command line (a flag always wins over the file).
 
 mod configz;
+mod dropin;
 mod duration;
 mod error;
 mod file;
 mod flags;
 pub mod node;
+mod schema;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -80,9 +82,19 @@ pub struct Config {
     pub bootstrap_kubeconfig: Option<PathBuf>,
     /// --config: the KubeletConfiguration file that was loaded, if any.
     pub config_file: Option<PathBuf>,
-    /// Upstream fields present in the config file that the agent accepts but does not act on;
-    /// main logs them once logging is set up.
-    pub ignored_config_fields: Vec<String>,
+    /// --config-dir: the folder of drop-in files merged over it, if any.
+    pub config_dir: Option<PathBuf>,
+    /// Upstream flags given on the command line that the agent accepts but does not act on
+    /// yet ("--runtime-cgroups"), in command-line order, once each.
+    pub unimplemented_flags: Vec<String>,
+    /// Upstream KubeletConfiguration fields (dotted paths) set to a non-default value that
+    /// the agent accepts but does not act on yet.
+    pub unimplemented_config_fields: Vec<String>,
+    /// Fields of the configuration files that upstream's type does not have: dropped, as
+    /// upstream's lenient decoding drops them.
+    pub unknown_config_fields: Vec<String>,
+    /// The not-implemented fields' values as the files set them, for /configz.
+    pub(crate) unimplemented_config_values: serde_json::Map<String, serde_json::Value>,
     /// --tls-cert-file / tlsCertFile: the serving certificate (chain) of the main server.
     pub tls_cert_file: Option<PathBuf>,
     /// --tls-private-key-file / tlsPrivateKeyFile.
@@ -281,7 +293,11 @@ impl Config {
             kubeconfig: None,
             bootstrap_kubeconfig: None,
             config_file: None,
-            ignored_config_fields: Vec::new(),
+            config_dir: None,
+            unimplemented_flags: Vec::new(),
+            unimplemented_config_fields: Vec::new(),
+            unknown_config_fields: Vec::new(),
+            unimplemented_config_values: serde_json::Map::new(),
             tls_cert_file: None,
             tls_private_key_file: None,
             cert_dir: PathBuf::from(DEFAULT_ROOT_DIR).join("pki"),
@@ -330,6 +346,39 @@ impl Config {
     }
 }
 
+impl Config {
+    /// The start-up warnings about what was given but is not acted on, one line each
+    /// (main logs them once logging is set up): upstream flags and config fields accepted
+    /// but not implemented yet (one line for both), and unknown config fields dropped.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut parts = Vec::new();
+        if !self.unimplemented_flags.is_empty() {
+            parts.push(format!("flags {}", self.unimplemented_flags.join(", ")));
+        }
+        if !self.unimplemented_config_fields.is_empty() {
+            parts.push(format!(
+                "config fields {}",
+                self.unimplemented_config_fields.join(", ")
+            ));
+        }
+        if !parts.is_empty() {
+            out.push(format!(
+                "accepted but not implemented yet, so without effect: {}",
+                parts.join("; ")
+            ));
+        }
+        if !self.unknown_config_fields.is_empty() {
+            out.push(format!(
+                "unknown config fields ignored (upstream's lenient decoding of \
+                 kubelet.config.k8s.io/v1beta1): {}",
+                self.unknown_config_fields.join(", ")
+            ));
+        }
+        out
+    }
+}
+
 /// Loads the configuration from the process's command line.
 pub fn load() -> Result<Config, ConfigError> {
     load_from_args(std::env::args_os().map(|a| a.to_string_lossy().into_owned()))
@@ -348,17 +397,33 @@ where
             return Err(ConfigError::Help(flags::help_text()));
         }
     }
-    let config_file = given
-        .iter()
-        .rev()
-        .find(|f| f.name == "config")
-        .map(|f| PathBuf::from(&f.value))
-        .filter(|p| !p.as_os_str().is_empty());
+    for flag in given.iter().filter(|f| f.name == "version") {
+        if version_requested(flag)? {
+            return Err(ConfigError::Help(format!(
+                "kubelet-rs v{}",
+                env!("CARGO_PKG_VERSION")
+            )));
+        }
+    }
+    let last_path = |name: &str| {
+        given
+            .iter()
+            .rev()
+            .find(|f| f.name == name)
+            .map(|f| PathBuf::from(&f.value))
+            .filter(|p| !p.as_os_str().is_empty())
+    };
+    let config_file = last_path("config");
+    let config_dir = last_path("config-dir");
 
+    // As upstream: the legacy command-line defaults unless a --config file is given; the
+    // file, then the drop-ins over it; flags over both.
     let mut config = Config::defaults(config_file.is_some());
-    if let Some(path) = &config_file {
-        apply_file(&mut config, file::load_file(path)?)?;
-        config.config_file = Some(path.clone());
+    if config_file.is_some() || config_dir.is_some() {
+        let settings = load_files(config_file.as_deref(), config_dir.as_deref())?;
+        apply_file(&mut config, settings)?;
+        config.config_file = config_file;
+        config.config_dir = config_dir;
     }
     apply_flags(&mut config, &given)?;
     // --cert-dir defaults under the root dir, wherever --root-dir put it.
@@ -370,6 +435,50 @@ where
     }
     validate(&config)?;
     Ok(config)
+}
+
+/// The `--config` file with the `--config-dir` drop-ins merged over it, read into settings.
+/// Each drop-in is also read on its own first, so a bad value is reported against the file
+/// that holds it.
+fn load_files(
+    config_file: Option<&Path>,
+    config_dir: Option<&Path>,
+) -> Result<FileSettings, ConfigError> {
+    let read = |path: &Path| {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadFile {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        file::read_document(path, &text)
+    };
+    let mut document = serde_json::Map::new();
+    let mut settings = FileSettings::default();
+    if let Some(path) = config_file {
+        document = read(path)?;
+        settings = file::parse_document(path, &document)?;
+    }
+    let Some(dir) = config_dir else {
+        return Ok(settings);
+    };
+    for path in dropin::dropin_files(dir)? {
+        let dropin = read(&path)?;
+        file::parse_document(&path, &dropin)?;
+        dropin::merge_patch(&mut document, dropin);
+    }
+    // Every file was checked on its own above, so an error here is unexpected; it names
+    // the folder.
+    file::parse_document(dir, &document)
+}
+
+/// `--version` and `--version=raw` print the version; `--version=false` does nothing;
+/// `--version=vX.Y.Z` (upstream: report that version instead) is accepted and not
+/// implemented, so it prints the version too.
+fn version_requested(flag: &FlagValue) -> Result<bool, ConfigError> {
+    let v = flag.value.as_str();
+    if v == "raw" || (v.len() > 1 && v.starts_with('v')) {
+        return Ok(true);
+    }
+    flags::parse_bool(v).map_err(|_| invalid_flag(flag, "expected true, false, raw or vX.Y.Z"))
 }
 
 fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError> {
@@ -392,7 +501,9 @@ fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError
         port,
         logging_format,
         verbosity,
-        ignored_fields,
+        unimplemented_fields,
+        unimplemented_values,
+        unknown_fields,
         tls_cert_file,
         tls_private_key_file,
         tls_min_version,
@@ -458,7 +569,9 @@ fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError
     set(&mut config.port, port);
     set(&mut config.logging_format, logging_format);
     set(&mut config.verbosity, verbosity);
-    config.ignored_config_fields = ignored_fields;
+    config.unimplemented_config_fields = unimplemented_fields;
+    config.unimplemented_config_values = unimplemented_values;
+    config.unknown_config_fields = unknown_fields;
     config.tls_cert_file = tls_cert_file.or(config.tls_cert_file.take());
     config.tls_private_key_file = tls_private_key_file.or(config.tls_private_key_file.take());
     config.tls_min_version = tls_min_version.or(config.tls_min_version.take());
@@ -556,8 +669,16 @@ fn apply_flags(config: &mut Config, given: &[FlagValue]) -> Result<(), ConfigErr
     for flag in given {
         let v = flag.value.as_str();
         let bad = |reason: &str| invalid_flag(flag, reason);
+        if let Some(flags::Support::NotYet(ty)) = flags::spec(flag.name).map(|s| s.support) {
+            flags::check_value(ty, v).map_err(|r| bad(&r))?;
+            let name = format!("--{}", flag.name);
+            if !config.unimplemented_flags.contains(&name) {
+                config.unimplemented_flags.push(name);
+            }
+            continue;
+        }
         match flag.name {
-            "config" | "help" => {}
+            "config" | "config-dir" | "help" | "version" => {}
             "pod-manifest-path" => {
                 config.static_pod_path = Some(PathBuf::from(v)).filter(|_| !v.is_empty())
             }

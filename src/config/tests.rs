@@ -175,7 +175,10 @@ fn config_file_then_flags_win() {
     );
     assert_eq!(c.file_check_frequency, Duration::from_secs(20));
     assert_eq!(c.config_file.as_deref(), Some(file.path()));
-    assert_eq!(c.ignored_config_fields, vec!["clusterDomain".to_string()]);
+    assert_eq!(
+        c.unimplemented_config_fields,
+        vec!["clusterDomain".to_string()]
+    );
     assert_eq!(c.static_pod_url_header["X-File"], vec!["f"]);
 
     // Flags win, whether they come before or after --config.
@@ -214,9 +217,11 @@ fn kubeadm_config_loads() {
     // kubeadm turns client certificate rotation on; the agent acts on it now.
     assert!(c.rotate_certificates);
     assert!(!c.server_tls_bootstrap);
-    assert!(c.ignored_config_fields.contains(&"resolvConf".to_string()));
+    assert!(c
+        .unimplemented_config_fields
+        .contains(&"resolvConf".to_string()));
     assert!(!c
-        .ignored_config_fields
+        .unimplemented_config_fields
         .contains(&"rotateCertificates".to_string()));
 }
 
@@ -255,13 +260,26 @@ fn a_bootstrap_kubeconfig_needs_a_kubeconfig_to_write() {
 
 #[test]
 fn file_errors_name_the_file_and_exit_2() {
+    // An unknown field is not an error: upstream's lenient v1beta1 decoding drops it with a
+    // warning, and so does the agent.
     let file = config_file(&format!("{HEADER}staticPodPaths: /x\n"));
+    let c = load(&["--config", file.path().to_str().unwrap()]).unwrap();
+    assert_eq!(c.unknown_config_fields, vec!["staticPodPaths"]);
+    assert_eq!(c.static_pod_path, None);
+    assert_eq!(
+        c.warnings(),
+        vec![
+            "unknown config fields ignored (upstream's lenient decoding of \
+              kubelet.config.k8s.io/v1beta1): staticPodPaths"
+        ]
+    );
+    let file = config_file(&format!("{HEADER}maxPods: lots\n"));
     let err = load(&["--config", file.path().to_str().unwrap()]).unwrap_err();
     assert_eq!(err.exit_code(), 2);
     assert_eq!(
         err.to_string(),
         format!(
-            "config file {}: unknown field \"staticPodPaths\"",
+            "config file {}: invalid value \"lots\" for field maxPods: expected an integer",
             file.path().display()
         )
     );
@@ -453,11 +471,10 @@ fn auth_and_tls_mistakes_are_usage_errors() {
     let file = config_file(&format!(
         "{HEADER}authentication:\n  webhook:\n    enable: true\n"
     ));
-    let err = load(&[&format!("--config={}", file.path().display())]).unwrap_err();
-    assert!(
-        err.to_string()
-            .contains("unknown field \"authentication.webhook.enable\""),
-        "{err}"
+    let c = load(&[&format!("--config={}", file.path().display())]).unwrap();
+    assert_eq!(
+        c.unknown_config_fields,
+        vec!["authentication.webhook.enable"]
     );
     let file = config_file(&format!("{HEADER}authorization:\n  mode: Node\n"));
     let err = load(&[&format!("--config={}", file.path().display())]).unwrap_err();
@@ -491,7 +508,7 @@ fn image_gc_defaults_file_and_flags() {
     assert_eq!(c.image_gc_low_threshold_percent, 0, "a pointer: 0 is kept");
     assert_eq!(c.image_minimum_gc_age, Duration::from_secs(120));
     assert!(!c
-        .ignored_config_fields
+        .unimplemented_config_fields
         .iter()
         .any(|f| f.starts_with("imageGC") || f == "imageMinimumGCAge"));
 
@@ -580,7 +597,7 @@ fn image_pull_settings_defaults_file_and_flags() {
     assert!(!c.serialize_image_pulls);
     assert_eq!(c.max_parallel_image_pulls, Some(3));
     assert!(!c
-        .ignored_config_fields
+        .unimplemented_config_fields
         .iter()
         .any(|f| f == "serializeImagePulls" || f == "maxParallelImagePulls"));
 
@@ -801,9 +818,9 @@ fn node_settings_from_the_file() {
     ));
     let c = load(&["--config", file.path().to_str().unwrap()]).unwrap();
     assert!(
-        c.ignored_config_fields.is_empty(),
+        c.unimplemented_config_fields.is_empty(),
         "{:?}",
-        c.ignored_config_fields
+        c.unimplemented_config_fields
     );
     assert!(!c.register_node);
     assert_eq!(c.register_with_taints[0].effect, "NoExecute");
@@ -857,9 +874,9 @@ fn container_manager_settings_from_file_and_flags() {
     assert_eq!(c.pod_pids_limit, 1024);
     assert_eq!(c.enforce_node_allocatable, vec!["pods", "kube-reserved"]);
     assert!(
-        c.ignored_config_fields.is_empty(),
+        c.unimplemented_config_fields.is_empty(),
         "{:?}",
-        c.ignored_config_fields
+        c.unimplemented_config_fields
     );
     assert_eq!(
         configz_json(&c)["kubeletconfig"]["kubeReservedCgroup"],
@@ -910,4 +927,365 @@ fn container_manager_settings_are_validated() {
     assert!(e.contains("cgroupRoot") && e.contains("slice"), "{e}");
     assert!(err(&["--pod-max-pids=lots"]).contains("expected an integer"));
     assert!(load(&["--enforce-node-allocatable=none", "--cgroups-per-qos=false"]).is_ok());
+}
+
+/// The KubeletConfiguration upstream's node e2e runner writes (see the file's header).
+const NODE_E2E_CONFIG: &str = include_str!("testdata/node-e2e-kubelet-config.yaml");
+
+/// The runner's files in a temporary folder: `kubelet-config` and an empty
+/// `kubelet.conf.d`, as services/kubelet.go lays them out.
+fn node_e2e_files() -> (tempfile::TempDir, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("kubelet-config");
+    std::fs::write(&config, NODE_E2E_CONFIG).unwrap();
+    let dropins = dir.path().join("kubelet.conf.d");
+    std::fs::create_dir(&dropins).unwrap();
+    (
+        dir,
+        config.display().to_string(),
+        dropins.display().to_string(),
+    )
+}
+
+/// The runner's command line (services/kubelet.go, as run on this kind of machine).
+fn node_e2e_args<'a>(config: &'a str, dropins: &'a str) -> Vec<&'a str> {
+    vec![
+        "kubelet",
+        "--runtime-cgroups=/docker-daemon",
+        "--kubeconfig",
+        "/root/e2e/kubeconfig",
+        "--root-dir",
+        "/var/lib/kubelet",
+        "--v",
+        "4",
+        "--config-dir",
+        dropins,
+        "--hostname-override",
+        "e2e-node",
+        "--container-runtime-endpoint",
+        "unix:///run/containerd/containerd.sock",
+        "--config",
+        config,
+    ]
+}
+
+#[test]
+fn node_e2e_runner_command_line_and_config_load() {
+    let (_dir, config, dropins) = node_e2e_files();
+    let c = load_from_args(node_e2e_args(&config, &dropins)).unwrap();
+    assert_eq!(c.node_name, "e2e-node");
+    assert_eq!(c.kubeconfig, Some(PathBuf::from("/root/e2e/kubeconfig")));
+    assert_eq!(c.root_dir, PathBuf::from("/var/lib/kubelet"));
+    assert_eq!(c.verbosity, 4);
+    assert_eq!(c.config_dir, Some(PathBuf::from(&dropins)));
+    assert_eq!(
+        c.static_pod_path,
+        Some(PathBuf::from("/root/e2e/static-pods1234567"))
+    );
+    assert_eq!(c.read_only_port, 10255);
+    assert!(c.anonymous_auth);
+    assert!(!c.authentication_token_webhook);
+    assert_eq!(c.authorization_mode, AuthorizationMode::AlwaysAllow);
+    assert_eq!(c.cgroup_root, "/");
+    assert_eq!(c.cgroup_driver, crate::cm::CgroupDriver::Cgroupfs);
+    assert!(c.cgroups_per_qos);
+    assert_eq!(c.file_check_frequency, Duration::from_secs(10));
+    assert!(!c.serialize_image_pulls);
+    assert_eq!(c.max_parallel_image_pulls, None);
+    let expected_eviction: BTreeMap<String, String> = [
+        ("memory.available", "250Mi"),
+        ("nodefs.available", "10%"),
+        ("nodefs.inodesFree", "5%"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    assert_eq!(
+        c.eviction_hard,
+        node::parse_eviction_thresholds(&expected_eviction).unwrap()
+    );
+    assert_eq!(c.enforce_node_allocatable, vec!["pods"]);
+    assert_eq!(c.pod_pids_limit, -1);
+    assert_eq!(c.node_lease_duration_seconds, 40);
+    assert_eq!(c.image_gc_high_threshold_percent, 85);
+    assert_eq!(c.container_log_max_size, 10 << 20);
+    assert_eq!(c.healthz_port, 10248);
+    assert_eq!(c.address, IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    assert!(
+        c.unknown_config_fields.is_empty(),
+        "{:?}",
+        c.unknown_config_fields
+    );
+
+    // What /configz shows the suite: implemented fields, and the others as set.
+    let configz = configz_json(&c);
+    let k = &configz["kubeletconfig"];
+    assert_eq!(k["staticPodPath"], "/root/e2e/static-pods1234567");
+    assert_eq!(k["address"], "0.0.0.0");
+    assert_eq!(k["readOnlyPort"], 10255);
+    assert_eq!(k["cgroupsPerQOS"], true);
+    assert_eq!(k["cgroupDriver"], "cgroupfs");
+    assert_eq!(k["cgroupRoot"], "/");
+    assert_eq!(k["kubeletCgroups"], "/kubelet");
+    assert_eq!(k["systemCgroups"], "/system");
+    assert_eq!(k["failSwapOn"], false);
+    assert_eq!(k["volumeStatsAggPeriod"], "10s");
+    assert_eq!(k["kubeAPIQPS"], 50, "upstream's default");
+    assert_eq!(k["oomScoreAdj"], -999, "upstream's default");
+}
+
+#[test]
+fn node_e2e_warning_names_exactly_what_is_not_implemented() {
+    let (_dir, config, dropins) = node_e2e_files();
+    let c = load_from_args(node_e2e_args(&config, &dropins)).unwrap();
+    assert_eq!(c.unimplemented_flags, vec!["--runtime-cgroups"]);
+    // Set in the file to something other than upstream's default, and not acted on.
+    let fields = [
+        "evictionMinimumReclaim",
+        "evictionPressureTransitionPeriod",
+        "failSwapOn",
+        "kubeletCgroups",
+        "podCIDR",
+        "resolvConf",
+        "systemCgroups",
+        "volumeStatsAggPeriod",
+    ];
+    assert_eq!(c.unimplemented_config_fields, fields);
+    assert_eq!(
+        c.warnings(),
+        vec![format!(
+            "accepted but not implemented yet, so without effect: flags --runtime-cgroups; \
+             config fields {}",
+            fields.join(", ")
+        )]
+    );
+
+    // Nothing given that the agent lacks: no warning at all.
+    assert!(load(&[]).unwrap().warnings().is_empty());
+}
+
+#[test]
+fn every_not_implemented_flag_takes_a_value_of_its_type_and_is_warned_about() {
+    use flags::{Support, ValueType};
+    let sample = |ty: ValueType| -> String {
+        match ty {
+            ValueType::Bool => "true".into(),
+            ValueType::Int { min, max } => min.max(0).min(max).to_string(),
+            ValueType::Duration => "30s".into(),
+            ValueType::Str | ValueType::Strings => "x".into(),
+            ValueType::Choice(choices) => choices[0].into(),
+            ValueType::Ips => "10.0.0.10,fd00::10".into(),
+            ValueType::StringMap => "a=b,c=d".into(),
+            ValueType::ThresholdMap => "memory.available=100Mi".into(),
+            ValueType::LangleThresholdMap => "memory.available<100Mi".into(),
+            ValueType::DurationMap => "memory.available=30s".into(),
+            ValueType::BoolMap => "SomeGate=true".into(),
+            ValueType::Quantity => "1Mi".into(),
+            ValueType::ReservedMemory => "0:memory=1Gi,hugepages-1M=2Gi;1:memory=2Gi".into(),
+            ValueType::Vmodule => "server=2,pod*=4".into(),
+            ValueType::CpuSet => "0-1,3".into(),
+        }
+    };
+    let mut args = vec!["kubelet".to_string(), "--hostname-override=n".to_string()];
+    let mut expected = Vec::new();
+    for spec in flags::FLAGS {
+        if let Support::NotYet(ty) = spec.support {
+            args.push(format!("--{}={}", spec.name, sample(ty)));
+            expected.push(format!("--{}", spec.name));
+        }
+    }
+    let c = load_from_args(args).unwrap();
+    assert_eq!(c.unimplemented_flags, expected);
+    assert_eq!(c.warnings().len(), 1);
+}
+
+#[test]
+fn malformed_values_of_not_implemented_flags_are_refused_naming_the_flag() {
+    for (arg, flag, reason) in [
+        (
+            "--oom-score-adj=abc",
+            "--oom-score-adj",
+            "expected an integer",
+        ),
+        (
+            "--oom-score-adj=-2000",
+            "--oom-score-adj",
+            "between -1000 and 1000",
+        ),
+        ("--kube-api-qps=-1", "--kube-api-qps", "between 0 and"),
+        (
+            "--fail-swap-on=maybe",
+            "--fail-swap-on",
+            "expected true or false",
+        ),
+        (
+            "--runtime-request-timeout=2",
+            "--runtime-request-timeout",
+            "",
+        ),
+        (
+            "--cluster-dns=10.0.0.1,nope",
+            "--cluster-dns",
+            "not a valid IP address",
+        ),
+        (
+            "--eviction-soft=memory.available<lots",
+            "--eviction-soft",
+            "",
+        ),
+        (
+            "--eviction-soft=bogus.signal<1Gi",
+            "--eviction-soft",
+            "unsupported eviction signal",
+        ),
+        (
+            "--feature-gates=A=maybe",
+            "--feature-gates",
+            "A: expected true or false",
+        ),
+        ("--hairpin-mode=bridge", "--hairpin-mode", "expected one of"),
+        (
+            "--reserved-memory=x:memory=1Gi",
+            "--reserved-memory",
+            "not an integer",
+        ),
+        (
+            "--log-json-info-buffer-size=lots",
+            "--log-json-info-buffer-size",
+            "",
+        ),
+        ("--vmodule=server=high", "--vmodule", "not a number"),
+        (
+            "--cloud-provider=gce",
+            "--cloud-provider",
+            "expected one of external",
+        ),
+        (
+            "--reserved-cpus=3-1",
+            "--reserved-cpus",
+            "start exceeds end",
+        ),
+    ] {
+        let err = load(&[arg]).unwrap_err();
+        match &err {
+            ConfigError::InvalidFlagValue {
+                flag: f, reason: r, ..
+            } => {
+                assert_eq!(f, flag, "{arg}: {err}");
+                assert!(r.contains(reason), "{arg}: {err}");
+            }
+            other => panic!("{arg}: unexpected {other}"),
+        }
+    }
+    // An underscore is a dash, as pflag normalizes the kubelet's flag names.
+    let c = load(&["--runtime_cgroups=/rt", "--max_pods=3"]).unwrap();
+    assert_eq!(c.unimplemented_flags, vec!["--runtime-cgroups"]);
+    assert_eq!(c.max_pods, 3);
+}
+
+#[test]
+fn malformed_not_implemented_field_in_a_dropin_is_refused_naming_the_file() {
+    let (dir, config, dropins) = node_e2e_files();
+    let bad = dir.path().join("kubelet.conf.d/50-bad.conf");
+    std::fs::write(&bad, format!("{HEADER}oomScoreAdj: 5000\n")).unwrap();
+    let err = load_from_args(node_e2e_args(&config, &dropins)).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "config file {}: invalid value 5000 for field oomScoreAdj: must be between -1000 \
+             and 1000, inclusive",
+            bad.display()
+        )
+    );
+}
+
+#[test]
+fn config_dir_dropins_override_in_lexical_order_and_flags_override_them() {
+    let (dir, config, dropins) = node_e2e_files();
+    let d = dir.path().join("kubelet.conf.d");
+    std::fs::create_dir(d.join("20-sub")).unwrap();
+    let write = |name: &str, body: &str| {
+        std::fs::write(d.join(name), format!("{HEADER}{body}")).unwrap();
+    };
+    write("30-last.conf", "maxPods: 30\nkubeAPIQPS: 10\n");
+    write(
+        "10-first.conf",
+        "maxPods: 10\nsyncFrequency: 2m\nhealthzPort: 0\n",
+    );
+    write("20-sub/50-inner.conf", "maxPods: 20\nsyncFrequency: 3m\n");
+    // Not a drop-in: the suffix must be .conf.
+    write("40-ignored.yaml", "maxPods: 40\n");
+    // A null removes what came before (JSON merge patch): podCIDR goes back to unset.
+    write(
+        "35-null.conf",
+        "podCIDR: null\nevictionHard:\n  memory.available: 500Mi\n",
+    );
+
+    let c = load_from_args(node_e2e_args(&config, &dropins)).unwrap();
+    assert_eq!(c.max_pods, 30, "the last drop-in wins");
+    assert_eq!(
+        c.sync_frequency,
+        Duration::from_secs(180),
+        "subfolders sort in place"
+    );
+    assert_eq!(c.healthz_port, 0);
+    assert!(c
+        .unimplemented_config_fields
+        .contains(&"kubeAPIQPS".to_string()));
+    assert!(!c
+        .unimplemented_config_fields
+        .contains(&"podCIDR".to_string()));
+    // Maps merge key by key.
+    let mut expected: BTreeMap<String, String> = BTreeMap::new();
+    for (k, v) in [
+        ("memory.available", "500Mi"),
+        ("nodefs.available", "10%"),
+        ("nodefs.inodesFree", "5%"),
+    ] {
+        expected.insert(k.into(), v.into());
+    }
+    assert_eq!(
+        c.eviction_hard,
+        node::parse_eviction_thresholds(&expected).unwrap()
+    );
+
+    // Flags win over the file and every drop-in.
+    let mut args = node_e2e_args(&config, &dropins);
+    args.push("--max-pods=99");
+    let c = load_from_args(args).unwrap();
+    assert_eq!(c.max_pods, 99);
+
+    // --config-dir alone: drop-ins over the command-line defaults.
+    let c = load(&["--config-dir", &dropins]).unwrap();
+    assert_eq!(c.max_pods, 30);
+    assert_eq!(c.read_only_port, LEGACY_READ_ONLY_PORT);
+
+    // A drop-in must say what it is, as upstream's decoder requires.
+    write("60-untyped.conf", "");
+    std::fs::write(d.join("60-untyped.conf"), "maxPods: 5\n").unwrap();
+    let err = load(&["--config-dir", &dropins]).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("60-untyped.conf: apiVersion is \"\""),
+        "{err}"
+    );
+
+    // A missing folder stops the agent, as upstream's walk does.
+    let err = load(&["--config-dir", "/nonexistent/kubelet.conf.d"]).unwrap_err();
+    assert!(
+        err.to_string().starts_with("config dir /nonexistent"),
+        "{err}"
+    );
+}
+
+#[test]
+fn version_flag_prints_and_exits() {
+    for arg in ["--version", "--version=raw"] {
+        let err = load(&[arg]).unwrap_err();
+        assert!(matches!(&err, ConfigError::Help(text) if text.starts_with("kubelet-rs v")));
+        assert_eq!(err.exit_code(), 0);
+    }
+    assert!(load(&["--version=false"]).is_ok());
+    let err = load(&["--version=banana"]).unwrap_err();
+    assert!(err.to_string().contains("for flag --version"), "{err}");
 }
