@@ -154,7 +154,8 @@ impl FakeRuntime {
         self.lock().registry.insert(name.to_string(), image(name));
     }
 
-    /// Calls of this operation (a `Runtime` method name) time out until `unhang`.
+    /// Calls of this operation (a `Runtime` method name, or "exec" for `ExecRunner::exec`)
+    /// time out until `unhang`.
     pub(crate) fn hang(&self, op: &'static str) {
         self.lock().hung.insert(op);
     }
@@ -343,9 +344,27 @@ impl ExecRunner for FakeRuntime {
         let rt = self.clone();
         async move {
             let target = rt.target(&container_id);
-            rt.lock()
-                .calls
-                .push(format!("exec {target} {}", cmd.join(" ")));
+            let hung = {
+                let mut st = rt.lock();
+                st.calls.push(format!("exec {target} {}", cmd.join(" ")));
+                st.hung.contains("exec")
+            };
+            if hung {
+                // Dropped before its end, an exec leaves containerd's shim waiting for its
+                // FIFO readers (see `exec::exec_to_end`): recorded, so tests can say it
+                // never happens.
+                let mut guard = CancelGuard {
+                    rt: rt.clone(),
+                    line: Some(format!("exec cancelled {target}")),
+                };
+                tokio::time::sleep(super::client::CALL_TIMEOUT).await;
+                guard.line = None;
+                rt.lock().calls.push(format!("exec timed out {target}"));
+                return Err(ExecError::Failed(format!(
+                    "exec in {container_id}: timed out after {:?}",
+                    super::client::CALL_TIMEOUT
+                )));
+            }
             let running = rt
                 .lock()
                 .containers
@@ -364,6 +383,20 @@ impl ExecRunner for FakeRuntime {
             })
         }
         .boxed()
+    }
+}
+
+/// Records `line` as a call when dropped with it still set.
+struct CancelGuard {
+    rt: FakeRuntime,
+    line: Option<String>,
+}
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        if let Some(line) = self.line.take() {
+            self.rt.lock().calls.push(line);
+        }
     }
 }
 
