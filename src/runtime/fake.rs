@@ -218,6 +218,18 @@ impl FakeRuntime {
 
     /// Adds a record as an earlier run of the agent left it: a running sandbox of a pod.
     pub(crate) fn leave_running_sandbox(&self, pod: &labels::PodRef, id: &str) {
+        let host = HashMap::from([(labels::HOST_NETWORK.to_string(), "true".into())]);
+        self.leave_running_sandbox_with(pod, id, host);
+    }
+
+    /// `leave_running_sandbox` with these labels besides the usual ones (e.g. a pod network's
+    /// netns instead of the host network).
+    pub(crate) fn leave_running_sandbox_with(
+        &self,
+        pod: &labels::PodRef,
+        id: &str,
+        extra_labels: HashMap<String, String>,
+    ) {
         let new = NewContainer {
             id,
             pod,
@@ -227,7 +239,7 @@ impl FakeRuntime {
             image: &image("pause"),
             image_spec: "pause",
             spec: &oci_spec::runtime::Spec::default(),
-            extra_labels: HashMap::from([(labels::HOST_NETWORK.to_string(), "true".into())]),
+            extra_labels,
         };
         let mut st = self.lock();
         st.next_pid += 1;

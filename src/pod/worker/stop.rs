@@ -164,6 +164,19 @@ impl Worker {
             records.iter().filter(|r| r.kind == Kind::Sandbox).collect();
         for sb in &sandboxes {
             rt.kill(&sb.id, libc::SIGKILL as u32).await?;
+            // The sandbox's task goes before its network, as containerd's CRI plugin stops a
+            // sandbox before its CNI DEL: the plugins serialise DELs across pods on their
+            // locks (host-local's store, iptables'), so a task delete queued behind them
+            // waited for every other pod's teardown (~80 ms a pod). The pinned netns
+            // outlives the pause process. The record stays until the network is down: it
+            // names the netns, so a crash in between still leads to a CNI DEL.
+            if rt
+                .wait_exit(&sb.id, Duration::from_secs(10))
+                .await?
+                .is_some()
+            {
+                rt.delete_task(&sb.id).await?;
+            }
             self.teardown_network(Some(sb)).await?;
             rt.remove_container(&sb.id).await?;
         }

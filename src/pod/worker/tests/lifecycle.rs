@@ -293,3 +293,35 @@ async fn a_removed_pod_neither_waits_for_nor_cuts_short_a_probe_exec() {
         h.fake.calls()
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_sandbox_task_goes_before_its_network_and_the_record_after() {
+    let h = harness();
+    let r = labels::PodRef {
+        uid: UID.into(),
+        name: "web".into(),
+        namespace: "default".into(),
+    };
+    let netns = h.shared.cfg.root_dir.join("netns-of-web");
+    h.fake.leave_running_sandbox_with(
+        &r,
+        "sandbox-of-web",
+        std::collections::HashMap::from([(labels::NETNS.to_string(), netns.display().to_string())]),
+    );
+    let mut w = Worker::new(h.shared.clone(), r);
+    // The test's CNI folder is empty, so the network teardown fails; a slow one (CNI DELs
+    // queue across pods on the plugins' locks) would hold the pod the same way.
+    w.terminate(Duration::from_secs(5))
+        .await
+        .expect_err("no CNI configuration to tear the network down with");
+    assert_eq!(
+        h.fake.calls_of("delete_task POD#0"),
+        ["delete_task POD#0"],
+        "{:?}",
+        h.fake.calls()
+    );
+    // The record stays: it names the netns the next attempt tears down.
+    let left = h.fake.records(UID);
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(h.fake.calls_of("remove_container").is_empty());
+}
