@@ -397,6 +397,39 @@ fn probes_drive_readiness_and_restarts() {
 
 /// A grpc.health.v1 server on the host for hostNetwork pods' grpc probes: "" is SERVING,
 /// "sick" is NOT_SERVING.
+#[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
+fn pods_probed_every_second_are_removed_with_no_task_or_exec_left() {
+    let node = Node::start("probe-teardown");
+    let names = ["pt0", "pt1", "pt2", "pt3"];
+    for name in names {
+        node.write_manifest(
+            &format!("{name}.yaml"),
+            &probe_pod(
+                name,
+                "trap 'exit 0' TERM; sleep 3600 & wait",
+                "    readinessProbe: {exec: {command: [\"true\"]}, periodSeconds: 1}",
+            ),
+        );
+    }
+    for name in names {
+        node.wait_pod(name, 120, "Running and Ready", running);
+    }
+    // Removed while their probes run: a probe exec cut off half-way would leave its pod's
+    // shim stuck (see runtime::exec::exec_to_end), so its tasks would outlive the pod.
+    for name in names {
+        node.remove_manifest(&format!("{name}.yaml"));
+    }
+    for name in names {
+        node.wait_gone(name, 120);
+    }
+    node.wait_until(120, "no task left", || node.tasks().is_empty());
+    node.wait_until(120, "no container left", || node.containers().is_empty());
+    // Every probe exec was deleted from its shim (one already gone with its task is fine).
+    let log = node.log();
+    assert!(!log.contains("cannot delete exec process"), "{log}");
+}
+
 fn start_health_server(addr: std::net::SocketAddr) {
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()

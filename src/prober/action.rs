@@ -10,6 +10,7 @@ use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
 use super::{http, ExecError, ExecRunner, ProbeTarget, KUBE_VERSION, MAX_PROBE_OUTPUT};
+use crate::runtime::exec::exec_to_end;
 
 /// The result of one probe attempt that ran. Upstream counts a warning as a success.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,7 +109,8 @@ async fn exec_probe(
     timeout: Duration,
 ) -> Attempt {
     let shown = cmd.join(" ");
-    match exec.exec(target.container_id.clone(), cmd, timeout).await {
+    // On a task of its own: probes are dropped with their pod, mid-exec too.
+    match exec_to_end(exec, target.container_id.clone(), cmd, timeout).await {
         Ok(r) => {
             let mut out = r.stdout;
             out.extend_from_slice(&r.stderr);

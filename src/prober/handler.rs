@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::LifecycleHandler;
 
 use super::action::user_agent;
 use super::{http, ExecError, ExecRunner, ProbeTarget};
+use crate::runtime::exec::exec_to_end;
 
 /// Runs one lifecycle handler within `timeout`; `Err` carries the message upstream would
 /// record (naming the hook, the container and the pod).
@@ -22,10 +23,8 @@ pub async fn run_handler(
         let cmd = action.command.clone().unwrap_or_default();
         let shown = format!("[{}]", cmd.join(" "));
         let joined = cmd.join(" ");
-        return match exec
-            .exec(target.container_id.clone(), cmd, timeout)
-            .await
-        {
+        // On a task of its own: a preStop hook is cut short when the grace period shrinks.
+        return match exec_to_end(exec, target.container_id.clone(), cmd, timeout).await {
             Ok(r) if r.exit_code == 0 => Ok(()),
             Ok(r) => {
                 let mut output = r.stdout;

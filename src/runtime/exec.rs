@@ -88,6 +88,9 @@ pub enum ExecError {
 }
 
 /// Runs a command in a container and waits for it (the CRI's ExecSync).
+///
+/// Callers that may stop waiting (a probe dropped with its pod, a hook cut short, a client
+/// that leaves) go through [`exec_to_end`] rather than dropping this future: see there.
 pub trait ExecRunner: Send + Sync + 'static {
     fn exec(
         &self,
@@ -95,6 +98,30 @@ pub trait ExecRunner: Send + Sync + 'static {
         cmd: Vec<String>,
         timeout: Duration,
     ) -> BoxFuture<'static, std::result::Result<ExecResult, ExecError>>;
+}
+
+/// Runs `cmd` through `runner` on a task of its own and waits for it; a caller that is
+/// dropped meanwhile stops waiting, but the command still runs to its end (its own
+/// `timeout`) and is removed from the shim.
+///
+/// Dropping an exec half-way is what must not happen: once Start is sent, containerd 1.6's
+/// runc shim opens the process's stdout/stderr FIFOs for writing and waits up to 30 s for a
+/// reader, holding the process's pid lock; its exit handler needs that lock, and every
+/// other call on that shim (task state, kill, delete of the pod's containers) queues behind
+/// the exit handler. A probe exec dropped with its read ends closed thus held its pod's
+/// teardown for 30 s.
+pub(crate) async fn exec_to_end(
+    runner: &dyn ExecRunner,
+    container_id: String,
+    cmd: Vec<String>,
+    timeout: Duration,
+) -> std::result::Result<ExecResult, ExecError> {
+    match tokio::spawn(runner.exec(container_id, cmd, timeout)).await {
+        Ok(r) => r,
+        Err(e) => Err(ExecError::Failed(format!(
+            "exec task ended abnormally: {e}"
+        ))),
+    }
 }
 
 impl ExecRunner for Containerd {

@@ -154,7 +154,8 @@ impl FakeRuntime {
         self.lock().registry.insert(name.to_string(), image(name));
     }
 
-    /// Calls of this operation (a `Runtime` method name) time out until `unhang`.
+    /// Calls of this operation (a `Runtime` method name, or "exec" for `ExecRunner::exec`)
+    /// time out until `unhang`.
     pub(crate) fn hang(&self, op: &'static str) {
         self.lock().hung.insert(op);
     }
@@ -217,6 +218,18 @@ impl FakeRuntime {
 
     /// Adds a record as an earlier run of the agent left it: a running sandbox of a pod.
     pub(crate) fn leave_running_sandbox(&self, pod: &labels::PodRef, id: &str) {
+        let host = HashMap::from([(labels::HOST_NETWORK.to_string(), "true".into())]);
+        self.leave_running_sandbox_with(pod, id, host);
+    }
+
+    /// `leave_running_sandbox` with these labels besides the usual ones (e.g. a pod network's
+    /// netns instead of the host network).
+    pub(crate) fn leave_running_sandbox_with(
+        &self,
+        pod: &labels::PodRef,
+        id: &str,
+        extra_labels: HashMap<String, String>,
+    ) {
         let new = NewContainer {
             id,
             pod,
@@ -226,7 +239,7 @@ impl FakeRuntime {
             image: &image("pause"),
             image_spec: "pause",
             spec: &oci_spec::runtime::Spec::default(),
-            extra_labels: HashMap::from([(labels::HOST_NETWORK.to_string(), "true".into())]),
+            extra_labels,
         };
         let mut st = self.lock();
         st.next_pid += 1;
@@ -343,9 +356,27 @@ impl ExecRunner for FakeRuntime {
         let rt = self.clone();
         async move {
             let target = rt.target(&container_id);
-            rt.lock()
-                .calls
-                .push(format!("exec {target} {}", cmd.join(" ")));
+            let hung = {
+                let mut st = rt.lock();
+                st.calls.push(format!("exec {target} {}", cmd.join(" ")));
+                st.hung.contains("exec")
+            };
+            if hung {
+                // Dropped before its end, an exec leaves containerd's shim waiting for its
+                // FIFO readers (see `exec::exec_to_end`): recorded, so tests can say it
+                // never happens.
+                let mut guard = CancelGuard {
+                    rt: rt.clone(),
+                    line: Some(format!("exec cancelled {target}")),
+                };
+                tokio::time::sleep(super::client::CALL_TIMEOUT).await;
+                guard.line = None;
+                rt.lock().calls.push(format!("exec timed out {target}"));
+                return Err(ExecError::Failed(format!(
+                    "exec in {container_id}: timed out after {:?}",
+                    super::client::CALL_TIMEOUT
+                )));
+            }
             let running = rt
                 .lock()
                 .containers
@@ -364,6 +395,20 @@ impl ExecRunner for FakeRuntime {
             })
         }
         .boxed()
+    }
+}
+
+/// Records `line` as a call when dropped with it still set.
+struct CancelGuard {
+    rt: FakeRuntime,
+    line: Option<String>,
+}
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        if let Some(line) = self.line.take() {
+            self.rt.lock().calls.push(line);
+        }
     }
 }
 

@@ -157,13 +157,30 @@ impl Worker {
         let rt = self.shared.rt.clone();
         let records = rt.pod_containers(&self.pod_ref.uid).await?;
         self.stop_containers(None, &records, grace).await?;
+        let sandboxes: Vec<&ContainerRecord> =
+            records.iter().filter(|r| r.kind == Kind::Sandbox).collect();
+        // Tasks first, records after, network last, as containerd's CRI plugin stops a
+        // sandbox before its CNI DEL (and the upstream kubelet removes records only at its
+        // next container GC). What comes later queues across pods: the plugins serialise
+        // DELs on their locks (host-local's store, iptables') and containerd serialises
+        // record and snapshot deletes on its metadata store, so a task delete put behind
+        // them waited for every other pod's (~80 ms a pod). The pinned netns outlives the
+        // pause process; the sandbox record stays until the network is down, as it names
+        // the netns, so a crash in between still leads to a CNI DEL.
+        for sb in &sandboxes {
+            rt.kill(&sb.id, libc::SIGKILL as u32).await?;
+            if rt
+                .wait_exit(&sb.id, Duration::from_secs(10))
+                .await?
+                .is_some()
+            {
+                rt.delete_task(&sb.id).await?;
+            }
+        }
         for r in records.iter().filter(|r| r.kind != Kind::Sandbox) {
             rt.remove_container(&r.id).await?;
         }
-        let sandboxes: Vec<&ContainerRecord> =
-            records.iter().filter(|r| r.kind == Kind::Sandbox).collect();
         for sb in &sandboxes {
-            rt.kill(&sb.id, libc::SIGKILL as u32).await?;
             self.teardown_network(Some(sb)).await?;
             rt.remove_container(&sb.id).await?;
         }

@@ -453,7 +453,9 @@ async fn run(runtime: &Arc<dyn Runtime>, found: &Found, query: &str) -> Response
         .map(str::to_string)
         .collect();
     let container_id = found.container_id.clone().expect("run names a container");
-    match runtime.exec(container_id, cmd.clone(), RUN_TIMEOUT).await {
+    // On a task of its own: a client that leaves must not cut the exec half-way.
+    let runner: &dyn crate::runtime::exec::ExecRunner = runtime.as_ref();
+    match crate::runtime::exec::exec_to_end(runner, container_id, cmd.clone(), RUN_TIMEOUT).await {
         Ok(result) => {
             let mut output = result.stdout;
             output.extend_from_slice(&result.stderr);

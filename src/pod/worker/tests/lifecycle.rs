@@ -245,3 +245,83 @@ async fn a_pod_within_its_active_deadline_runs_and_is_looked_at_again_when_it_pa
     assert_eq!(phase(&h), "Running");
     assert!(next <= Duration::from_secs(6), "next look at {next:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_removed_pod_neither_waits_for_nor_cuts_short_a_probe_exec() {
+    let h = harness();
+    let mut p = pod(&[], &["app"], "Always");
+    p.spec.as_mut().unwrap().containers[0].readiness_probe = Some(
+        serde_json::from_value(serde_json::json!({
+            "exec": {"command": ["true"]}, "periodSeconds": 1
+        }))
+        .unwrap(),
+    );
+    let (tx, rx) = watch::channel(Some(Arc::new(p.clone())));
+    let w = Worker::new(h.shared.clone(), super::super::pod_ref(&p));
+    let done = tokio::spawn(w.run(rx, Arc::new(Notify::new())));
+    until("the container to run and be probed", || {
+        running(&h, "app") && !h.fake.calls_of("exec app#0 true").is_empty()
+    })
+    .await;
+    // The next probe exec does not come back (a busy shim) while the pod goes.
+    h.fake.hang("exec");
+    let probed = h.fake.calls_of("exec app#0 true").len();
+    until("a probe exec in flight", || {
+        h.fake.calls_of("exec app#0 true").len() > probed
+    })
+    .await;
+    tx.send_replace(None);
+    tokio::time::timeout(Duration::from_secs(600), done)
+        .await
+        .expect("the worker finishes")
+        .unwrap();
+    assert_eq!(h.fake.calls_of("kill app#0"), ["kill app#0 15"]);
+    assert!(h.fake.records(UID).is_empty(), "{:?}", h.fake.records(UID));
+    assert!(
+        h.fake.calls_of("exec timed out").is_empty(),
+        "the pod's stop waited for its probe exec: {:?}",
+        h.fake.calls()
+    );
+    // The exec was left to end on its own, not dropped half-way.
+    until("the probe exec to end", || {
+        !h.fake.calls_of("exec timed out").is_empty()
+    })
+    .await;
+    assert!(
+        h.fake.calls_of("exec cancelled").is_empty(),
+        "{:?}",
+        h.fake.calls()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sandbox_task_goes_before_its_network_and_the_record_after() {
+    let h = harness();
+    let r = labels::PodRef {
+        uid: UID.into(),
+        name: "web".into(),
+        namespace: "default".into(),
+    };
+    let netns = h.shared.cfg.root_dir.join("netns-of-web");
+    h.fake.leave_running_sandbox_with(
+        &r,
+        "sandbox-of-web",
+        std::collections::HashMap::from([(labels::NETNS.to_string(), netns.display().to_string())]),
+    );
+    let mut w = Worker::new(h.shared.clone(), r);
+    // The test's CNI folder is empty, so the network teardown fails; a slow one (CNI DELs
+    // queue across pods on the plugins' locks) would hold the pod the same way.
+    w.terminate(Duration::from_secs(5))
+        .await
+        .expect_err("no CNI configuration to tear the network down with");
+    assert_eq!(
+        h.fake.calls_of("delete_task POD#0"),
+        ["delete_task POD#0"],
+        "{:?}",
+        h.fake.calls()
+    );
+    // The record stays: it names the netns the next attempt tears down.
+    let left = h.fake.records(UID);
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(h.fake.calls_of("remove_container").is_empty());
+}
