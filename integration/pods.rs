@@ -221,10 +221,11 @@ fn manifest_edit_is_a_new_pod() {
         p["metadata"]["uid"] != uid1.as_str() && running(p)
     });
     assert_ne!(second["metadata"]["uid"], first["metadata"]["uid"]);
-    node.wait_until(60, "the old pod's containers are gone", || {
-        node.containers().len() == 2
+    // The old pod stays in /pods until its teardown has finished (its cgroup and network
+    // go after its containers), so both are waited for.
+    node.wait_until(60, "the old pod and its containers are gone", || {
+        node.containers().len() == 2 && node.pods().len() == 1
     });
-    assert_eq!(node.pods().len(), 1);
 }
 
 #[test]
