@@ -152,8 +152,12 @@ make_cgroup_root() {
 # mount when it exits; undo it once nothing is mounted below it.
 unmount_root() {
 	grep -q " $STATE/root/" /proc/mounts && return 0
+	# Busy for a moment while the kubelet's last processes exit: a few tries, then leave it.
+	local tries=0
 	while mountpoint -q "$STATE/root" 2>/dev/null; do
-		umount "$STATE/root" || return 0
+		umount "$STATE/root" 2>/dev/null && continue
+		((++tries < 20)) || { warn "$STATE/root is still busy; left mounted"; return 0; }
+		sleep 0.5
 	done
 }
 
