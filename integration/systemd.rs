@@ -31,19 +31,8 @@ const DROP_IN: &str = "10-kubelet-rs.conf";
 
 /// Runs the installer; panics with its output unless it succeeds.
 fn install(args: &[&str]) -> String {
-    let out = Command::new(INSTALLER)
-        .args(args)
-        .output()
-        .expect("hack/install-systemd.sh runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "install-systemd.sh {args:?} failed:\n{text}"
-    );
+    let (ok, text) = common::run_text(Command::new(INSTALLER).args(args));
+    assert!(ok, "install-systemd.sh {args:?} failed:\n{text}");
     text
 }
 

@@ -478,38 +478,24 @@ impl Cluster {
     /// metrics API answers `kubectl top node <node>`; returns the script's output.
     pub fn deploy_metrics_server(&self, node: &str, timeout_secs: u64) -> String {
         let timeout = timeout_secs.to_string();
-        let out = Command::new(hack("metrics-server.sh"))
-            .arg("--dir")
-            .arg(&self.dir)
-            .args(["--node", node, "--timeout", &timeout])
-            .output()
-            .expect("hack/cluster/metrics-server.sh runs");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+        let (ok, text) = super::run_text(
+            Command::new(hack("metrics-server.sh"))
+                .arg("--dir")
+                .arg(&self.dir)
+                .args(["--node", node, "--timeout", &timeout]),
         );
-        assert!(
-            out.status.success(),
-            "hack/cluster/metrics-server.sh --node {node}:\n{text}"
-        );
+        assert!(ok, "hack/cluster/metrics-server.sh --node {node}:\n{text}");
         text
     }
 
     /// Removes metrics-server and its APIService (hack/cluster/metrics-server.sh --delete), so
     /// later tests on the shared control plane see no aggregated API; (success, output).
     pub fn delete_metrics_server(&self) -> (bool, String) {
-        let out = Command::new(hack("metrics-server.sh"))
-            .arg("--dir")
-            .arg(&self.dir)
-            .arg("--delete")
-            .output()
-            .expect("hack/cluster/metrics-server.sh runs");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.success(), text)
+        super::run_text(
+            Command::new(hack("metrics-server.sh"))
+                .arg("--dir")
+                .arg(&self.dir)
+                .arg("--delete"),
+        )
     }
 }

@@ -50,6 +50,16 @@ pub fn require_integration(test: &str) {
     assert!(out.0, "{test}: containerd does not answer: {}", out.1);
 }
 
+/// Runs `cmd` to its end; (success, stdout then stderr). Panics if it cannot start.
+pub fn run_text(cmd: &mut Command) -> (bool, String) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{:?} does not start: {e}", cmd.get_program()));
+    let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
+    s.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), s)
+}
+
 /// Runs `ctr` (in namespace `ns` unless empty); returns (success, stdout+stderr).
 pub fn ctr(args: &[&str], ns: &str) -> (bool, String) {
     let mut cmd = Command::new("ctr");
@@ -57,10 +67,7 @@ pub fn ctr(args: &[&str], ns: &str) -> (bool, String) {
     if !ns.is_empty() {
         cmd.args(["-n", ns]);
     }
-    let out = cmd.args(args).output().expect("ctr runs");
-    let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
-    s.push_str(&String::from_utf8_lossy(&out.stderr));
-    (out.status.success(), s)
+    run_text(cmd.args(args))
 }
 
 fn image_cache() -> PathBuf {
