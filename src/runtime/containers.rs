@@ -203,6 +203,14 @@ pub fn record_from(
                 pid: p.pid,
                 started_at: started_label.or(updated_at),
             },
+            // The shim could not say in time (containerd gives up on runc's state after 2 s
+            // and answers UNKNOWN): a task with a process may well still run, so it counts as
+            // running and gets a graceful stop, as upstream treats an unknown container;
+            // taken as not started, its stop would skip straight to SIGKILL.
+            TaskStatus::Unknown if p.pid != 0 => State::Running {
+                pid: p.pid,
+                started_at: started_label.or(updated_at),
+            },
             TaskStatus::Stopped => {
                 let code = p.exit_status as i32;
                 State::Exited {
@@ -723,4 +731,45 @@ impl client::TaskIoControl for OwnProcess {
 pub fn new_container_id() -> String {
     let bytes: [u8; 32] = rand::random();
     hex::encode(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(status: TaskStatus, pid: u32) -> ContainerRecord {
+        let l: HashMap<String, String> = [
+            (labels::POD_NAME, "p"),
+            (labels::POD_NAMESPACE, "default"),
+            (labels::POD_UID, "u1"),
+            (labels::CONTAINER_NAME, "c"),
+            (labels::KIND, "app"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let task = TaskSnapshot {
+            status,
+            pid,
+            exit_status: 0,
+            exited_at: None,
+        };
+        record_from("id".into(), l, "img", None, None, Some(task)).expect("a managed record")
+    }
+
+    #[test]
+    fn a_task_of_unknown_status_with_a_process_counts_as_running() {
+        assert!(matches!(
+            record(TaskStatus::Unknown, 42).state,
+            State::Running { pid: 42, .. }
+        ));
+        assert!(matches!(
+            record(TaskStatus::Unknown, 0).state,
+            State::Created
+        ));
+        assert!(matches!(
+            record(TaskStatus::Created, 42).state,
+            State::Created
+        ));
+    }
 }
