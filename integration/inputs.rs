@@ -454,7 +454,9 @@ fn invalid_flags_and_config_exit_2() {
     let cfg = dir.path().join("kubelet.yaml");
     std::fs::write(
         &cfg,
-        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPod: 3\n",
+        // A malformed value; an unknown field (`maxPod`) is only a warning, as upstream's
+        // lenient decoding of v1beta1 has it (config::file's unit tests).
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: zero\n",
     )
     .unwrap();
     let out = Command::new(bin)
@@ -464,7 +466,7 @@ fn invalid_flags_and_config_exit_2() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("maxPod") && err.contains("kubelet.yaml"),
+        err.contains("maxPods") && err.contains("zero") && err.contains("kubelet.yaml"),
         "{err}"
     );
 
