@@ -9,7 +9,9 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::stats::parse::{parse_mountinfo, MountEntry};
+use crate::stats::parse::{
+    any_unified, parse_mountinfo, unified_at_sys_fs_cgroup, v1_hierarchy, MountEntry,
+};
 
 /// Upstream's CFS constants (pkg/kubelet/cm helpers_linux.go).
 pub const MIN_SHARES: u64 = 2;
@@ -142,17 +144,11 @@ impl CgroupFs {
         mountinfo: &Path,
         mounts: &[MountEntry],
     ) -> Result<CgroupFs, CgroupError> {
-        if let Some(m) = mounts
-            .iter()
-            .find(|m| m.fs_type == "cgroup2" && m.mount_point == "/sys/fs/cgroup")
-        {
+        if let Some(m) = unified_at_sys_fs_cgroup(mounts) {
             return Ok(Self::v2_at(&m.mount_point));
         }
         let v1 = |controller: &str| {
-            mounts
-                .iter()
-                .find(|m| m.fs_type == "cgroup" && m.super_options.iter().any(|o| o == controller))
-                .map(|m| PathBuf::from(&m.mount_point))
+            v1_hierarchy(mounts, controller).map(|m| PathBuf::from(&m.mount_point))
         };
         let need = |controller: &'static str| {
             v1(controller).ok_or_else(|| CgroupError::NoHierarchy {
@@ -169,7 +165,7 @@ impl CgroupFs {
                     pids: v1("pids"),
                 },
             }),
-            (Err(e), _) | (_, Err(e)) => match mounts.iter().find(|m| m.fs_type == "cgroup2") {
+            (Err(e), _) | (_, Err(e)) => match any_unified(mounts) {
                 Some(m) => Ok(Self::v2_at(&m.mount_point)),
                 None => Err(e),
             },

@@ -11,8 +11,8 @@ use std::time::SystemTime;
 
 use super::error::{Result, StatsError};
 use super::parse::{
-    count_lines, parse_mountinfo, parse_proc_cgroup, read_flat_keyed, read_limit, read_string,
-    read_u64, MountEntry,
+    any_unified, count_lines, parse_mountinfo, parse_proc_cgroup, read_flat_keyed, read_limit,
+    read_string, read_u64, unified_at_sys_fs_cgroup, v1_hierarchy, MountEntry,
 };
 
 /// Upstream treats limits above 2^62 as "no limit" (v1 writes 9223372036854771712 for none).
@@ -129,20 +129,14 @@ impl Cgroups {
     /// are used, so a hybrid host (cgroup2 at /sys/fs/cgroup/unified) counts as v1, as the
     /// runtime and upstream both treat it.
     pub fn from_mounts(mountinfo: &Path, mounts: &[MountEntry]) -> Result<Self> {
-        if let Some(m) = mounts
-            .iter()
-            .find(|m| m.fs_type == "cgroup2" && m.mount_point == "/sys/fs/cgroup")
-        {
+        if let Some(m) = unified_at_sys_fs_cgroup(mounts) {
             return Ok(Cgroups::v2_at(&m.mount_point));
         }
         let v1 = |controller: &str| {
-            mounts
-                .iter()
-                .find(|m| m.fs_type == "cgroup" && m.super_options.iter().any(|o| o == controller))
-                .map(|m| V1Mount {
-                    mount_point: PathBuf::from(&m.mount_point),
-                    root: m.root.clone(),
-                })
+            v1_hierarchy(mounts, controller).map(|m| V1Mount {
+                mount_point: PathBuf::from(&m.mount_point),
+                root: m.root.clone(),
+            })
         };
         let missing = |controller| StatsError::NoHierarchy {
             mountinfo: mountinfo.to_path_buf(),
@@ -158,7 +152,7 @@ impl Cgroups {
             }),
             (cpuacct, _) => {
                 // No usable v1 hierarchy: a cgroup2 mount elsewhere is the only choice left.
-                if let Some(m) = mounts.iter().find(|m| m.fs_type == "cgroup2") {
+                if let Some(m) = any_unified(mounts) {
                     return Ok(Cgroups::v2_at(&m.mount_point));
                 }
                 Err(missing(if cpuacct.is_none() {

@@ -124,6 +124,26 @@ pub struct MountEntry {
     pub super_options: Vec<String>,
 }
 
+/// The cgroup2 mount at /sys/fs/cgroup: a unified host. Shared by the stats collector's and
+/// the container manager's detection, so both see the same hierarchy.
+pub fn unified_at_sys_fs_cgroup(mounts: &[MountEntry]) -> Option<&MountEntry> {
+    mounts
+        .iter()
+        .find(|m| m.fs_type == "cgroup2" && m.mount_point == "/sys/fs/cgroup")
+}
+
+/// The v1 hierarchy that carries `controller`.
+pub fn v1_hierarchy<'a>(mounts: &'a [MountEntry], controller: &str) -> Option<&'a MountEntry> {
+    mounts
+        .iter()
+        .find(|m| m.fs_type == "cgroup" && m.super_options.iter().any(|o| o == controller))
+}
+
+/// Any cgroup2 mount (a hybrid host's `unified`): the fallback when v1 lacks a controller.
+pub fn any_unified(mounts: &[MountEntry]) -> Option<&MountEntry> {
+    mounts.iter().find(|m| m.fs_type == "cgroup2")
+}
+
 pub fn parse_mountinfo(path: &Path, text: &str) -> Result<Vec<MountEntry>> {
     let mounts = procfs::process::MountInfos::from_buf_read(text.as_bytes())
         .map_err(|e| procfs_error(path, e))?;
