@@ -11,7 +11,7 @@
 //! A missing folder gives an empty set (as upstream) and is retried every period.
 
 use std::collections::{BTreeMap, HashSet};
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -26,8 +26,8 @@ use super::static_pod::{prepare_static_pod, SeenTimes};
 use super::{drop_duplicate_names, ManifestError, SourceKind, SourceUpdate, SourcedPod};
 
 const MANIFEST_EXTENSIONS: &[&str] = &["yaml", "yml", "json"];
-/// Editors and `kubectl`-style tools write a file in several syscalls; waiting this long after
-/// the first event lets a burst settle into one re-read.
+/// Editors and `kubectl`-style tools write a file in several syscalls: a file created or
+/// modified in place is waited for this long at most (until it is closed) before the re-read.
 const EVENT_SETTLE: Duration = Duration::from_millis(100);
 
 /// Starts the file source on `dir`. The task never exits on its own; it ends when `tx`'s
@@ -94,20 +94,29 @@ impl FileSource {
             tokio::select! {
                 _ = ticker.tick() => {}
                 event = next_event(&mut watch) => {
-                    if !self.keep_watch(event) {
+                    // A manifest moved in, closed after writing or removed is complete: the
+                    // folder is read again at once. One being written in place (created or
+                    // modified, not closed yet) is waited for, up to EVENT_SETTLE, so that a
+                    // half-written file is not read. What else arrived meanwhile is covered
+                    // by the same re-read.
+                    let mut writing = HashSet::new();
+                    if !self.note_event(event, &mut writing) {
                         watch = None;
                     }
-                    tokio::time::sleep(EVENT_SETTLE).await;
-                    // Drain what arrived meanwhile; it is all covered by the one re-read.
-                    while let Some(w) = watch.as_mut() {
-                        match w.next().now_or_never() {
-                            Some(event) => {
-                                if !self.keep_watch(event) {
-                                    watch = None;
+                    self.drain(&mut watch, &mut writing);
+                    if !writing.is_empty() {
+                        let deadline = tokio::time::Instant::now() + EVENT_SETTLE;
+                        while !writing.is_empty() {
+                            tokio::select! {
+                                _ = tokio::time::sleep_until(deadline) => break,
+                                event = next_event(&mut watch) => {
+                                    if !self.note_event(event, &mut writing) {
+                                        watch = None;
+                                    }
                                 }
                             }
-                            None => break,
                         }
+                        self.drain(&mut watch, &mut writing);
                     }
                 }
             }
@@ -139,6 +148,43 @@ impl FileSource {
                 None
             }
         }
+    }
+
+    /// Takes the events already queued, without waiting.
+    fn drain(&self, watch: &mut Option<Watch>, writing: &mut HashSet<OsString>) {
+        while let Some(w) = watch.as_mut() {
+            match w.next().now_or_never() {
+                Some(event) => {
+                    if !self.note_event(event, writing) {
+                        *watch = None;
+                    }
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// Keeps `writing` (the names created or modified and not closed since) current with
+    /// the event; returns `keep_watch`'s answer.
+    fn note_event(
+        &self,
+        event: Option<io::Result<inotify::EventOwned>>,
+        writing: &mut HashSet<OsString>,
+    ) -> bool {
+        if let Some(Ok(e)) = &event {
+            if let Some(name) = &e.name {
+                if e.mask
+                    .intersects(EventMask::CLOSE_WRITE | EventMask::DELETE | EventMask::MOVED_FROM)
+                {
+                    writing.remove(name.as_os_str());
+                } else if e.mask.intersects(EventMask::CREATE | EventMask::MODIFY)
+                    && !e.mask.contains(EventMask::ISDIR)
+                {
+                    writing.insert(name.to_os_string());
+                }
+            }
+        }
+        self.keep_watch(event)
     }
 
     /// False when the watch no longer sees the folder (it was removed or moved, the queue
