@@ -5,6 +5,7 @@ pub mod certificates;
 pub mod cm;
 pub mod config;
 pub mod events;
+pub mod eviction;
 pub mod gc;
 pub mod logs;
 pub mod metrics;

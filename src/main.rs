@@ -9,8 +9,11 @@ use anyhow::Context;
 use kubelet_rs::certificates;
 use kubelet_rs::config::{self, Config, ConfigError};
 use kubelet_rs::events::{EventType, Recorder};
+use kubelet_rs::eviction::sources::{CollectorSummaries, Reclaim};
+use kubelet_rs::eviction::{EvictionManager, Pressure, PressureView};
 use kubelet_rs::network::cni::Cni;
 use kubelet_rs::node;
+use kubelet_rs::pod::evictions::PodEvictions;
 use kubelet_rs::pod::mirror::MirrorPods;
 use kubelet_rs::pod::status_manager::StatusManager;
 use kubelet_rs::pod::status_sync::StatusSync;
@@ -197,6 +200,9 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     };
     protect_agent_from_oom();
     let cm = start_container_manager(&cfg, &recorder).await?;
+    // Runtime events, and the eviction manager's requests, wake the pods' workers.
+    let (ev_tx, ev_rx) = mpsc::channel(256);
+    let evictions = PodEvictions::new(statuses.clone(), Some(ev_tx.clone()));
     let shared = Arc::new(Shared {
         rt: runtime.clone(),
         cni,
@@ -224,11 +230,14 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             Some(api) => Arc::new(kubelet_rs::objects::ApiObjects::new(api.client().clone())),
             None => Arc::new(kubelet_rs::objects::Standalone),
         },
+        evictions: evictions.clone(),
     });
     server_state.set_sync_loop(sync_loop);
     server_state.set_runtime(runtime.clone());
 
-    start_stats(&cfg, &server_state, stats_pods);
+    let collector = start_stats(&cfg, &server_state, stats_pods);
+    let image_gc = start_image_gc(&cfg, &runtime);
+    let pressure = start_eviction(&cfg, collector, evictions, image_gc, &recorder);
 
     let (tx, rx) = mpsc::channel(64);
     let mut expected = Vec::new();
@@ -263,6 +272,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             cfg.clone(),
             containerd_runtime.clone(),
             recorder.clone(),
+            pressure.clone(),
         );
         let (_source, api_pods) =
             spawn_api_source(client.clone(), cfg.node_name.clone(), tx.clone());
@@ -277,13 +287,13 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         );
     }
 
-    let mut manager = PodManager::new(shared, &expected).with_events(recorder);
+    let mut manager = PodManager::new(shared, &expected)
+        .with_events(recorder)
+        .with_pressure(pressure);
     if let Some(view) = node_view {
         manager = manager.with_node(view);
     }
     manager.recover().await;
-    start_image_gc(&cfg, &runtime);
-    let (ev_tx, ev_rx) = mpsc::channel(256);
     spawn_task_events(rt, ev_tx, oom_seen);
 
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -419,13 +429,17 @@ fn oom_score_adj_min() -> i64 {
 }
 
 /// The stats collector (the cAdvisor replacement) on its housekeeping timer; the servers
-/// read its cache.
-fn start_stats(cfg: &Arc<Config>, server: &Arc<server::ServerState>, pods: StatsPods) {
+/// and the eviction manager read its cache.
+fn start_stats(
+    cfg: &Arc<Config>,
+    server: &Arc<server::ServerState>,
+    pods: StatsPods,
+) -> Option<CollectorSummaries> {
     let cgroups = match Cgroups::detect() {
         Ok(c) => c,
         Err(e) => {
-            warn!(error = %e, "no cgroup hierarchy found: /stats/summary and /metrics/resource are off");
-            return;
+            warn!(error = %e, "no cgroup hierarchy found: /stats/summary, /metrics/resource and eviction are off");
+            return None;
         }
     };
     let mut c = CollectorConfig::new(cfg.node_name.clone());
@@ -441,12 +455,52 @@ fn start_stats(cfg: &Arc<Config>, server: &Arc<server::ServerState>, pods: Stats
             .map(|m| m.values().cloned().collect())
             .unwrap_or_default()
     });
-    tokio::spawn(collector.run(lister, std::future::pending::<()>()));
+    tokio::spawn(
+        collector
+            .clone()
+            .run(lister.clone(), std::future::pending::<()>()),
+    );
+    Some(CollectorSummaries {
+        collector,
+        pods: lister,
+    })
 }
 
-/// The image GC on its own timer (upstream's ImageGCPeriod); high threshold 100 turns it
-/// off, as upstream does.
-fn start_image_gc(cfg: &Config, rt: &Arc<dyn Runtime>) {
+/// The eviction manager on its own task, when there are stats to read; returns the pressure
+/// conditions it publishes (none without it).
+fn start_eviction(
+    cfg: &Config,
+    stats: Option<CollectorSummaries>,
+    pods: Arc<PodEvictions>,
+    image_gc: ImageGcRequests,
+    recorder: &Recorder,
+) -> PressureView {
+    let Some(stats) = stats else {
+        let (_, view) = tokio::sync::watch::channel(Pressure::default());
+        return view;
+    };
+    let reclaim = Reclaim {
+        pods: pods.clone(),
+        images: image_gc,
+    };
+    let (manager, view) = EvictionManager::new(
+        cfg,
+        Arc::new(stats),
+        pods,
+        Some(Arc::new(reclaim)),
+        recorder.clone(),
+    );
+    tokio::spawn(manager.run());
+    view
+}
+
+/// Requests to the image GC task to remove every unused image.
+type ImageGcRequests = mpsc::Sender<tokio::sync::oneshot::Sender<Vec<String>>>;
+
+/// The image GC on its own timer (upstream's ImageGCPeriod); high threshold 100 turns the
+/// periodic collection off, as upstream does, but it still removes unused images when the
+/// eviction manager asks.
+fn start_image_gc(cfg: &Config, rt: &Arc<dyn Runtime>) -> ImageGcRequests {
     use kubelet_rs::gc::{ImageGc, ImageGcPolicy, StatvfsProbe};
     // Validated as 0..=100 with low < high, so both fit a u8.
     let policy = ImageGcPolicy {
@@ -455,15 +509,16 @@ fn start_image_gc(cfg: &Config, rt: &Arc<dyn Runtime>) {
         min_age: cfg.image_minimum_gc_age,
     };
     if policy.is_disabled() {
-        info!("imageGCHighThresholdPercent is 100: image garbage collection is off");
-        return;
+        info!("imageGCHighThresholdPercent is 100: periodic image garbage collection is off");
     }
     let probe = StatvfsProbe {
         path: cfg.image_fs_path.clone(),
     };
     let pinned = vec![cfg.pod_infra_container_image.clone()];
     let gc = ImageGc::new(rt.clone(), probe, policy, pinned);
-    tokio::spawn(gc.run(cfg.image_gc_period));
+    let (requests, incoming) = mpsc::channel(1);
+    tokio::spawn(gc.run(cfg.image_gc_period, incoming));
+    requests
 }
 
 struct CollectorViews(Arc<Collector>);

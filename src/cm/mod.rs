@@ -324,7 +324,7 @@ pub fn from_host(cfg: &Config) -> Result<Option<ContainerManager>, CgroupError> 
         return Ok(None);
     }
     let fs = CgroupFs::detect()?;
-    let host = crate::node::machine::read_host(&cfg.root_dir, &cfg.image_fs_path);
+    let host = crate::node::machine::read_host(&cfg.root_dir);
     let mut capacity = crate::node::resources::capacity(&host.machine, cfg.max_pods);
     if let Some(pids) = host.readings.max_pid {
         capacity.insert("pid".into(), pids);

@@ -177,6 +177,50 @@ pub fn configz_json(config: &Config) -> Value {
         .map(|(k, v)| (k.clone(), json!(v.to_string())))
         .collect();
     put("evictionHard", Value::Object(eviction));
+    for (key, list) in [
+        ("evictionSoft", &config.eviction_soft),
+        ("evictionMinimumReclaim", &config.eviction_minimum_reclaim),
+    ] {
+        if !list.is_empty() {
+            let map: Map<String, Value> = list
+                .iter()
+                .map(|(k, v)| (k.clone(), json!(v.to_string())))
+                .collect();
+            put(key, Value::Object(map));
+        }
+    }
+    if !config.eviction_soft_grace_period.is_empty() {
+        let map: Map<String, Value> = config
+            .eviction_soft_grace_period
+            .iter()
+            .map(|(k, d)| (k.clone(), json!(super::format_duration(*d))))
+            .collect();
+        put("evictionSoftGracePeriod", Value::Object(map));
+    }
+    put(
+        "evictionPressureTransitionPeriod",
+        json!(super::format_duration(
+            config.eviction_pressure_transition_period
+        )),
+    );
+    put(
+        "evictionMaxPodGracePeriod",
+        json!(config.eviction_max_pod_grace_period),
+    );
+    if !config.cluster_dns.is_empty() {
+        let servers: Vec<String> = config.cluster_dns.iter().map(|ip| ip.to_string()).collect();
+        put("clusterDNS", json!(servers));
+    }
+    if !config.cluster_domain.is_empty() {
+        put("clusterDomain", json!(config.cluster_domain));
+    }
+    put(
+        "resolvConf",
+        json!(config
+            .resolv_conf
+            .as_ref()
+            .map_or(String::new(), |p| p.display().to_string())),
+    );
     put("cgroupsPerQOS", json!(config.cgroups_per_qos));
     put("cgroupDriver", json!(config.cgroup_driver.as_str()));
     // Shown even as "/": the agent always has a root (upstream's "" means the same), and

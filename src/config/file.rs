@@ -82,6 +82,15 @@ pub(crate) struct FileSettings {
     pub kube_reserved: Option<BTreeMap<String, Quantity>>,
     pub system_reserved: Option<BTreeMap<String, Quantity>>,
     pub eviction_hard: Option<EvictionThresholds>,
+    pub eviction_soft: Option<EvictionThresholds>,
+    pub eviction_soft_grace_period: Option<BTreeMap<String, Duration>>,
+    pub eviction_minimum_reclaim: Option<EvictionThresholds>,
+    pub eviction_pressure_transition_period: Option<Duration>,
+    pub eviction_max_pod_grace_period: Option<i32>,
+    pub cluster_dns: Option<Vec<IpAddr>>,
+    pub cluster_domain: Option<String>,
+    /// A pointer upstream: an explicit "" is kept (no host resolver).
+    pub resolv_conf: Option<String>,
     pub node_status_update_frequency: Option<Duration>,
     pub node_status_report_frequency: Option<Duration>,
     pub node_lease_duration_seconds: Option<i32>,
@@ -154,71 +163,86 @@ pub(crate) fn parse_document(
         prefix: String::new(),
     };
 
-    let mut settings =
-        FileSettings {
-            static_pod_path: reader.string("staticPodPath")?.map(PathBuf::from),
-            static_pod_url: reader.string("staticPodURL")?,
-            static_pod_url_header: reader.header_map("staticPodURLHeader")?,
-            file_check_frequency: reader.duration("fileCheckFrequency")?,
-            http_check_frequency: reader.duration("httpCheckFrequency")?,
-            sync_frequency: reader.duration("syncFrequency")?,
-            max_pods: reader
-                .int_in("maxPods", 0, i32::MAX as i64)?
-                .map(|n| n as u32),
-            read_only_port: reader.int_in("readOnlyPort", 0, 65535)?.map(|n| n as u16),
-            healthz_port: reader.int_in("healthzPort", 0, 65535)?.map(|n| n as u16),
-            healthz_bind_address: reader.ip("healthzBindAddress")?,
-            container_log_max_size: reader.quantity("containerLogMaxSize")?,
-            container_log_max_files: reader
-                .int_in("containerLogMaxFiles", 0, i32::MAX as i64)?
-                .map(|n| n as u32),
-            pod_logs_dir: reader.string("podLogsDir")?.map(PathBuf::from),
-            container_runtime_endpoint: reader.string("containerRuntimeEndpoint")?,
-            address: reader.ip("address")?,
-            port: reader.int_in("port", 0, 65535)?.map(|n| n as u16),
-            logging_format: None,
-            verbosity: None,
-            unimplemented_fields: survey.unimplemented,
-            unimplemented_values: survey.values,
-            unknown_fields: survey.unknown,
-            tls_cert_file: reader.string("tlsCertFile")?.map(PathBuf::from),
-            tls_private_key_file: reader.string("tlsPrivateKeyFile")?.map(PathBuf::from),
-            tls_min_version: reader.string("tlsMinVersion")?,
-            tls_cipher_suites: reader.string_list("tlsCipherSuites")?,
-            rotate_certificates: reader.boolean("rotateCertificates")?,
-            server_tls_bootstrap: reader.boolean("serverTLSBootstrap")?,
-            image_gc_high_threshold_percent: reader.int32("imageGCHighThresholdPercent")?,
-            image_gc_low_threshold_percent: reader.int32("imageGCLowThresholdPercent")?,
-            image_minimum_gc_age: reader.duration("imageMinimumGCAge")?,
-            serialize_image_pulls: reader.boolean("serializeImagePulls")?,
-            enable_debugging_handlers: reader.boolean("enableDebuggingHandlers")?,
-            max_parallel_image_pulls: reader.int32("maxParallelImagePulls")?,
-            register_with_taints: reader.taints("registerWithTaints")?,
-            register_node: reader.boolean("registerNode")?,
-            kube_reserved: reader.resource_list("kubeReserved")?,
-            system_reserved: reader.resource_list("systemReserved")?,
-            eviction_hard: reader.eviction_thresholds("evictionHard")?,
-            node_status_update_frequency: reader.duration("nodeStatusUpdateFrequency")?,
-            node_status_report_frequency: reader.duration("nodeStatusReportFrequency")?,
-            // Not a pointer upstream: 0 means the default.
-            node_lease_duration_seconds: reader
-                .int32("nodeLeaseDurationSeconds")?
-                .filter(|n| *n != 0),
-            cgroups_per_qos: reader.boolean("cgroupsPerQOS")?,
-            cgroup_driver: reader.string("cgroupDriver")?.filter(|s| !s.is_empty()),
-            cgroup_root: reader.string("cgroupRoot")?.filter(|s| !s.is_empty()),
-            enforce_node_allocatable: match reader.get("enforceNodeAllocatable") {
-                None => None,
-                Some(v) => Some(serde_json::from_value::<Vec<String>>(v.clone()).map_err(
-                    |_| reader.bad("enforceNodeAllocatable", v, "expected a list of strings"),
-                )?),
-            },
-            // A pointer upstream: an explicit 0 is kept (and means no limit).
-            pod_pids_limit: reader.int_in("podPidsLimit", i64::MIN, i64::MAX)?,
-            kube_reserved_cgroup: reader.string("kubeReservedCgroup")?,
-            system_reserved_cgroup: reader.string("systemReservedCgroup")?,
-            ..FileSettings::default()
-        };
+    let mut settings = FileSettings {
+        static_pod_path: reader.string("staticPodPath")?.map(PathBuf::from),
+        static_pod_url: reader.string("staticPodURL")?,
+        static_pod_url_header: reader.header_map("staticPodURLHeader")?,
+        file_check_frequency: reader.duration("fileCheckFrequency")?,
+        http_check_frequency: reader.duration("httpCheckFrequency")?,
+        sync_frequency: reader.duration("syncFrequency")?,
+        max_pods: reader
+            .int_in("maxPods", 0, i32::MAX as i64)?
+            .map(|n| n as u32),
+        read_only_port: reader.int_in("readOnlyPort", 0, 65535)?.map(|n| n as u16),
+        healthz_port: reader.int_in("healthzPort", 0, 65535)?.map(|n| n as u16),
+        healthz_bind_address: reader.ip("healthzBindAddress")?,
+        container_log_max_size: reader.quantity("containerLogMaxSize")?,
+        container_log_max_files: reader
+            .int_in("containerLogMaxFiles", 0, i32::MAX as i64)?
+            .map(|n| n as u32),
+        pod_logs_dir: reader.string("podLogsDir")?.map(PathBuf::from),
+        container_runtime_endpoint: reader.string("containerRuntimeEndpoint")?,
+        address: reader.ip("address")?,
+        port: reader.int_in("port", 0, 65535)?.map(|n| n as u16),
+        logging_format: None,
+        verbosity: None,
+        unimplemented_fields: survey.unimplemented,
+        unimplemented_values: survey.values,
+        unknown_fields: survey.unknown,
+        tls_cert_file: reader.string("tlsCertFile")?.map(PathBuf::from),
+        tls_private_key_file: reader.string("tlsPrivateKeyFile")?.map(PathBuf::from),
+        tls_min_version: reader.string("tlsMinVersion")?,
+        tls_cipher_suites: reader.string_list("tlsCipherSuites")?,
+        rotate_certificates: reader.boolean("rotateCertificates")?,
+        server_tls_bootstrap: reader.boolean("serverTLSBootstrap")?,
+        image_gc_high_threshold_percent: reader.int32("imageGCHighThresholdPercent")?,
+        image_gc_low_threshold_percent: reader.int32("imageGCLowThresholdPercent")?,
+        image_minimum_gc_age: reader.duration("imageMinimumGCAge")?,
+        serialize_image_pulls: reader.boolean("serializeImagePulls")?,
+        enable_debugging_handlers: reader.boolean("enableDebuggingHandlers")?,
+        max_parallel_image_pulls: reader.int32("maxParallelImagePulls")?,
+        register_with_taints: reader.taints("registerWithTaints")?,
+        register_node: reader.boolean("registerNode")?,
+        kube_reserved: reader.resource_list("kubeReserved")?,
+        system_reserved: reader.resource_list("systemReserved")?,
+        eviction_hard: reader.eviction_thresholds("evictionHard")?,
+        eviction_soft: reader.eviction_thresholds("evictionSoft")?,
+        eviction_soft_grace_period: reader.grace_periods("evictionSoftGracePeriod")?,
+        eviction_minimum_reclaim: reader.eviction_thresholds("evictionMinimumReclaim")?,
+        eviction_pressure_transition_period: reader.duration("evictionPressureTransitionPeriod")?,
+        // Not a pointer upstream: 0 is the default (no cap from the agent).
+        eviction_max_pod_grace_period: reader.int32("evictionMaxPodGracePeriod")?,
+        cluster_dns: reader.ip_list("clusterDNS")?,
+        cluster_domain: reader.string("clusterDomain")?,
+        // A pointer upstream: an explicit "" is kept (no host resolver).
+        resolv_conf: match reader.get("resolvConf") {
+            None => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(other) => return Err(reader.bad("resolvConf", other, "expected a string")),
+        },
+        node_status_update_frequency: reader.duration("nodeStatusUpdateFrequency")?,
+        node_status_report_frequency: reader.duration("nodeStatusReportFrequency")?,
+        // Not a pointer upstream: 0 means the default.
+        node_lease_duration_seconds: reader
+            .int32("nodeLeaseDurationSeconds")?
+            .filter(|n| *n != 0),
+        cgroups_per_qos: reader.boolean("cgroupsPerQOS")?,
+        cgroup_driver: reader.string("cgroupDriver")?.filter(|s| !s.is_empty()),
+        cgroup_root: reader.string("cgroupRoot")?.filter(|s| !s.is_empty()),
+        enforce_node_allocatable: match reader.get("enforceNodeAllocatable") {
+            None => None,
+            Some(v) => Some(
+                serde_json::from_value::<Vec<String>>(v.clone()).map_err(|_| {
+                    reader.bad("enforceNodeAllocatable", v, "expected a list of strings")
+                })?,
+            ),
+        },
+        // A pointer upstream: an explicit 0 is kept (and means no limit).
+        pod_pids_limit: reader.int_in("podPidsLimit", i64::MIN, i64::MAX)?,
+        kube_reserved_cgroup: reader.string("kubeReservedCgroup")?,
+        system_reserved_cgroup: reader.string("systemReservedCgroup")?,
+        ..FileSettings::default()
+    };
     read_authentication(&reader, &mut settings)?;
     read_authorization(&reader, &mut settings)?;
     // Non-pointer fields upstream: their zero value means "default". healthzPort and
@@ -418,6 +442,36 @@ impl<'a> FieldReader<'a> {
             return Ok(None);
         };
         node::parse_eviction_thresholds(&entries)
+            .map(Some)
+            .map_err(|reason| self.bad(field, &serde_json::json!(entries), reason))
+    }
+
+    fn ip_list(&self, field: &str) -> Result<Option<Vec<IpAddr>>, ConfigError> {
+        let Some(list) = self.string_list(field)? else {
+            return Ok(None);
+        };
+        list.iter()
+            .map(|text| {
+                text.trim().parse().map_err(|_| {
+                    self.bad(
+                        field,
+                        &Value::String(text.clone()),
+                        format!("{text:?} is not a valid IP address"),
+                    )
+                })
+            })
+            .collect::<Result<Vec<IpAddr>, ConfigError>>()
+            .map(Some)
+    }
+
+    fn grace_periods(
+        &self,
+        field: &str,
+    ) -> Result<Option<BTreeMap<String, Duration>>, ConfigError> {
+        let Some(entries) = self.string_map(field)? else {
+            return Ok(None);
+        };
+        node::parse_grace_periods(&entries)
             .map(Some)
             .map_err(|reason| self.bad(field, &serde_json::json!(entries), reason))
     }
@@ -709,9 +763,10 @@ pub(crate) mod tests {
         assert_eq!(s.verbosity, Some(0));
         // What kubeadm sets that the agent does not act on yet; its zero durations ("0s")
         // mean the defaults and are not listed.
-        assert_eq!(
-            s.unimplemented_fields,
-            vec!["clusterDNS", "clusterDomain", "resolvConf"]
+        assert!(
+            s.unimplemented_fields.is_empty(),
+            "{:?}",
+            s.unimplemented_fields
         );
         assert!(s.unknown_fields.is_empty());
         assert_eq!(s.cgroup_driver.as_deref(), Some("systemd"));

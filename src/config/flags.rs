@@ -42,16 +42,8 @@ pub(crate) enum ValueType {
     Choice(&'static [&'static str]),
     /// Comma-separated strings.
     Strings,
-    /// Comma-separated IP addresses (--cluster-dns).
-    Ips,
     /// `k=v,...` (mapStringString).
     StringMap,
-    /// `k=v,...` with eviction thresholds as values (--eviction-minimum-reclaim).
-    ThresholdMap,
-    /// `k<v,...` with eviction thresholds as values (--eviction-soft).
-    LangleThresholdMap,
-    /// `k=duration,...` (--eviction-soft-grace-period).
-    DurationMap,
     /// `k=bool,...` (mapStringBool: --feature-gates).
     BoolMap,
     Quantity,
@@ -106,11 +98,7 @@ const fn not_yet(name: &'static str, ty: ValueType) -> FlagSpec {
         ValueType::Str | ValueType::Choice(_) => (FlagKind::Value, "STRING"),
         ValueType::CpuSet => (FlagKind::Value, "CPUS"),
         ValueType::Strings => (FlagKind::Value, "STRINGS"),
-        ValueType::Ips => (FlagKind::Value, "IPS"),
-        ValueType::StringMap | ValueType::ThresholdMap | ValueType::DurationMap => {
-            (FlagKind::Value, "K=V[,...]")
-        }
-        ValueType::LangleThresholdMap => (FlagKind::Value, "K<V[,...]"),
+        ValueType::StringMap => (FlagKind::Value, "K=V[,...]"),
         ValueType::BoolMap => (FlagKind::Value, "K=BOOL[,...]"),
         ValueType::Quantity => (FlagKind::Value, "QUANTITY"),
         ValueType::ReservedMemory => (FlagKind::Value, "NUMA:TYPE=QTY[,...]"),
@@ -204,6 +192,14 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
     value("kube-reserved", "NAME=QUANTITY[,...]", "cpu, memory, ephemeral-storage, pid held back for Kubernetes daemons (kubeReserved)"),
     value("system-reserved", "NAME=QUANTITY[,...]", "cpu, memory, ephemeral-storage, pid held back for the OS (systemReserved)"),
     value("eviction-hard", "SIGNAL<VALUE[,...]", "hard eviction thresholds, e.g. memory.available<100Mi,nodefs.available<10% (evictionHard)"),
+    value("cluster-dns", "IP[,IP]", "the DNS servers of pods with dnsPolicy ClusterFirst (clusterDNS)"),
+    value("cluster-domain", "DOMAIN", "the cluster's DNS domain, searched by those pods (clusterDomain)"),
+    value("resolv-conf", "PATH", "the host resolver file of pods with dnsPolicy Default; \"\" for none (resolvConf, default /etc/resolv.conf)"),
+    value("eviction-soft", "SIGNAL<VALUE[,...]", "soft eviction thresholds, each acted on once crossed for its grace period (evictionSoft)"),
+    value("eviction-soft-grace-period", "SIGNAL=DURATION[,...]", "how long each soft threshold must be crossed before pods are evicted (evictionSoftGracePeriod)"),
+    value("eviction-minimum-reclaim", "SIGNAL=VALUE[,...]", "how much more than the threshold must be free before pressure ends (evictionMinimumReclaim)"),
+    value("eviction-pressure-transition-period", "DURATION", "how long a pressure condition stays after its threshold is no longer crossed (evictionPressureTransitionPeriod, default 5m)"),
+    value("eviction-max-pod-grace-period", "SECONDS", "the longest grace period a soft eviction gives a pod; 0 or less: the pod's own (evictionMaxPodGracePeriod)"),
     bool_flag("cgroups-per-qos", "create kubepods, the QoS class cgroups and a limited cgroup per pod (cgroupsPerQOS, default true)"),
     value("cgroup-driver", "DRIVER", "cgroup naming, cgroupfs or systemd (cgroupDriver, default cgroupfs; written through cgroupfs either way)"),
     value("cgroup-root", "PATH", "the cgroup kubepods goes under (cgroupRoot, default /)"),
@@ -234,8 +230,6 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
     not_yet("application-metrics-count-limit", INT),
     not_yet("boot-id-file", ValueType::Str),
     not_yet("cloud-provider", ValueType::Choice(&["external"])),
-    not_yet("cluster-dns", ValueType::Ips),
-    not_yet("cluster-domain", ValueType::Str),
     not_yet("container-hints", ValueType::Str),
     not_yet("containerd", ValueType::Str),
     not_yet("contention-profiling", ValueType::Bool),
@@ -251,11 +245,6 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
     not_yet("event-qps", NON_NEGATIVE_INT32),
     not_yet("event-storage-age-limit", ValueType::Str),
     not_yet("event-storage-event-limit", ValueType::Str),
-    not_yet("eviction-max-pod-grace-period", INT32),
-    not_yet("eviction-minimum-reclaim", ValueType::ThresholdMap),
-    not_yet("eviction-pressure-transition-period", ValueType::Duration),
-    not_yet("eviction-soft", ValueType::LangleThresholdMap),
-    not_yet("eviction-soft-grace-period", ValueType::DurationMap),
     not_yet("exit-on-lock-contention", ValueType::Bool),
     not_yet("experimental-allocatable-ignore-eviction", ValueType::Bool),
     not_yet("experimental-mounter-path", ValueType::Str),
@@ -298,7 +287,6 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
     not_yet("registry-qps", NON_NEGATIVE_INT32),
     not_yet("reserved-cpus", ValueType::CpuSet),
     not_yet("reserved-memory", ValueType::ReservedMemory),
-    not_yet("resolv-conf", ValueType::Str),
     not_yet("runonce", ValueType::Bool),
     not_yet("runtime-cgroups", ValueType::Str),
     not_yet("runtime-request-timeout", ValueType::Duration),
@@ -413,7 +401,7 @@ pub(crate) fn parse_bool(text: &str) -> Result<bool, String> {
 /// Checks a value of a flag the agent does not act on yet as upstream's flag type (and the
 /// simple range its validation applies) would.
 pub(crate) fn check_value(ty: ValueType, text: &str) -> Result<(), String> {
-    use super::node::{parse_eviction_thresholds, parse_key_value_list};
+    use super::node::parse_key_value_list;
     use std::collections::BTreeMap;
     let pairs = |separator: char| -> Result<BTreeMap<String, String>, String> {
         let mut map = BTreeMap::new();
@@ -440,22 +428,7 @@ pub(crate) fn check_value(ty: ValueType, text: &str) -> Result<(), String> {
                 Err(format!("expected one of {}", choices.join(", ")))
             }
         }
-        ValueType::Ips => {
-            for ip in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-                ip.parse::<std::net::IpAddr>()
-                    .map_err(|_| format!("{ip:?} is not a valid IP address"))?;
-            }
-            Ok(())
-        }
         ValueType::StringMap => pairs('=').map(|_| ()),
-        ValueType::ThresholdMap => parse_eviction_thresholds(&pairs('=')?).map(|_| ()),
-        ValueType::LangleThresholdMap => parse_eviction_thresholds(&pairs('<')?).map(|_| ()),
-        ValueType::DurationMap => {
-            for (key, value) in pairs('=')? {
-                super::parse_duration(&value).map_err(|r| format!("{key}: {r}"))?;
-            }
-            Ok(())
-        }
         ValueType::BoolMap => {
             for (key, value) in pairs('=')? {
                 parse_bool(&value).map_err(|r| format!("{key}: {r}"))?;

@@ -168,6 +168,26 @@ pub struct Config {
     pub system_reserved: BTreeMap<String, Quantity>,
     /// --eviction-hard / evictionHard: signal to threshold (upstream's Linux defaults).
     pub eviction_hard: EvictionThresholds,
+    /// --eviction-soft / evictionSoft: thresholds acted on once crossed for their grace period.
+    pub eviction_soft: EvictionThresholds,
+    /// --eviction-soft-grace-period / evictionSoftGracePeriod: signal to how long its soft
+    /// threshold must be crossed.
+    pub eviction_soft_grace_period: BTreeMap<String, Duration>,
+    /// --eviction-minimum-reclaim / evictionMinimumReclaim: signal to how much more than its
+    /// threshold must be available before its pressure ends.
+    pub eviction_minimum_reclaim: EvictionThresholds,
+    /// --eviction-pressure-transition-period (default 5m): how long a pressure condition
+    /// stays after its threshold was last crossed.
+    pub eviction_pressure_transition_period: Duration,
+    /// --eviction-max-pod-grace-period: the longest grace period of a soft eviction.
+    pub eviction_max_pod_grace_period: i32,
+    /// --cluster-dns / clusterDNS: the DNS servers of pods with dnsPolicy ClusterFirst.
+    pub cluster_dns: Vec<IpAddr>,
+    /// --cluster-domain / clusterDomain: the cluster's DNS domain, searched by those pods.
+    pub cluster_domain: String,
+    /// --resolv-conf / resolvConf: the host resolver file of pods with dnsPolicy Default
+    /// (default /etc/resolv.conf; None when set to "": no host resolver).
+    pub resolv_conf: Option<PathBuf>,
     /// --node-status-update-frequency / nodeStatusUpdateFrequency: how often the node's
     /// status is computed (default 10s).
     pub node_status_update_frequency: Duration,
@@ -332,6 +352,14 @@ impl Config {
             kube_reserved: BTreeMap::new(),
             system_reserved: BTreeMap::new(),
             eviction_hard: node::default_eviction_hard(),
+            eviction_soft: EvictionThresholds::new(),
+            eviction_soft_grace_period: BTreeMap::new(),
+            eviction_minimum_reclaim: EvictionThresholds::new(),
+            eviction_pressure_transition_period: Duration::from_secs(300),
+            eviction_max_pod_grace_period: 0,
+            cluster_dns: Vec::new(),
+            cluster_domain: String::new(),
+            resolv_conf: Some(PathBuf::from("/etc/resolv.conf")),
             node_status_update_frequency: Duration::from_secs(10),
             node_status_report_frequency: Duration::from_secs(300),
             node_lease_duration_seconds: 40,
@@ -528,6 +556,14 @@ fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError
         kube_reserved,
         system_reserved,
         eviction_hard,
+        eviction_soft,
+        eviction_soft_grace_period,
+        eviction_minimum_reclaim,
+        eviction_pressure_transition_period,
+        eviction_max_pod_grace_period,
+        cluster_dns,
+        cluster_domain,
+        resolv_conf,
         node_status_update_frequency,
         node_status_report_frequency,
         node_lease_duration_seconds,
@@ -620,6 +656,29 @@ fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError
     set(&mut config.kube_reserved, kube_reserved);
     set(&mut config.system_reserved, system_reserved);
     set(&mut config.eviction_hard, eviction_hard);
+    set(&mut config.eviction_soft, eviction_soft);
+    set(
+        &mut config.eviction_soft_grace_period,
+        eviction_soft_grace_period,
+    );
+    set(
+        &mut config.eviction_minimum_reclaim,
+        eviction_minimum_reclaim,
+    );
+    set(
+        &mut config.eviction_pressure_transition_period,
+        eviction_pressure_transition_period,
+    );
+    set(
+        &mut config.eviction_max_pod_grace_period,
+        eviction_max_pod_grace_period,
+    );
+    set(&mut config.cluster_dns, cluster_dns);
+    set(&mut config.cluster_domain, cluster_domain);
+    if let Some(path) = resolv_conf {
+        // A pointer upstream: an explicit "" means no host resolver.
+        config.resolv_conf = (!path.is_empty()).then(|| PathBuf::from(path));
+    }
     // v1beta1 defaulting: a file that sets only the update frequency reports as often.
     config.node_status_report_frequency = node_status_report_frequency
         .or(node_status_update_frequency)
@@ -666,6 +725,9 @@ fn apply_flags(config: &mut Config, given: &[FlagValue]) -> Result<(), ConfigErr
     let mut headers_from_flags: Option<BTreeMap<String, Vec<String>>> = None;
     // The same rule for the other map flags: the first use replaces, later ones add.
     let mut map_flags: BTreeMap<&str, BTreeMap<String, String>> = BTreeMap::new();
+    // --cluster-dns is a string slice upstream: the first use replaces the file's list,
+    // later ones add to it.
+    let mut cluster_dns_from_flags: Option<Vec<IpAddr>> = None;
     for flag in given {
         let v = flag.value.as_str();
         let bad = |reason: &str| invalid_flag(flag, reason);
@@ -829,8 +891,14 @@ fn apply_flags(config: &mut Config, given: &[FlagValue]) -> Result<(), ConfigErr
                 // Repeatable: every use adds one registry.
                 config.insecure_registries.push(entry.to_string());
             }
-            "node-labels" | "kube-reserved" | "system-reserved" | "eviction-hard" => {
-                let separator = if flag.name == "eviction-hard" {
+            "node-labels"
+            | "kube-reserved"
+            | "system-reserved"
+            | "eviction-hard"
+            | "eviction-soft"
+            | "eviction-soft-grace-period"
+            | "eviction-minimum-reclaim" => {
+                let separator = if matches!(flag.name, "eviction-hard" | "eviction-soft") {
                     '<'
                 } else {
                     '='
@@ -843,6 +911,18 @@ fn apply_flags(config: &mut Config, given: &[FlagValue]) -> Result<(), ConfigErr
                         config.eviction_hard =
                             node::parse_eviction_thresholds(entries).map_err(|r| bad(&r))?
                     }
+                    "eviction-soft" => {
+                        config.eviction_soft =
+                            node::parse_eviction_thresholds(entries).map_err(|r| bad(&r))?
+                    }
+                    "eviction-soft-grace-period" => {
+                        config.eviction_soft_grace_period =
+                            node::parse_grace_periods(entries).map_err(|r| bad(&r))?
+                    }
+                    "eviction-minimum-reclaim" => {
+                        config.eviction_minimum_reclaim =
+                            node::parse_eviction_thresholds(entries).map_err(|r| bad(&r))?
+                    }
                     "kube-reserved" => {
                         config.kube_reserved =
                             node::parse_resource_list(entries).map_err(|r| bad(&r))?
@@ -852,6 +932,27 @@ fn apply_flags(config: &mut Config, given: &[FlagValue]) -> Result<(), ConfigErr
                             node::parse_resource_list(entries).map_err(|r| bad(&r))?
                     }
                 }
+            }
+            "cluster-dns" => {
+                let list = cluster_dns_from_flags.get_or_insert_with(Vec::new);
+                for ip in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                    let parsed = ip
+                        .parse()
+                        .map_err(|_| bad(&format!("{ip:?} is not a valid IP address")))?;
+                    list.push(parsed);
+                }
+            }
+            "cluster-domain" => config.cluster_domain = v.to_string(),
+            "resolv-conf" => config.resolv_conf = (!v.is_empty()).then(|| PathBuf::from(v)),
+            "eviction-pressure-transition-period" => {
+                config.eviction_pressure_transition_period =
+                    parse_duration(v).map_err(|r| bad(&r))?
+            }
+            "eviction-max-pod-grace-period" => {
+                config.eviction_max_pod_grace_period = v
+                    .trim()
+                    .parse()
+                    .map_err(|_| bad("expected a 32-bit integer"))?
             }
             "register-with-taints" => {
                 config.register_with_taints = node::parse_taints(v).map_err(|r| bad(&r))?
@@ -892,6 +993,9 @@ fn apply_flags(config: &mut Config, given: &[FlagValue]) -> Result<(), ConfigErr
     }
     if let Some(headers) = headers_from_flags {
         config.static_pod_url_header = headers;
+    }
+    if let Some(servers) = cluster_dns_from_flags {
+        config.cluster_dns = servers;
     }
     Ok(())
 }
@@ -1129,6 +1233,7 @@ fn validate(config: &Config) -> Result<(), ConfigError> {
     validate_image_gc(config)?;
     validate_image_pulls(config)?;
     validate_node(config)?;
+    validate_eviction(config)?;
     validate_cgroups(config)?;
     if let Some(url) = &config.static_pod_url {
         check_manifest_url(url).map_err(|reason| ConfigError::Invalid {
@@ -1136,6 +1241,20 @@ fn validate(config: &Config) -> Result<(), ConfigError> {
             value: url.clone(),
             reason,
         })?;
+    }
+    Ok(())
+}
+
+/// Upstream's ParseThresholdConfig rules: every soft threshold has a grace period.
+fn validate_eviction(config: &Config) -> Result<(), ConfigError> {
+    for signal in config.eviction_soft.keys() {
+        if !config.eviction_soft_grace_period.contains_key(signal) {
+            return Err(ConfigError::Invalid {
+                setting: "evictionSoft (--eviction-soft)",
+                value: signal.clone(),
+                reason: format!("no grace period specified for soft eviction threshold {signal} (evictionSoftGracePeriod)"),
+            });
+        }
     }
     Ok(())
 }

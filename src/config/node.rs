@@ -45,12 +45,13 @@ pub const EVICTION_SIGNALS: &[&str] = &[
     "pid.available",
 ];
 
-/// Upstream's DefaultEvictionHard on Linux.
+/// Upstream's DefaultEvictionHard on Linux (imagefs.inodesFree since 1.33).
 pub const DEFAULT_EVICTION_HARD: &[(&str, &str)] = &[
     ("memory.available", "100Mi"),
     ("nodefs.available", "10%"),
     ("nodefs.inodesFree", "5%"),
     ("imagefs.available", "15%"),
+    ("imagefs.inodesFree", "5%"),
 ];
 
 /// One eviction threshold's value: an absolute quantity or a share of the capacity.
@@ -368,6 +369,22 @@ pub fn parse_eviction_thresholds(
     Ok(out)
 }
 
+/// evictionSoftGracePeriod entries: known signals, each with a duration that is not
+/// negative (upstream's parseGracePeriods).
+pub fn parse_grace_periods(
+    entries: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, std::time::Duration>, String> {
+    let mut out = BTreeMap::new();
+    for (signal, text) in entries {
+        if !EVICTION_SIGNALS.contains(&signal.as_str()) {
+            return Err(format!("unsupported eviction signal {signal}"));
+        }
+        let period = super::parse_duration(text.trim()).map_err(|r| format!("{signal}: {r}"))?;
+        out.insert(signal.clone(), period);
+    }
+    Ok(out)
+}
+
 /// Upstream's validateNodeIP, minus the interface check (done when the status is built,
 /// where a missing address is reported rather than fatal).
 pub fn check_node_ip(ip: IpAddr) -> Result<(), String> {
@@ -505,7 +522,7 @@ mod tests {
         assert!(parse_eviction_thresholds(&map(&[("memory.available", "101%")])).is_err());
         assert!(parse_eviction_thresholds(&map(&[("memory.available", "-1Gi")])).is_err());
         let d = default_eviction_hard();
-        assert_eq!(d.len(), 4);
+        assert_eq!(d.len(), 5);
         assert_eq!(d["memory.available"].amount(0), 100 << 20);
         assert_eq!(d["nodefs.inodesFree"].to_string(), "5%");
     }

@@ -50,13 +50,8 @@ pub(crate) enum Kind {
     CpuSet,
     StringList,
     IntList,
-    IpList,
     StringMap,
     BoolMap,
-    /// signal -> duration (evictionSoftGracePeriod).
-    DurationMap,
-    /// signal -> threshold (evictionSoft, evictionMinimumReclaim).
-    ThresholdMap,
     /// resource name -> quantity (reservedMemory[].limits).
     QuantityMap,
     Object(&'static [Field]),
@@ -244,8 +239,8 @@ pub(crate) const FIELDS: &[Field] = &[
         },
         Preset::Int(-999),
     ),
-    f("clusterDomain", Kind::Str, Preset::Zero),
-    f("clusterDNS", Kind::IpList, Preset::Zero),
+    done("clusterDomain"),
+    done("clusterDNS"),
     f("streamingConnectionIdleTimeout", DURATION, secs(4 * 3600)),
     done("nodeStatusUpdateFrequency"),
     done("nodeStatusReportFrequency"),
@@ -300,7 +295,7 @@ pub(crate) const FIELDS: &[Field] = &[
     done("maxPods"),
     f("podCIDR", Kind::Str, Preset::Zero),
     done("podPidsLimit"),
-    p("resolvConf", Kind::Str, Preset::Str("/etc/resolv.conf")),
+    done("resolvConf"),
     f("runOnce", Kind::Bool, Preset::Zero),
     p("cpuCFSQuota", Kind::Bool, Preset::Bool(true)),
     p(
@@ -337,11 +332,11 @@ pub(crate) const FIELDS: &[Field] = &[
     done("serializeImagePulls"),
     done("maxParallelImagePulls"),
     done("evictionHard"),
-    f("evictionSoft", Kind::ThresholdMap, Preset::Zero),
-    f("evictionSoftGracePeriod", Kind::DurationMap, Preset::Zero),
-    f("evictionPressureTransitionPeriod", DURATION, secs(300)),
-    f("evictionMaxPodGracePeriod", I32, Preset::Zero),
-    f("evictionMinimumReclaim", Kind::ThresholdMap, Preset::Zero),
+    done("evictionSoft"),
+    done("evictionSoftGracePeriod"),
+    done("evictionPressureTransitionPeriod"),
+    done("evictionMaxPodGracePeriod"),
+    done("evictionMinimumReclaim"),
     p(
         "mergeDefaultEvictionSettings",
         Kind::Bool,
@@ -755,20 +750,6 @@ fn check(
         })
         .then_some(())
         .ok_or_else(|| bad("expected a list of 32-bit integers")),
-        Kind::IpList => {
-            let items = value
-                .as_array()
-                .ok_or_else(|| bad("expected a list of IP addresses"))?;
-            for item in items {
-                let ok = item
-                    .as_str()
-                    .is_some_and(|s| s.parse::<std::net::IpAddr>().is_ok());
-                if !ok {
-                    return Err(bad(&format!("{item} is not a valid IP address")));
-                }
-            }
-            Ok(())
-        }
         Kind::StringMap => map_of(value, |_, v| {
             v.is_string()
                 .then_some(())
@@ -779,14 +760,6 @@ fn check(
             v.is_boolean()
                 .then_some(())
                 .ok_or_else(|| "expected true or false".to_string())
-        })
-        .map_err(|r| bad(&r)),
-        Kind::DurationMap => map_of(value, |_, v| duration_of(v).map(|_| ())).map_err(|r| bad(&r)),
-        Kind::ThresholdMap => map_of(value, |signal, v| {
-            let text = v.as_str().ok_or("expected a string")?;
-            let mut one = std::collections::BTreeMap::new();
-            one.insert(signal.to_string(), text.to_string());
-            super::node::parse_eviction_thresholds(&one).map(|_| ())
         })
         .map_err(|r| bad(&r)),
         Kind::QuantityMap => map_of(value, |_, v| {

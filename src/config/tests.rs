@@ -159,7 +159,7 @@ fn config_file_then_flags_win() {
     let file = config_file(&format!(
         "{HEADER}staticPodPath: /from/file\nmaxPods: 50\nsyncFrequency: 2m\n\
          containerRuntimeEndpoint: unix:///file.sock\nlogging:\n  format: json\n  verbosity: 2\n\
-         staticPodURLHeader:\n  X-File: [f]\nclusterDomain: cluster.local\n"
+         staticPodURLHeader:\n  X-File: [f]\nfailSwapOn: false\n"
     ));
     let path = file.path().to_str().unwrap();
     let c = load(&["--config", path]).unwrap();
@@ -177,7 +177,7 @@ fn config_file_then_flags_win() {
     assert_eq!(c.config_file.as_deref(), Some(file.path()));
     assert_eq!(
         c.unimplemented_config_fields,
-        vec!["clusterDomain".to_string()]
+        vec!["failSwapOn".to_string()]
     );
     assert_eq!(c.static_pod_url_header["X-File"], vec!["f"]);
 
@@ -217,9 +217,16 @@ fn kubeadm_config_loads() {
     // kubeadm turns client certificate rotation on; the agent acts on it now.
     assert!(c.rotate_certificates);
     assert!(!c.server_tls_bootstrap);
-    assert!(c
-        .unimplemented_config_fields
-        .contains(&"resolvConf".to_string()));
+    assert_eq!(c.cluster_domain, "cluster.local");
+    assert_eq!(
+        c.cluster_dns,
+        vec![IpAddr::V4(Ipv4Addr::new(10, 96, 0, 10))]
+    );
+    assert_eq!(
+        c.resolv_conf,
+        Some(PathBuf::from("/run/systemd/resolve/resolv.conf"))
+    );
+    assert!(c.unimplemented_config_fields.is_empty());
     assert!(!c
         .unimplemented_config_fields
         .contains(&"rotateCertificates".to_string()));
@@ -741,6 +748,7 @@ fn node_settings_default_as_upstream() {
         hard,
         [
             ("imagefs.available", "15%"),
+            ("imagefs.inodesFree", "5%"),
             ("memory.available", "104857600"),
             ("nodefs.available", "10%"),
             ("nodefs.inodesFree", "5%"),
@@ -1004,6 +1012,14 @@ fn node_e2e_runner_command_line_and_config_load() {
         c.eviction_hard,
         node::parse_eviction_thresholds(&expected_eviction).unwrap()
     );
+    assert_eq!(
+        c.eviction_pressure_transition_period,
+        Duration::from_secs(30)
+    );
+    assert_eq!(
+        c.eviction_minimum_reclaim["nodefs.available"].to_string(),
+        "5%"
+    );
     assert_eq!(c.enforce_node_allocatable, vec!["pods"]);
     assert_eq!(c.pod_pids_limit, -1);
     assert_eq!(c.node_lease_duration_seconds, 40);
@@ -1041,12 +1057,9 @@ fn node_e2e_warning_names_exactly_what_is_not_implemented() {
     assert_eq!(c.unimplemented_flags, vec!["--runtime-cgroups"]);
     // Set in the file to something other than upstream's default, and not acted on.
     let fields = [
-        "evictionMinimumReclaim",
-        "evictionPressureTransitionPeriod",
         "failSwapOn",
         "kubeletCgroups",
         "podCIDR",
-        "resolvConf",
         "systemCgroups",
         "volumeStatsAggPeriod",
     ];
@@ -1074,11 +1087,7 @@ fn every_not_implemented_flag_takes_a_value_of_its_type_and_is_warned_about() {
             ValueType::Duration => "30s".into(),
             ValueType::Str | ValueType::Strings => "x".into(),
             ValueType::Choice(choices) => choices[0].into(),
-            ValueType::Ips => "10.0.0.10,fd00::10".into(),
             ValueType::StringMap => "a=b,c=d".into(),
-            ValueType::ThresholdMap => "memory.available=100Mi".into(),
-            ValueType::LangleThresholdMap => "memory.available<100Mi".into(),
-            ValueType::DurationMap => "memory.available=30s".into(),
             ValueType::BoolMap => "SomeGate=true".into(),
             ValueType::Quantity => "1Mi".into(),
             ValueType::ReservedMemory => "0:memory=1Gi,hugepages-1M=2Gi;1:memory=2Gi".into(),
@@ -1288,4 +1297,91 @@ fn version_flag_prints_and_exits() {
     assert!(load(&["--version=false"]).is_ok());
     let err = load(&["--version=banana"]).unwrap_err();
     assert!(err.to_string().contains("for flag --version"), "{err}");
+}
+
+#[test]
+fn dns_flags_replace_the_files_servers_and_add_up() {
+    let file = config_file(&format!(
+        "{HEADER}clusterDNS: [10.96.0.10]\nclusterDomain: cluster.local\nresolvConf: \"\"\n"
+    ));
+    let path = file.path().to_str().unwrap();
+    let c = load(&["--config", path]).unwrap();
+    assert_eq!(
+        c.cluster_dns,
+        vec![IpAddr::V4(Ipv4Addr::new(10, 96, 0, 10))]
+    );
+    assert_eq!(c.cluster_domain, "cluster.local");
+    assert_eq!(
+        c.resolv_conf, None,
+        "an explicit \"\" means no host resolver"
+    );
+    let c = load(&[
+        "--config",
+        path,
+        "--cluster-dns=10.0.0.10",
+        "--cluster-dns",
+        "10.0.0.11,fd00::a",
+        "--cluster-domain=k8s.example",
+        "--resolv-conf=/run/resolv.conf",
+    ])
+    .unwrap();
+    let servers: Vec<String> = c.cluster_dns.iter().map(|ip| ip.to_string()).collect();
+    assert_eq!(servers, ["10.0.0.10", "10.0.0.11", "fd00::a"]);
+    assert_eq!(c.cluster_domain, "k8s.example");
+    assert_eq!(c.resolv_conf, Some(PathBuf::from("/run/resolv.conf")));
+    assert_eq!(
+        Config::defaults(true).resolv_conf,
+        Some(PathBuf::from("/etc/resolv.conf"))
+    );
+    let err = load(&["--cluster-dns=10.0.0.300"]).unwrap_err().to_string();
+    assert!(
+        err.contains("--cluster-dns") && err.contains("10.0.0.300"),
+        "{err}"
+    );
+}
+
+#[test]
+fn eviction_flags_and_fields_are_read_and_soft_thresholds_need_a_grace_period() {
+    let c = load(&[
+        "--eviction-soft=memory.available<1Gi",
+        "--eviction-soft-grace-period=memory.available=90s",
+        "--eviction-minimum-reclaim=memory.available=100Mi",
+        "--eviction-pressure-transition-period=1m",
+        "--eviction-max-pod-grace-period=30",
+    ])
+    .unwrap();
+    assert_eq!(c.eviction_soft["memory.available"].amount(0), 1 << 30);
+    assert_eq!(
+        c.eviction_soft_grace_period["memory.available"],
+        Duration::from_secs(90)
+    );
+    assert_eq!(
+        c.eviction_minimum_reclaim["memory.available"].amount(0),
+        100 << 20
+    );
+    assert_eq!(
+        c.eviction_pressure_transition_period,
+        Duration::from_secs(60)
+    );
+    assert_eq!(c.eviction_max_pod_grace_period, 30);
+    assert!(
+        c.unimplemented_flags.is_empty(),
+        "{:?}",
+        c.unimplemented_flags
+    );
+    let err = load(&["--eviction-soft=memory.available<1Gi"])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("no grace period"), "{err}");
+    let file = config_file(&format!(
+        "{HEADER}evictionSoft:\n  nodefs.available: 15%\nevictionSoftGracePeriod:\n  nodefs.available: 2m\n\
+         evictionPressureTransitionPeriod: 45s\n"
+    ));
+    let c = load(&["--config", file.path().to_str().unwrap()]).unwrap();
+    assert_eq!(c.eviction_soft["nodefs.available"].to_string(), "15%");
+    assert_eq!(
+        c.eviction_pressure_transition_period,
+        Duration::from_secs(45)
+    );
+    assert!(c.unimplemented_config_fields.is_empty());
 }

@@ -18,6 +18,10 @@ use super::policy::{
 use super::GcError;
 use crate::runtime::Runtime;
 
+/// Requests to remove every unused image, each answered with the digests removed.
+pub type DeleteUnusedRequests =
+    tokio::sync::mpsc::Receiver<tokio::sync::oneshot::Sender<Vec<String>>>;
+
 /// What the manager needs from the runtime; a trait so the pass is tested with a fake.
 pub trait ImageRuntime {
     /// Every image record of the agent's namespace.
@@ -67,20 +71,56 @@ impl<R: ImageRuntime, P: UsageProbe> ImageGc<R, P> {
     }
 
     /// Runs until the task is dropped: images are detected at once (their age counts from
-    /// now) and collected every `period`, the first time one period after start, so pods
-    /// the agent recovers on start have their containers before any image may go.
-    pub async fn run(mut self, period: Duration) {
+    /// now) and collected every `period` (unless the policy is off), the first time one
+    /// period after start, so pods the agent recovers on start have their containers before
+    /// any image may go. Between passes it serves `requests` to remove every unused image
+    /// (the eviction manager's, under disk pressure), answering with the digests removed.
+    pub async fn run(mut self, period: Duration, mut requests: DeleteUnusedRequests) {
         if let Err(e) = self.detect(Instant::now()).await {
             warn!(error = %e, "image garbage collection: listing images failed");
         }
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            tick.tick().await;
-            if let Err(e) = self.collect(Instant::now()).await {
-                warn!(error = %e, "image garbage collection failed; retrying next period");
+            tokio::select! {
+                _ = tick.tick() => {
+                    if self.policy.is_disabled() {
+                        continue;
+                    }
+                    if let Err(e) = self.collect(Instant::now()).await {
+                        warn!(error = %e, "image garbage collection failed; retrying next period");
+                    }
+                }
+                request = requests.recv() => {
+                    let Some(reply) = request else { return };
+                    let removed = self.delete_unused(Instant::now()).await.unwrap_or_else(|e| {
+                        warn!(error = %e, "removing unused images failed");
+                        Vec::new()
+                    });
+                    let _ = reply.send(removed);
+                }
             }
         }
+    }
+
+    /// Removes every image no container uses, except pinned ones and those detected less
+    /// than imageMinimumGCAge ago (upstream's DeleteUnusedImages); returns their digests.
+    pub async fn delete_unused(&mut self, now: Instant) -> Result<Vec<String>, GcError> {
+        let (images, in_use) = self.detect(now).await?;
+        let pinned = digests_named(&images, &self.pinned);
+        let candidates = self
+            .records
+            .candidates(&in_use, &pinned, self.policy.min_age, now);
+        let mut usage = self.probe.usage().await?;
+        let mut removed = Vec::new();
+        for candidate in candidates {
+            if let Some(after) = self.remove(&candidate, usage).await? {
+                removed.push(candidate.digest);
+                usage = after;
+            }
+        }
+        info!(removed = removed.len(), "removed every unused image");
+        Ok(removed)
     }
 
     /// Lists images and containers and updates the records; returns the images and the

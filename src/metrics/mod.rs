@@ -27,6 +27,7 @@ pub struct KubeletMetrics {
     pub http_requests: Arc<Counter>,
     pub probe_total: Arc<Counter>,
     pub process_start_time: Arc<Gauge>,
+    pub evictions: Arc<Counter>,
 }
 
 struct Registries {
@@ -108,6 +109,12 @@ fn registries() -> &'static Registries {
                 Stability::Alpha,
                 &[],
             ))),
+            evictions: main.register(Arc::new(Scalar::counter(
+                "kubelet_evictions",
+                "Cumulative number of pod evictions by eviction signal",
+                Stability::Alpha,
+                &["eviction_signal"],
+            ))),
         };
         let start = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -147,6 +154,11 @@ pub fn runtime_op(op: &str, duration: Duration, failed: bool) {
     if failed {
         m.runtime_operations_errors.inc(&[op]);
     }
+}
+
+/// The eviction manager evicted a pod for `signal` (memory.available, ...).
+pub fn eviction(signal: &str) {
+    kubelet().evictions.inc(&[signal]);
 }
 
 /// A pod went from first seen to running.

@@ -1,5 +1,5 @@
 //! The node's conditions as upstream's setters keep them: MemoryPressure, DiskPressure and
-//! PIDPressure from the readings against evictionHard, and Ready from the runtime's and the
+//! PIDPressure as the eviction manager reports them, and Ready from the runtime's and the
 //! network's state. Each pass updates the conditions of the Node as last read, so a
 //! condition's lastTransitionTime moves only when its status changes, while
 //! lastHeartbeatTime is the time of every pass.
@@ -8,9 +8,7 @@ use k8s_openapi::api::core::v1::NodeCondition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use super::machine::Readings;
-use crate::config::node::EvictionThresholds;
-use crate::stats::disk::FsCapacity;
+pub(crate) use crate::eviction::Pressure;
 
 /// What a pressure condition says in each state (upstream's reasons and messages).
 struct PressureWords {
@@ -53,59 +51,6 @@ const PID: PressureWords = PressureWords {
     false_reason: "KubeletHasSufficientPID",
     false_message: "kubelet has sufficient PID available",
 };
-
-/// Which thresholds the readings cross.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Pressure {
-    pub memory: bool,
-    pub disk: bool,
-    pub pid: bool,
-}
-
-/// Upstream's eviction rule: a signal is under pressure when what is available is less
-/// than the threshold (a percentage of the resource's total).
-pub(crate) fn pressure(
-    readings: &Readings,
-    memory_capacity: i64,
-    thresholds: &EvictionThresholds,
-) -> Pressure {
-    let below = |signal: &str, available: Option<i64>, total: i64| -> bool {
-        match (thresholds.get(signal), available) {
-            (Some(t), Some(available)) => available < t.amount(total),
-            _ => false,
-        }
-    };
-    let fs = |prefix: &str, fs: Option<FsCapacity>| -> bool {
-        fs.is_some_and(|f| {
-            below(
-                &format!("{prefix}.available"),
-                Some(f.available as i64),
-                f.capacity as i64,
-            ) || below(
-                &format!("{prefix}.inodesFree"),
-                Some(f.inodes_free as i64),
-                f.inodes as i64,
-            )
-        })
-    };
-    let pid_available = match (readings.max_pid, readings.processes) {
-        (Some(max), Some(n)) => Some(max - n),
-        _ => None,
-    };
-    Pressure {
-        memory: below(
-            "memory.available",
-            readings.memory_available,
-            memory_capacity,
-        ),
-        disk: fs("nodefs", readings.nodefs) || fs("imagefs", readings.imagefs),
-        pid: below(
-            "pid.available",
-            pid_available,
-            readings.max_pid.unwrap_or(0),
-        ),
-    }
-}
 
 fn time(now: Timestamp) -> Time {
     Time(now)
@@ -269,72 +214,9 @@ pub(crate) fn conditions_changed(old: &[NodeCondition], new: &[NodeCondition]) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::node::default_eviction_hard;
 
     fn at(second: i64) -> Timestamp {
         Timestamp::from_second(second).unwrap()
-    }
-
-    fn fs(capacity: u64, available: u64, inodes: u64, inodes_free: u64) -> FsCapacity {
-        FsCapacity {
-            capacity,
-            available,
-            used: capacity - available,
-            inodes,
-            inodes_free,
-        }
-    }
-
-    fn calm() -> Readings {
-        Readings {
-            memory_available: Some(4 << 30),
-            nodefs: Some(fs(100, 50, 100, 50)),
-            imagefs: Some(fs(100, 50, 100, 50)),
-            max_pid: Some(4_000_000),
-            processes: Some(300),
-        }
-    }
-
-    #[test]
-    fn pressure_follows_the_hard_thresholds() {
-        let hard = default_eviction_hard();
-        assert_eq!(pressure(&calm(), 8 << 30, &hard), Pressure::default());
-
-        let mut r = calm();
-        r.memory_available = Some(99 << 20);
-        assert!(pressure(&r, 8 << 30, &hard).memory, "below 100Mi");
-        r.memory_available = Some(100 << 20);
-        assert!(
-            !pressure(&r, 8 << 30, &hard).memory,
-            "at the threshold is fine"
-        );
-
-        let mut r = calm();
-        r.nodefs = Some(fs(1000, 99, 100, 50));
-        assert!(pressure(&r, 8 << 30, &hard).disk, "nodefs below 10%");
-        let mut r = calm();
-        r.nodefs = Some(fs(1000, 500, 100, 4));
-        assert!(pressure(&r, 8 << 30, &hard).disk, "inodes below 5%");
-        let mut r = calm();
-        r.imagefs = Some(fs(1000, 149, 100, 50));
-        assert!(pressure(&r, 8 << 30, &hard).disk, "imagefs below 15%");
-
-        let mut r = calm();
-        r.processes = Some(3_999_999);
-        assert!(
-            !pressure(&r, 8 << 30, &hard).pid,
-            "no pid.available threshold by default"
-        );
-        let mut with_pid = hard.clone();
-        with_pid.insert(
-            "pid.available".into(),
-            crate::config::node::parse_threshold_value("10%").unwrap(),
-        );
-        assert!(pressure(&r, 8 << 30, &with_pid).pid);
-        assert!(
-            !pressure(&Readings::default(), 8 << 30, &with_pid).memory,
-            "an unread signal is no pressure"
-        );
     }
 
     #[test]

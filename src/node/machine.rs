@@ -1,12 +1,12 @@
 //! What the host says about itself: the capacity facts (cores, memory, the root dir's
-//! filesystem, huge pages), the pressure signals (available memory, free space and inodes,
-//! PIDs) and the system identity for nodeInfo. Read from /proc, /sys and statvfs, on a
-//! blocking thread (`read_host`); everything downstream is pure.
+//! filesystem, huge pages, PIDs) and the system identity for nodeInfo. Read from /proc,
+//! /sys and statvfs, on a blocking thread (`read_host`); everything downstream is pure.
+//! (The pressure signals are the eviction manager's, from the stats collector.)
 
 use std::net::IpAddr;
 use std::path::Path;
 
-use crate::stats::disk::{statvfs, FsCapacity};
+use crate::stats::disk::statvfs;
 
 /// The capacity the node reports, in whole units (cores, bytes).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -19,17 +19,11 @@ pub(crate) struct Machine {
     pub hugepages: Vec<(String, i64)>,
 }
 
-/// The eviction signals' observations; None when unreadable (no pressure then, as upstream
-/// treats an unobserved signal).
+/// What the host allows beyond its capacity; None when unreadable.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Readings {
-    pub memory_available: Option<i64>,
-    pub nodefs: Option<FsCapacity>,
-    pub imagefs: Option<FsCapacity>,
     /// min(pid_max, threads-max), upstream's MaxPID.
     pub max_pid: Option<i64>,
-    /// Tasks on the host (sysinfo's procs), upstream's NumOfRunningProcesses.
-    pub processes: Option<i64>,
 }
 
 /// The identity fields of nodeInfo that come from the host.
@@ -55,7 +49,7 @@ pub(crate) struct HostFacts {
 }
 
 /// Reads the host. Blocking: call it from `spawn_blocking`.
-pub(crate) fn read_host(root_dir: &Path, image_fs_path: &Path) -> HostFacts {
+pub(crate) fn read_host(root_dir: &Path) -> HostFacts {
     let nodefs = statvfs(root_dir).ok();
     let meminfo = {
         use procfs::Current;
@@ -72,16 +66,7 @@ pub(crate) fn read_host(root_dir: &Path, image_fs_path: &Path) -> HostFacts {
             ephemeral_storage_bytes: nodefs.map(|f| f.capacity as i64),
             hugepages: hugepages(Path::new("/sys/kernel/mm/hugepages")),
         },
-        readings: Readings {
-            memory_available: meminfo
-                .as_ref()
-                .and_then(|m| m.mem_available)
-                .and_then(bytes),
-            nodefs,
-            imagefs: statvfs(image_fs_path).ok(),
-            max_pid: max_pid(),
-            processes: processes(),
-        },
+        readings: Readings { max_pid: max_pid() },
         system: SystemInfo {
             machine_id: read_trimmed("/etc/machine-id"),
             system_uuid: read_trimmed("/sys/class/dmi/id/product_uuid"),
@@ -176,15 +161,6 @@ fn max_pid() -> Option<i64> {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
-}
-
-fn processes() -> Option<i64> {
-    // SAFETY: sysinfo only writes into the struct it is given.
-    let mut info: libc::sysinfo = unsafe { std::mem::zeroed() };
-    if unsafe { libc::sysinfo(&mut info) } != 0 {
-        return None;
-    }
-    Some(i64::from(info.procs))
 }
 
 /// The IPv4 address of the interface holding the default route, else the first

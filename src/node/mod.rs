@@ -128,12 +128,13 @@ fn heartbeat_timeout(cfg: &Config) -> Duration {
 /// Starts the node's cluster-mode duties on the current tokio runtime: the Lease
 /// heartbeat at once, then registration (when `registerNode`) and the status loop. Returns
 /// the view of the Node that admission and others read; it stays `None` until the Node
-/// was registered or adopted. Condition changes are recorded as node events on `recorder`.
+/// was registered or adopted. The pressure conditions come from the eviction manager. Condition changes are recorded as node events on `recorder`.
 pub fn start(
     client: kube::Client,
     cfg: Arc<Config>,
     runtime: Arc<dyn NodeRuntime>,
     recorder: Recorder,
+    pressure: crate::eviction::PressureView,
 ) -> NodeView {
     let (publish, view) = watch::channel(None);
     let timeout = heartbeat_timeout(&cfg);
@@ -149,7 +150,7 @@ pub fn start(
     tokio::spawn(async move {
         let mut sizes = runtime::ImageSizes::default();
         if cfg.register_node {
-            let observed = update::observe(&cfg, runtime.as_ref(), &mut sizes).await;
+            let observed = update::observe(&cfg, runtime.as_ref(), &mut sizes, &pressure).await;
             let mut initial = status::initial_node(&cfg);
             let now = Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_default();
             let outcome = status::set_node_status(&mut initial, &cfg, &observed, now);
@@ -171,7 +172,7 @@ pub fn start(
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let observed = update::observe(&cfg, runtime.as_ref(), &mut sizes).await;
+            let observed = update::observe(&cfg, runtime.as_ref(), &mut sizes, &pressure).await;
             if let Err(e) = updater.update(&observed).await {
                 error!(error = %e, "unable to update node status");
             }

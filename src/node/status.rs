@@ -53,6 +53,8 @@ pub(crate) struct Observed {
     pub network: Result<(), String>,
     /// None when the runtime could not list them: the previous list stays.
     pub images: Option<Vec<ContainerImage>>,
+    /// The pressure conditions as the eviction manager last reported them.
+    pub pressure: conditions::Pressure,
 }
 
 /// The Node the agent registers (upstream's initialNode), before its status is set.
@@ -231,12 +233,7 @@ pub(crate) fn set_node_status(
     }
 
     let conditions = status.conditions.get_or_insert_with(Vec::new);
-    let pressure = conditions::pressure(
-        &observed.host.readings,
-        observed.host.machine.memory_bytes,
-        &cfg.eviction_hard,
-    );
-    let mut events = conditions::set_pressure_conditions(conditions, pressure, now);
+    let mut events = conditions::set_pressure_conditions(conditions, observed.pressure, now);
     let mut errors = Vec::new();
     if observed.runtime.is_err() {
         errors.push("container runtime is down".to_string());

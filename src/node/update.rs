@@ -58,14 +58,11 @@ pub(crate) async fn observe(
     cfg: &Config,
     rt: &dyn NodeRuntime,
     sizes: &mut ImageSizes,
+    pressure: &crate::eviction::PressureView,
 ) -> Observed {
-    let (root, image_fs, cni_dir) = (
-        cfg.root_dir.clone(),
-        cfg.image_fs_path.clone(),
-        cfg.cni_conf_dir.clone(),
-    );
+    let (root, cni_dir) = (cfg.root_dir.clone(), cfg.cni_conf_dir.clone());
     let host = tokio::task::spawn_blocking(move || {
-        let host = read_host(&root, &image_fs);
+        let host = read_host(&root);
         let network = Cni::new(cni_dir, Vec::new(), Duration::ZERO)
             .network_status()
             .map(|_| ())
@@ -93,6 +90,7 @@ pub(crate) async fn observe(
         runtime,
         network,
         images,
+        pressure: *pressure.borrow(),
     }
 }
 

@@ -130,8 +130,17 @@ pub struct Rejection {
     pub message: String,
 }
 
+/// Whether any of the tolerations tolerates the taint (upstream's
+/// TolerationsTolerateTaint).
+pub(crate) fn tolerates_taint(
+    tolerations: &[k8s_openapi::api::core::v1::Toleration],
+    taint: &k8s_openapi::api::core::v1::Taint,
+) -> bool {
+    tolerations.iter().any(|t| taints::tolerates(t, taint))
+}
+
 impl Rejection {
-    fn new(reason: impl Into<String>, message: impl Into<String>) -> Rejection {
+    pub(crate) fn new(reason: impl Into<String>, message: impl Into<String>) -> Rejection {
         Rejection {
             reason: reason.into(),
             message: message.into(),

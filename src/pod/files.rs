@@ -1,5 +1,5 @@
 //! The pod's files on the node: its directory under the root dir (the pod object as last
-//! seen, the pinned netns path, /etc/hosts, /etc/hostname, /etc/resolv.conf for its
+//! seen, the pinned netns path, /etc/hosts, /etc/hostname, /etc/resolv.conf (`dns`) for its
 //! containers), and clean-up of what a removed pod leaves (directories, log links, cgroups).
 
 use std::io;
@@ -73,8 +73,15 @@ impl PodDir {
             .unwrap_or_default()
     }
 
-    /// Writes /etc/hosts, /etc/hostname and /etc/resolv.conf for the pod's containers.
-    pub fn write_etc(&self, pod: &Pod, hostname: &str, pod_ip: Option<&str>) -> io::Result<()> {
+    /// Writes /etc/hosts, /etc/hostname and /etc/resolv.conf for the pod's containers;
+    /// returns the pod's resolver configuration (see `dns::pod_dns`).
+    pub fn write_etc(
+        &self,
+        pod: &Pod,
+        hostname: &str,
+        pod_ip: Option<&str>,
+        dns: &super::dns::DnsSettings,
+    ) -> io::Result<super::dns::PodDns> {
         let host_network = pod
             .spec
             .as_ref()
@@ -84,11 +91,17 @@ impl PodDir {
             let host = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
             format!("# Kubernetes-managed hosts file (host network).\n{host}")
         } else {
-            managed_hosts(pod, hostname, pod_ip)
+            managed_hosts(pod, hostname, pod_ip, &dns.cluster_domain)
         };
         write_atomic(&self.hosts(), hosts.as_bytes())?;
         write_atomic(&self.hostname(), format!("{hostname}\n").as_bytes())?;
-        write_atomic(&self.resolv(), resolv_conf(pod).as_bytes())
+        let host_resolver = match &dns.resolv_conf {
+            Some(path) => std::fs::read_to_string(path).unwrap_or_default(),
+            None => String::new(),
+        };
+        let resolver = super::dns::pod_dns(pod, dns, &host_resolver);
+        write_atomic(&self.resolv(), resolver.resolv_conf().as_bytes())?;
+        Ok(resolver)
     }
 
     pub fn remove(&self) -> io::Result<()> {
@@ -105,17 +118,26 @@ fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-/// upstream's managed /etc/hosts for a pod on the pod network.
-pub fn managed_hosts(pod: &Pod, hostname: &str, pod_ip: Option<&str>) -> String {
+/// upstream's managed /etc/hosts for a pod on the pod network: with a subdomain and a
+/// cluster domain, the pod's name in it too.
+pub fn managed_hosts(
+    pod: &Pod,
+    hostname: &str,
+    pod_ip: Option<&str>,
+    cluster_domain: &str,
+) -> String {
     let mut s = String::from(
         "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n",
     );
     if let Some(ip) = pod_ip {
         let spec = pod.spec.as_ref();
-        let fqdn = spec.and_then(|s| s.subdomain.as_ref()).map(|sub| {
-            let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-            format!("{hostname}.{sub}.{ns}.svc.cluster.local")
-        });
+        let fqdn = spec
+            .and_then(|s| s.subdomain.as_ref())
+            .filter(|sub| !sub.is_empty() && !cluster_domain.is_empty())
+            .map(|sub| {
+                let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+                format!("{hostname}.{sub}.{ns}.svc.{cluster_domain}")
+            });
         match fqdn {
             Some(f) => s.push_str(&format!("{ip}\t{f}\t{hostname}\n")),
             None => s.push_str(&format!("{ip}\t{hostname}\n")),
@@ -135,60 +157,6 @@ pub fn managed_hosts(pod: &Pod, hostname: &str, pod_ip: Option<&str>) -> String 
         ));
     }
     s
-}
-
-/// resolv.conf: the node's (dnsPolicy Default, or ClusterFirst with no cluster DNS, as
-/// upstream falls back), then the pod's dnsConfig merged in.
-pub fn resolv_conf(pod: &Pod) -> String {
-    let host = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
-    let spec = pod.spec.as_ref();
-    let policy = spec
-        .and_then(|s| s.dns_policy.as_deref())
-        .unwrap_or("ClusterFirst");
-    let (mut ns, mut search, mut opts) = if policy == "None" {
-        (Vec::new(), Vec::new(), Vec::new())
-    } else {
-        parse_resolv(&host)
-    };
-    if let Some(cfg) = spec.and_then(|s| s.dns_config.as_ref()) {
-        ns.extend(cfg.nameservers.clone().unwrap_or_default());
-        search.extend(cfg.searches.clone().unwrap_or_default());
-        for o in cfg.options.iter().flatten() {
-            let Some(name) = o.name.as_deref() else {
-                continue;
-            };
-            opts.retain(|x: &String| x.split(':').next() != Some(name));
-            opts.push(match &o.value {
-                Some(v) => format!("{name}:{v}"),
-                None => name.to_string(),
-            });
-        }
-    }
-    let mut out = String::new();
-    if !search.is_empty() {
-        out.push_str(&format!("search {}\n", search.join(" ")));
-    }
-    for n in ns.iter().take(3) {
-        out.push_str(&format!("nameserver {n}\n"));
-    }
-    if !opts.is_empty() {
-        out.push_str(&format!("options {}\n", opts.join(" ")));
-    }
-    out
-}
-
-fn parse_resolv(s: &str) -> (Vec<String>, Vec<String>, Vec<String>) {
-    let (mut ns, mut search, mut opts) = (Vec::new(), Vec::new(), Vec::new());
-    for line in s.lines() {
-        let mut f = line.split_whitespace();
-        match f.next() {
-            Some("nameserver") => ns.extend(f.next().map(str::to_string)),
-            Some("search") | Some("domain") => search = f.map(str::to_string).collect(),
-            Some("options") => opts.extend(f.map(str::to_string)),
-            _ => {}
-        }
-    }
-    (ns, search, opts)
 }
 
 /// Removes the pod's cgroup directories in every hierarchy (v1 controllers or the v2
@@ -269,24 +237,10 @@ mod tests {
             "spec": {"containers": [], "hostAliases": [{"ip": "10.0.0.9", "hostnames": ["a", "b"]}]}
         }))
         .unwrap();
-        let h = managed_hosts(&pod, "p", Some("10.88.0.3"));
+        let h = managed_hosts(&pod, "p", Some("10.88.0.3"), "cluster.local");
         assert!(h.starts_with("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n"));
         assert!(h.contains("10.88.0.3\tp\n"));
         assert!(h.contains("10.0.0.9\ta\tb\n"));
-    }
-
-    #[test]
-    fn resolv_merges_dns_config() {
-        let pod: Pod = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "p"},
-            "spec": {"containers": [], "dnsPolicy": "None", "dnsConfig": {
-                "nameservers": ["1.2.3.4"], "searches": ["a.b"], "options": [{"name": "ndots", "value": "2"}]}}
-        }))
-        .unwrap();
-        assert_eq!(
-            resolv_conf(&pod),
-            "search a.b\nnameserver 1.2.3.4\noptions ndots:2\n"
-        );
     }
 
     #[test]

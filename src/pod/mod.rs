@@ -4,13 +4,15 @@
 //! no source wants any more are stopped and cleaned up once every source has reported.
 //! Statuses go to one writer, the `status_manager`, which readers subscribe to.
 //!
-//! New pods pass admission first, against the pods already admitted and, in cluster mode,
-//! this node's Node object. A pod the API server is deleting gracefully (it carries
+//! New pods pass admission first, against the node's pressure conditions, the pods already
+//! admitted and, in cluster mode, this node's Node object. A pod the API server is deleting gracefully (it carries
 //! `metadata.deletionTimestamp`) stays with its worker, which stops it within its grace
 //! period and then finishes; the pod is not started again while the API still lists it.
 
 pub mod admission;
 pub mod backoff;
+pub mod dns;
+pub mod evictions;
 pub mod files;
 pub mod mirror;
 pub mod qos;
@@ -60,6 +62,8 @@ pub struct PodManager {
     ended: HashSet<String>,
     /// This node's Node object (cluster mode), for admission.
     node: Option<NodeView>,
+    /// The node's pressure conditions, for admission (none without an eviction manager).
+    pressure: Option<crate::eviction::PressureView>,
     events: Recorder,
     done_tx: mpsc::UnboundedSender<String>,
     done_rx: mpsc::UnboundedReceiver<String>,
@@ -78,6 +82,7 @@ impl PodManager {
             finished: HashSet::new(),
             ended: HashSet::new(),
             node: None,
+            pressure: None,
             events: Recorder::disabled(),
             done_tx,
             done_rx,
@@ -88,6 +93,12 @@ impl PodManager {
     /// it, or until the Node is registered, only the checks that need no Node run.
     pub fn with_node(mut self, node: NodeView) -> Self {
         self.node = Some(node);
+        self
+    }
+
+    /// Refuses new pods under node pressure as the eviction manager reports it.
+    pub fn with_pressure(mut self, pressure: crate::eviction::PressureView) -> Self {
+        self.pressure = Some(pressure);
         self
     }
 
@@ -231,6 +242,11 @@ impl PodManager {
         }
         let max = self.shared.cfg.max_pods as usize;
         let node = self.node.as_ref().and_then(|n| n.borrow().clone());
+        let pressure = self
+            .pressure
+            .as_ref()
+            .map(|p| *p.borrow())
+            .unwrap_or_default();
         let (found, new): (Vec<_>, Vec<_>) =
             desired.iter().partition(|(u, _)| on_node.contains(*u));
         for (uid, pod) in found.into_iter().chain(new) {
@@ -242,7 +258,14 @@ impl PodManager {
                 continue;
             }
             let refs: Vec<&Pod> = admitted.iter().collect();
-            match admission::admit(pod, &refs, max, node.as_deref()) {
+            // The eviction manager's check first, as upstream orders its admit handlers;
+            // a pod being deleted is never refused.
+            let verdict = if pod.metadata.deletion_timestamp.is_some() {
+                Ok(())
+            } else {
+                crate::eviction::admit(pod, &pressure)
+            };
+            match verdict.and_then(|()| admission::admit(pod, &refs, max, node.as_deref())) {
                 Ok(()) => {
                     admitted.push(pod.clone());
                     self.spawn(pod_ref(pod), Some(Arc::new(pod.clone())));

@@ -120,13 +120,24 @@ const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
 /// `system-node-critical` priority class. Such a pod's containers get Guaranteed's
 /// oom_score_adj whatever their QoS class, so the OOM killer takes them last.
 pub fn is_node_critical(pod: &Pod) -> bool {
-    let spec = pod.spec.as_ref();
-    let critical = crate::source::static_pod::is_static_pod(pod)
+    is_critical(pod)
+        && pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.priority_class_name.as_deref())
+            == Some("system-node-critical")
+}
+
+/// Upstream's IsCriticalPod: a static or mirror pod, or one at system-critical priority.
+/// Such pods are never evicted and pass admission under node pressure.
+pub fn is_critical(pod: &Pod) -> bool {
+    crate::source::static_pod::is_static_pod(pod)
         || crate::source::apiserver::is_mirror_pod(pod)
-        || spec
+        || pod
+            .spec
+            .as_ref()
             .and_then(|s| s.priority)
-            .is_some_and(|p| p >= SYSTEM_CRITICAL_PRIORITY);
-    critical && spec.and_then(|s| s.priority_class_name.as_deref()) == Some("system-node-critical")
+            .is_some_and(|p| p >= SYSTEM_CRITICAL_PRIORITY)
 }
 
 /// The container's oom_score_adj (upstream's GetContainerOOMScoreAdjust): a node-critical

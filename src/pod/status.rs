@@ -37,6 +37,9 @@ impl Waiting {
 pub struct PodFailure {
     pub reason: String,
     pub message: String,
+    /// The agent ends the pod to relieve the node (eviction): the status carries a
+    /// DisruptionTarget condition.
+    pub disruption: bool,
 }
 
 /// What the probes say of a running container.
@@ -394,7 +397,7 @@ pub fn compute(input: &StatusInput) -> PodStatus {
             )),
         )
     };
-    let conditions = vec![
+    let mut conditions = vec![
         condition(
             "PodReadyToStartContainers",
             input.sandbox_ready,
@@ -430,6 +433,17 @@ pub fn compute(input: &StatusInput) -> PodStatus {
         ),
         condition("PodScheduled", true, None, None, input),
     ];
+    // A pod the agent stops to relieve the node says so (upstream's DisruptionTarget,
+    // which disruption budgets and Job pod-failure policies read).
+    if let Some(f) = input.failure.filter(|f| f.disruption) {
+        conditions.push(condition(
+            "DisruptionTarget",
+            true,
+            Some("TerminationByKubelet"),
+            Some(f.message.clone()),
+            input,
+        ));
+    }
     PodStatus {
         phase: Some(phase.to_string()),
         conditions: Some(conditions),

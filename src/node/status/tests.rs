@@ -1,6 +1,5 @@
 use super::*;
 use crate::node::machine::{Machine, Readings, SystemInfo};
-use crate::stats::disk::FsCapacity;
 use k8s_openapi::api::core::v1::NodeCondition;
 
 pub(crate) fn config() -> Config {
@@ -10,13 +9,6 @@ pub(crate) fn config() -> Config {
 }
 
 pub(crate) fn observed() -> Observed {
-    let fs = FsCapacity {
-        capacity: 100 << 30,
-        available: 50 << 30,
-        used: 50 << 30,
-        inodes: 1000,
-        inodes_free: 500,
-    };
     Observed {
         host: HostFacts {
             machine: Machine {
@@ -26,11 +18,7 @@ pub(crate) fn observed() -> Observed {
                 hugepages: vec![],
             },
             readings: Readings {
-                memory_available: Some(2 << 30),
-                nodefs: Some(fs),
-                imagefs: Some(fs),
                 max_pid: Some(32768),
-                processes: Some(200),
             },
             system: SystemInfo {
                 machine_id: "m1".into(),
@@ -48,6 +36,7 @@ pub(crate) fn observed() -> Observed {
             names: Some(vec!["registry.k8s.io/pause:3.10".into()]),
             size_bytes: Some(320_000),
         }]),
+        pressure: Default::default(),
     }
 }
 
@@ -285,7 +274,7 @@ fn a_heartbeat_alone_is_no_change_but_a_new_fact_is() {
 
     let mut third = second.clone();
     let mut seen = observed();
-    seen.host.readings.memory_available = Some(1 << 20);
+    seen.pressure.memory = true;
     set_node_status(&mut third, &cfg, &seen, at(120));
     assert!(status_changed(b, third.status.as_ref().unwrap()));
     assert_eq!(condition(&third, "MemoryPressure").status, "True");

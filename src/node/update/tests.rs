@@ -97,7 +97,7 @@ async fn reports_on_change_or_when_the_report_period_went_by() {
     // A change is reported at once.
     tokio::time::advance(Duration::from_secs(10)).await;
     let mut pressed = observed();
-    pressed.host.readings.memory_available = Some(1 << 20);
+    pressed.pressure.memory = true;
     let task = pass(updater, pressed.clone()).await;
     answer(&mut api, 200, reported(&observed())).await;
     let seen = answer(&mut api, 200, reported(&pressed)).await;

@@ -19,7 +19,7 @@ pub(crate) fn untolerated_no_execute<'a>(
 
 /// Upstream's ToleratesTaint: an empty effect or key matches any; `Exists` ignores the
 /// value, `Equal` (the default) compares it; any other operator tolerates nothing.
-fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
+pub(super) fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
     let effect = toleration.effect.as_deref().unwrap_or_default();
     if !effect.is_empty() && effect != taint.effect {
         return false;

@@ -346,6 +346,7 @@ fn a_failed_pod_carries_its_reason_and_message() {
     let f = PodFailure {
         reason: "DeadlineExceeded".into(),
         message: "Pod was active on the node longer than the specified deadline".into(),
+        disruption: false,
     };
     let s = terminal_status(&p, &[rec("app", Kind::App, 0, exited(137))], Some(&f));
     assert_eq!(s.phase.as_deref(), Some("Failed"));

@@ -88,6 +88,8 @@ pub struct Shared {
     /// The ConfigMaps, Secrets and tokens pods reference (`objects::Standalone` without an
     /// API server).
     pub objects: Arc<dyn crate::objects::ClusterObjects>,
+    /// The evictions the eviction manager asked for, taken up by each pod's worker.
+    pub evictions: Arc<super::evictions::PodEvictions>,
 }
 
 pub type StatsPods =
@@ -131,6 +133,13 @@ pub struct Worker {
     /// The agent failed the pod as a whole (activeDeadlineSeconds): its containers are killed
     /// and not restarted.
     failure: Option<PodFailure>,
+    /// The grace period the eviction manager gave the pod, when it evicted it.
+    eviction_grace: Option<Duration>,
+    /// The pod ended and its volumes and cgroup were released.
+    released: bool,
+    /// The ended pod's containers were removed (node-level reclaim): its status stays as
+    /// last published.
+    frozen: bool,
 }
 
 fn policy(pod: &Pod) -> &str {
@@ -220,6 +229,9 @@ impl Worker {
             view: None,
             terminating: false,
             failure: None,
+            eviction_grace: None,
+            released: false,
+            frozen: false,
         }
     }
 

@@ -18,6 +18,15 @@ impl Worker {
     /// Exits the pass itself caused (kills, failed hooks) are recorded first, so a status
     /// never shows an exit without its reason.
     pub(super) async fn publish(&mut self, pod: &Pod) {
+        if self.frozen {
+            // Its containers are gone: the status they ended with stands.
+            if let Some(status) = self.last_status.clone() {
+                let mut out = pod.clone();
+                out.status = Some(status);
+                self.shared.statuses.set(out);
+            }
+            return;
+        }
         if let Err(e) = self.finalize_view().await {
             warn!(pod = %self.pod_ref.display(), error = %e, "cannot record a container exit");
         }

@@ -87,6 +87,7 @@ impl Worker {
         self.finalize_view().await?;
         self.collect_garbage().await;
 
+        self.check_eviction();
         self.check_active_deadline(pod);
 
         // A pod that reached Succeeded or Failed stays there: what still runs of it (a pod
@@ -94,12 +95,14 @@ impl Worker {
         let st = self.preview_status(pod);
         if matches!(st.phase.as_deref(), Some("Succeeded") | Some("Failed")) {
             let records = self.records().to_vec();
-            self.stop_containers(Some(pod), &records, grace_period(pod))
-                .await?;
+            let grace = self.eviction_grace.unwrap_or_else(|| grace_period(pod));
+            self.stop_containers(Some(pod), &records, grace).await?;
             if latest_sandbox(self.records()).is_some_and(|s| s.is_running()) {
                 info!(pod = %self.pod_ref.display(), "pod is terminal; stopping its sandbox");
                 self.stop_sandbox().await?;
             }
+            self.release_ended_pod().await;
+            self.reclaim_ended_pod().await;
             return Ok(self.shared.cfg.sync_frequency);
         }
 
@@ -308,6 +311,7 @@ impl Worker {
         let failure = PodFailure {
             reason: events::DEADLINE_EXCEEDED.to_string(),
             message: "Pod was active on the node longer than the specified deadline".to_string(),
+            disruption: false,
         };
         info!(pod = %self.pod_ref.display(), reason = %failure.reason, "pod was active longer than its activeDeadlineSeconds; failing it");
         self.pod_event(
@@ -319,6 +323,26 @@ impl Worker {
         // Its containers end for good: their statuses show how, not why they would wait.
         self.waiting.clear();
         self.failure = Some(failure);
+    }
+
+    /// Fails the pod when the eviction manager asked for it: phase Failed, reason Evicted
+    /// and a DisruptionTarget condition; its containers are then stopped within the
+    /// eviction's grace period and never restarted. (The manager recorded the event.)
+    fn check_eviction(&mut self) {
+        let Some(eviction) = self.shared.evictions.take(&self.pod_ref.uid) else {
+            return;
+        };
+        if self.failure.is_some() {
+            return;
+        }
+        info!(pod = %self.pod_ref.display(), grace_seconds = eviction.grace_period.as_secs(), "pod evicted; stopping it");
+        self.waiting.clear();
+        self.eviction_grace = Some(eviction.grace_period);
+        self.failure = Some(PodFailure {
+            reason: crate::eviction::REASON_EVICTED.to_string(),
+            message: eviction.message,
+            disruption: true,
+        });
     }
 
     /// Carries out a step; `Some(wait)` when the container must wait out its back-off.

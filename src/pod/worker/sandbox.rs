@@ -13,6 +13,7 @@ use super::{blocking, events, host_network, Sandbox, Worker};
 use crate::events::EventType;
 use crate::network::cni::{AttachRequest, PortMapping};
 use crate::network::netns;
+use crate::pod::dns::DnsSettings;
 use crate::pod::files::SandboxState;
 use crate::pod::qos::qos_class;
 use crate::runtime::containers::TaskIo;
@@ -152,9 +153,19 @@ impl Worker {
                     hostname.clone(),
                     ips.first().cloned(),
                 );
-                blocking(move || d.write_etc(&pod, &h, ip.as_deref())).await
+                let dns = DnsSettings::from_config(&self.shared.cfg);
+                blocking(move || d.write_etc(&pod, &h, ip.as_deref(), &dns)).await
             };
-            written.map_err(self.files_error())?;
+            let resolver = written.map_err(self.files_error())?;
+            if resolver.missing_cluster_dns {
+                let message = format!(
+                    "pod: \"{}\". kubelet does not have ClusterDNS IP configured and cannot create \
+                     Pod using \"ClusterFirst\" policy. Falling back to \"Default\" policy.",
+                    self.pod_ref.display()
+                );
+                warn!(pod = %self.pod_ref.display(), "no clusterDNS configured: the pod gets the node's resolver");
+                self.pod_event(pod, EventType::Warning, "MissingClusterDNS", message);
+            }
             let ctx = self.pod_context(pod, &id, netns_path.clone(), 0, &ips, &hostname);
             let mut spec = spec::sandbox_spec(&ctx, &pause.config)?;
             spec::set_cgroup_leaf(&mut spec, &ctx.cgroup_parent, &id);

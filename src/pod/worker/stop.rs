@@ -152,6 +152,52 @@ impl Worker {
         Ok((r.id.clone(), status))
     }
 
+    /// An ended pod (Succeeded, or Failed: evicted, past its deadline) keeps its
+    /// containers' records for its statuses and logs until it is deleted, but not what only
+    /// a running pod needs, as upstream's SyncTerminatedPod: its volumes are torn down (an
+    /// emptyDir's data goes, a tmpfs's memory is freed) and its cgroup removed. Once per
+    /// worker; a failure is retried on the next pass.
+    pub(super) async fn release_ended_pod(&mut self) {
+        if self.released {
+            return;
+        }
+        let pod_dir = self.pod_dir();
+        if let Err(e) = volume::teardown_pod_volumes(&pod_dir.dir).await {
+            warn!(pod = %self.pod_ref.display(), error = %e, "cannot tear down the ended pod's volumes; retrying");
+            return;
+        }
+        let (cm, cfg, uid) = (
+            self.shared.cm.clone(),
+            self.shared.cfg.clone(),
+            self.pod_ref.uid.clone(),
+        );
+        blocking(move || remove_pod_cgroup(cm.as_deref(), &cfg, &uid)).await;
+        info!(pod = %self.pod_ref.display(), "pod ended: its volumes and cgroup released");
+        self.released = true;
+    }
+
+    /// When the eviction manager asked (node-level reclaim under disk pressure), an ended
+    /// pod gives up now what it would keep until deleted: its dead containers with their
+    /// writable layers and logs, its sandbox and directory. Its status stays as last
+    /// published (`frozen`), as upstream keeps a terminal pod's.
+    pub(super) async fn reclaim_ended_pod(&mut self) {
+        let uid = self.pod_ref.uid.clone();
+        if !self.shared.evictions.reclaim_requested(&uid) {
+            return;
+        }
+        // Nothing of it runs any more: no grace period applies.
+        match self.terminate(Duration::from_secs(1)).await {
+            Ok(()) => {
+                self.frozen = true;
+                info!(pod = %self.pod_ref.display(), "ended pod's containers removed to reclaim disk space");
+            }
+            Err(e) => {
+                warn!(pod = %self.pod_ref.display(), error = %e, "cannot remove the ended pod's containers")
+            }
+        }
+        self.shared.evictions.reclaim_done(&uid);
+    }
+
     /// Stops and removes everything of the pod, in order, each step idempotent.
     pub async fn terminate(&mut self, grace: Duration) -> Result<(), SandboxError> {
         let rt = self.shared.rt.clone();
@@ -198,22 +244,7 @@ impl Worker {
         blocking(move || {
             let _ = std::fs::remove_dir_all(&log_dir);
             remove_log_links(&cfg.container_logs_dir, &name, &namespace);
-            // Wherever the pod's cgroup is (its class may have changed with its spec).
-            match cm {
-                Some(cm) => {
-                    let left = cm.remove_pod(&uid);
-                    if !left.is_empty() {
-                        let left: Vec<String> =
-                            left.iter().map(|p| p.display().to_string()).collect();
-                        tracing::warn!(pod_uid = %uid, left = %left.join(" "), "pod cgroups still busy; left in place");
-                    }
-                }
-                None => {
-                    for cgroup in crate::cm::Layout::from_config(&cfg).pod_cgroups(&uid) {
-                        remove_pod_cgroups(&cgroup);
-                    }
-                }
-            }
+            remove_pod_cgroup(cm.as_deref(), &cfg, &uid);
         })
         .await;
         let pod_dir = self.pod_dir();
@@ -225,5 +256,28 @@ impl Worker {
             .map_err(|source| SandboxError::Files { dir, source })?;
         self.backoff.forget_prefix(&self.pod_ref.uid);
         Ok(())
+    }
+}
+
+/// Removes the pod's cgroup wherever it is (its class may have changed with its spec);
+/// one still busy is left in place, with a warning. Blocking.
+fn remove_pod_cgroup(
+    cm: Option<&crate::cm::ContainerManager>,
+    cfg: &crate::config::Config,
+    uid: &str,
+) {
+    match cm {
+        Some(cm) => {
+            let left = cm.remove_pod(uid);
+            if !left.is_empty() {
+                let left: Vec<String> = left.iter().map(|p| p.display().to_string()).collect();
+                warn!(pod_uid = %uid, left = %left.join(" "), "pod cgroups still busy; left in place");
+            }
+        }
+        None => {
+            for cgroup in crate::cm::Layout::from_config(cfg).pod_cgroups(uid) {
+                remove_pod_cgroups(&cgroup);
+            }
+        }
     }
 }

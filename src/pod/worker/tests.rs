@@ -70,11 +70,13 @@ pub(crate) fn test_shared(
     cfg.container_logs_dir = dir.join("containers");
     cfg.pod_infra_container_image = "pause".into();
     tune(&mut cfg);
+    let statuses = StatusManager::new();
     Arc::new(Shared {
         rt: Arc::new(fake),
         cni: Cni::new(dir.join("cni"), vec![], Duration::from_secs(5)),
         cfg: Arc::new(cfg),
-        statuses: StatusManager::new(),
+        evictions: crate::pod::evictions::PodEvictions::new(statuses.clone(), None),
+        statuses,
         exe: "/bin/true".into(),
         host_ip: "192.0.2.10".into(),
         memory_capacity: 8 << 30,

@@ -325,3 +325,107 @@ async fn a_sandbox_task_goes_before_its_network_and_the_record_after() {
     assert_eq!(left.len(), 1, "{left:?}");
     assert!(h.fake.calls_of("remove_container").is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_evicted_pod_fails_with_a_disruption_condition_within_the_eviction_grace_period() {
+    use crate::eviction::{Eviction, PodControl};
+    let h = harness();
+    h.fake.script("stubborn", [Script::IgnoreTerm]);
+    let p = pod(&[], &["stubborn"], "Always");
+    let mut w = worker(&h, &p);
+    w.pass(&p).await;
+    assert!(running(&h, "stubborn"));
+    assert_eq!(h.shared.evictions.active_pods().len(), 1);
+    assert!(!h.shared.evictions.is_stopped(UID));
+
+    let message = "The node was low on resource: memory. ";
+    h.shared.evictions.evict(
+        UID,
+        Eviction {
+            message: message.into(),
+            grace_period: Duration::from_secs(1),
+        },
+    );
+    let before = tokio::time::Instant::now();
+    w.pass(&p).await;
+    assert_eq!(
+        h.fake.calls_of("kill stubborn#0"),
+        ["kill stubborn#0 15", "kill stubborn#0 9"],
+        "SIGKILL once the eviction's 1 s passed (the spec's 5 s do not count)"
+    );
+    assert!(before.elapsed() < Duration::from_secs(5));
+    let st = h
+        .shared
+        .statuses
+        .get(UID)
+        .unwrap()
+        .pod
+        .status
+        .clone()
+        .unwrap();
+    assert_eq!(st.phase.as_deref(), Some("Failed"));
+    assert_eq!(st.reason.as_deref(), Some("Evicted"));
+    assert_eq!(st.message.as_deref(), Some(message));
+    let disruption = st
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "DisruptionTarget")
+        .expect("a DisruptionTarget condition");
+    assert_eq!(disruption.status, "True");
+    assert_eq!(disruption.reason.as_deref(), Some("TerminationByKubelet"));
+    assert_eq!(disruption.message.as_deref(), Some(message));
+    assert!(h.shared.evictions.is_stopped(UID));
+    assert!(h.shared.evictions.active_pods().is_empty());
+
+    w.pass(&p).await;
+    assert_eq!(
+        h.fake.calls_of("start_task stubborn").len(),
+        1,
+        "an evicted pod is not started again"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_ended_pod_gives_up_its_containers_when_asked_and_keeps_its_status() {
+    use crate::eviction::{Eviction, PodControl};
+    let h = harness();
+    let p = pod(&[], &["app"], "Always");
+    let mut w = worker(&h, &p);
+    w.pass(&p).await;
+    h.shared.evictions.evict(
+        UID,
+        Eviction {
+            message: "evicted".into(),
+            grace_period: Duration::from_secs(1),
+        },
+    );
+    w.pass(&p).await;
+    let ended = h.shared.statuses.get(UID).unwrap().pod.status.clone();
+    assert_eq!(
+        ended.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Failed")
+    );
+    assert_eq!(
+        h.fake.records(UID).len(),
+        2,
+        "the dead app container and sandbox stay"
+    );
+
+    let evictions = h.shared.evictions.clone();
+    let asked =
+        tokio::spawn(async move { evictions.reclaim_ended_pods(Duration::from_secs(30)).await });
+    tokio::task::yield_now().await;
+    w.pass(&p).await;
+    assert_eq!(asked.await.unwrap(), 1);
+    assert!(h.fake.records(UID).is_empty(), "{:?}", h.fake.records(UID));
+    assert_eq!(
+        h.shared.statuses.get(UID).unwrap().pod.status,
+        ended,
+        "the status it ended with stands"
+    );
+    // Later passes keep it so, and start nothing.
+    w.pass(&p).await;
+    assert_eq!(h.shared.statuses.get(UID).unwrap().pod.status, ended);
+    assert_eq!(h.fake.calls_of("start_task app").len(), 1);
+}
