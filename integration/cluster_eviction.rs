@@ -28,9 +28,10 @@ fn mem_total() -> i64 {
 }
 
 /// Grows to 600 MiB of anonymous memory in 10 MiB steps (each a shell variable holding a
-/// copy of a 10 MiB string), then waits. Anonymous memory goes with the process, so the
-/// pressure ends when the pod is evicted.
-const HOG: &str = r#"chunk=$(head -c 10485760 /dev/zero | tr "\0" a); i=0; while [ $i -lt 60 ]; do eval "v$i=\$chunk"; i=$((i+1)); sleep 0.2; done; echo filled; exec sleep 3600"#;
+/// copy of a 10 MiB string), then waits in the shell: in a loop, as busybox's sh execs the
+/// last command of `-c`, which would drop them. Anonymous memory goes with the process, so
+/// the pressure ends when the pod is evicted.
+const HOG: &str = r#"chunk=$(head -c 10485760 /dev/zero | tr "\0" a); i=0; while [ $i -lt 60 ]; do eval "v$i=\$chunk"; i=$((i+1)); sleep 0.2; done; echo filled; while :; do sleep 3600; done"#;
 
 fn condition<'a>(node: &'a Value, kind: &str) -> Option<&'a Value> {
     node["status"]["conditions"]
@@ -179,7 +180,7 @@ fn a_disk_filler_is_evicted_once_removing_unused_images_is_not_enough() {
             &format!("--eviction-hard=nodefs.available<{threshold}"),
             "--eviction-pressure-transition-period=30s",
             "--housekeeping-interval=2s",
-            "--image-minimum-gc-age=0s",
+            "--minimum-image-ttl-duration=0s",
         ],
     );
     assert_eq!(

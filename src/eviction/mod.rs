@@ -156,10 +156,19 @@ impl EvictionManager {
             thresholds = self.thresholds.len(),
             "eviction manager started"
         );
+        let mut fresh = false;
         loop {
-            match self.synchronize().await {
-                Some(uid) => self.wait_stopped(&uid).await,
-                None => tokio::time::sleep(MONITORING_INTERVAL).await,
+            match self.synchronize(fresh).await {
+                Some(uid) => {
+                    self.wait_stopped(&uid).await;
+                    // The collector's last sample may predate the pod's end: the next
+                    // pass samples again, or it would evict for memory already freed.
+                    fresh = true;
+                }
+                None => {
+                    fresh = false;
+                    tokio::time::sleep(MONITORING_INTERVAL).await
+                }
             }
         }
     }
@@ -192,13 +201,20 @@ impl EvictionManager {
         });
     }
 
-    /// One pass; returns the UID of the pod it evicted.
-    pub(crate) async fn synchronize(&mut self) -> Option<String> {
+    /// One pass, on the collector's last sample or (`fresh`) one taken now; returns the UID
+    /// of the pod it evicted.
+    pub(crate) async fn synchronize(&mut self, fresh: bool) -> Option<String> {
         if self.thresholds.is_empty() {
             return None;
         }
         let stats = self.stats.clone();
-        let summary = tokio::task::spawn_blocking(move || stats.latest())
+        let summary = tokio::task::spawn_blocking(move || {
+            if fresh {
+                stats.fresh()
+            } else {
+                stats.latest()
+            }
+        })
             .await
             .ok()
             .flatten()?;

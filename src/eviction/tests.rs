@@ -151,7 +151,7 @@ async fn memory_pressure_evicts_the_pod_over_its_request_and_spares_guaranteed_a
             ("hog", 300 * MIB),
         ],
     ));
-    assert_eq!(m.synchronize().await.as_deref(), Some("hog"));
+    assert_eq!(m.synchronize(false).await.as_deref(), Some("hog"));
     assert!(view.borrow().memory && !view.borrow().disk);
     let evicted = fakes.evicted.lock().unwrap().clone();
     assert_eq!(evicted.len(), 1);
@@ -169,7 +169,7 @@ async fn memory_pressure_evicts_the_pod_over_its_request_and_spares_guaranteed_a
 
     // The same sample again: no second eviction on stale stats.
     *fakes.pods.lock().unwrap() = vec![pod("guaranteed", Some("500Mi"), json!({}))];
-    assert_eq!(m.synchronize().await, None);
+    assert_eq!(m.synchronize(false).await, None);
     // A new sample still under pressure: the Guaranteed pod is next (static pods never).
     *fakes.latest.lock().unwrap() = Some(summary(
         10,
@@ -177,11 +177,11 @@ async fn memory_pressure_evicts_the_pod_over_its_request_and_spares_guaranteed_a
         900 * MIB,
         &[("guaranteed", 100 * MIB)],
     ));
-    assert_eq!(m.synchronize().await.as_deref(), Some("guaranteed"));
+    assert_eq!(m.synchronize(false).await.as_deref(), Some("guaranteed"));
 
     // Relieved: no eviction, and the condition stays for the transition period (5 min).
     *fakes.latest.lock().unwrap() = Some(summary(20, 900 * MIB, 900 * MIB, &[]));
-    assert_eq!(m.synchronize().await, None);
+    assert_eq!(m.synchronize(false).await, None);
     assert!(view.borrow().memory);
 }
 
@@ -197,7 +197,7 @@ async fn only_critical_pods_left_means_no_eviction() {
     );
     *fakes.pods.lock().unwrap() = vec![critical];
     *fakes.latest.lock().unwrap() = Some(summary(0, 10 * MIB, 900 * MIB, &[("dns", 500 * MIB)]));
-    assert_eq!(m.synchronize().await, None);
+    assert_eq!(m.synchronize(false).await, None);
     assert!(fakes.evicted.lock().unwrap().is_empty());
 }
 
@@ -207,13 +207,13 @@ async fn disk_pressure_removes_unused_images_first_and_evicts_only_if_that_was_n
     *fakes.pods.lock().unwrap() = vec![pod("filler", None, json!({}))];
     *fakes.latest.lock().unwrap() = Some(summary(0, 900 * MIB, 50 * MIB, &[("filler", MIB)]));
     *fakes.fresh.lock().unwrap() = Some(summary(1, 900 * MIB, 200 * MIB, &[("filler", MIB)]));
-    assert_eq!(m.synchronize().await, None, "the images freed enough");
+    assert_eq!(m.synchronize(false).await, None, "the images freed enough");
     assert_eq!(*fakes.reclaims.lock().unwrap(), 1);
     assert!(view.borrow().disk && !view.borrow().memory);
 
     *fakes.latest.lock().unwrap() = Some(summary(10, 900 * MIB, 50 * MIB, &[("filler", MIB)]));
     *fakes.fresh.lock().unwrap() = Some(summary(11, 900 * MIB, 60 * MIB, &[("filler", MIB)]));
-    assert_eq!(m.synchronize().await.as_deref(), Some("filler"));
+    assert_eq!(m.synchronize(false).await.as_deref(), Some("filler"));
     assert_eq!(*fakes.reclaims.lock().unwrap(), 2);
     let evicted = fakes.evicted.lock().unwrap().clone();
     assert!(
@@ -239,7 +239,7 @@ async fn a_soft_threshold_waits_its_grace_period_and_gives_the_pods_their_own() 
     });
     *fakes.pods.lock().unwrap() = vec![pod("hog", None, json!({}))];
     *fakes.latest.lock().unwrap() = Some(summary(0, 500 * MIB, 900 * MIB, &[("hog", MIB)]));
-    assert_eq!(m.synchronize().await, None, "within the grace period");
+    assert_eq!(m.synchronize(false).await, None, "within the grace period");
     assert!(view.borrow().memory, "the condition is set at once");
 }
 
@@ -269,4 +269,29 @@ fn eviction_grace_periods_follow_upstream() {
         .unwrap()
         .termination_grace_period_seconds = None;
     assert_eq!(secs(&soft, 0, &unset), 30);
+}
+
+#[tokio::test]
+async fn the_pass_after_an_eviction_samples_again() {
+    let (mut m, _view, fakes) = manager(|_| {});
+    *fakes.pods.lock().unwrap() = vec![pod("hog", None, json!({})), pod("next", None, json!({}))];
+    *fakes.latest.lock().unwrap() = Some(summary(
+        0,
+        50 * MIB,
+        900 * MIB,
+        &[("hog", 300 * MIB), ("next", MIB)],
+    ));
+    assert_eq!(m.synchronize(false).await.as_deref(), Some("hog"));
+    // The collector's cache still holds a sample from before the hog ended; the one taken
+    // now does not see the pressure any more.
+    *fakes.pods.lock().unwrap() = vec![pod("next", None, json!({}))];
+    *fakes.latest.lock().unwrap() = Some(summary(
+        2,
+        50 * MIB,
+        900 * MIB,
+        &[("hog", 300 * MIB), ("next", MIB)],
+    ));
+    *fakes.fresh.lock().unwrap() = Some(summary(3, 400 * MIB, 900 * MIB, &[("next", MIB)]));
+    assert_eq!(m.synchronize(true).await, None);
+    assert_eq!(fakes.evicted.lock().unwrap().len(), 1);
 }
