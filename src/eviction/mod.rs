@@ -208,16 +208,11 @@ impl EvictionManager {
             return None;
         }
         let stats = self.stats.clone();
-        let summary = tokio::task::spawn_blocking(move || {
-            if fresh {
-                stats.fresh()
-            } else {
-                stats.latest()
-            }
-        })
-            .await
-            .ok()
-            .flatten()?;
+        let summary =
+            tokio::task::spawn_blocking(move || if fresh { stats.fresh() } else { stats.latest() })
+                .await
+                .ok()
+                .flatten()?;
         let observations = signals::observe(&summary);
         let decision = self.tracker.step(
             &self.thresholds,
