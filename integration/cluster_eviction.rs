@@ -16,17 +16,6 @@ use common::cluster::ClusterNode;
 use common::*;
 use serde_json::Value;
 
-fn mem_total() -> i64 {
-    let text = std::fs::read_to_string("/proc/meminfo").unwrap();
-    let kb: i64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap();
-    kb * 1024
-}
-
 /// Grows to 600 MiB of anonymous memory in 10 MiB steps (each a shell variable holding a
 /// copy of a 10 MiB string), then waits in the shell: in a loop, as busybox's sh execs the
 /// last command of `-c`, which would drop them. Anonymous memory goes with the process, so

@@ -56,17 +56,6 @@ fn host_number(cmd: &[&str]) -> i64 {
     String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
 }
 
-fn mem_total() -> i64 {
-    let text = std::fs::read_to_string("/proc/meminfo").unwrap();
-    let kb: i64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap();
-    kb * 1024
-}
-
 fn max_pid() -> i64 {
     let read = |p: &str| -> i64 { std::fs::read_to_string(p).unwrap().trim().parse().unwrap() };
     read("/proc/sys/kernel/pid_max").min(read("/proc/sys/kernel/threads-max"))

@@ -725,3 +725,15 @@ pub fn import_busybox_variant(ns: &str, name: &str, user: &str, files: &[(&str, 
     ));
     import_archive(ns, &archive);
 }
+
+/// The host's MemTotal in bytes, as the agent reads its memory capacity.
+pub fn mem_total() -> i64 {
+    let text = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kb: i64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    kb * 1024
+}

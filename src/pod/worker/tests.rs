@@ -132,9 +132,14 @@ fn terminated_reason(c: &ContainerStatus) -> Option<String> {
     c.state.as_ref()?.terminated.as_ref()?.reason.clone()
 }
 
-fn phase(h: &Harness) -> String {
+/// The pod's status as last published.
+fn pod_status(h: &Harness) -> k8s_openapi::api::core::v1::PodStatus {
     let v = h.shared.statuses.get(UID).expect("a published status");
-    v.pod.status.clone().unwrap().phase.unwrap_or_default()
+    v.pod.status.clone().expect("a status")
+}
+
+fn phase(h: &Harness) -> String {
+    pod_status(h).phase.unwrap_or_default()
 }
 
 #[tokio::test(start_paused = true)]

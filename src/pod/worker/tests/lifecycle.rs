@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::sync::{watch, Notify};
 
-use super::{harness, phase, pod, status_of, worker, Harness, UID};
+use super::{harness, phase, pod, pod_status, status_of, worker, Harness, UID};
 use crate::pod::worker::Worker;
 use crate::runtime::fake::Script;
 use crate::runtime::labels;
@@ -215,15 +215,7 @@ async fn a_pod_past_its_active_deadline_fails_and_is_not_restarted() {
     assert_eq!(h.fake.calls_of("kill sidecar#0"), ["kill sidecar#0 15"]);
     assert_eq!(h.fake.calls_of("kill POD#0"), ["kill POD#0 9"]);
     assert_eq!(h.fake.calls_of("start_task app").len(), 1, "not restarted");
-    let st = h
-        .shared
-        .statuses
-        .get(UID)
-        .unwrap()
-        .pod
-        .status
-        .clone()
-        .unwrap();
+    let st = pod_status(&h);
     assert_eq!(st.phase.as_deref(), Some("Failed"));
     assert_eq!(st.reason.as_deref(), Some("DeadlineExceeded"));
     assert_eq!(
@@ -354,15 +346,7 @@ async fn an_evicted_pod_fails_with_a_disruption_condition_within_the_eviction_gr
         "SIGKILL once the eviction's 1 s passed (the spec's 5 s do not count)"
     );
     assert!(before.elapsed() < Duration::from_secs(5));
-    let st = h
-        .shared
-        .statuses
-        .get(UID)
-        .unwrap()
-        .pod
-        .status
-        .clone()
-        .unwrap();
+    let st = pod_status(&h);
     assert_eq!(st.phase.as_deref(), Some("Failed"));
     assert_eq!(st.reason.as_deref(), Some("Evicted"));
     assert_eq!(st.message.as_deref(), Some(message));
