@@ -545,7 +545,7 @@ fn logs_follow_a_rotating_log_and_the_routes_answer_as_upstream() {
                 .unwrap();
             let lines = lines_of(&mut follow);
             match lines.recv_timeout(Duration::from_secs(120)) {
-                Ok(first) if first.contains("ready") => return Some((follow, lines)),
+                Ok(first) if first.contains("ready") => Some((follow, lines)),
                 Ok(first) => panic!("logs -f: the first line is {first:?}, not \"ready\""),
                 Err(_) => {
                     let _ = follow.kill();
