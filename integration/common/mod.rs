@@ -390,6 +390,7 @@ impl Drop for Node {
         }
         self.kill9();
         let mut left = purge_namespace_cgroups(&self.ns);
+        unpin_left_netns(&self.root.path().join("root"));
         // Pods the agent removed while it ran should have taken their pod cgroup with them;
         // what is left here is the agent's leak, cleaned so later runs start clean.
         let seen =
@@ -404,6 +405,27 @@ impl Drop for Node {
             }
         }
         check_no_cgroups_left(&self.test, &left);
+    }
+}
+
+/// The network namespaces the agent pinned for pods it did not get to tear down (a test
+/// killed it): unpinned, so /run/netns keeps no leftovers for later tests (the daemonset test
+/// waits for it to be empty).
+fn unpin_left_netns(root: &Path) {
+    let Ok(pods) = std::fs::read_dir(root.join("pods")) else {
+        return;
+    };
+    for pod in pods.flatten() {
+        let Ok(text) = std::fs::read_to_string(pod.path().join("sandbox.json")) else {
+            continue;
+        };
+        let netns = serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|v| v["netns"].as_str().map(PathBuf::from));
+        if let Some(netns) = netns {
+            let _ = nix::mount::umount2(&netns, nix::mount::MntFlags::MNT_DETACH);
+            let _ = std::fs::remove_file(&netns);
+        }
     }
 }
 
