@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::stats::summary::{FsStats, Summary, SYSTEM_CONTAINER_PODS};
+use crate::stats::summary::{FsStats, MemoryStats, Summary, SYSTEM_CONTAINER_PODS};
 
 /// Upstream's eviction signals (pkg/kubelet/eviction/api).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -126,6 +126,16 @@ pub(crate) struct Observation {
 
 pub(crate) type Observations = BTreeMap<Signal, Observation>;
 
+/// What is available of a memory limit, out of that plus the working set (upstream's
+/// capacity for memory signals).
+fn memory(m: &MemoryStats) -> Option<Observation> {
+    let (available, ws) = (m.available_bytes?, m.working_set_bytes?);
+    Some(Observation {
+        available: i64::try_from(available).ok()?,
+        capacity: i64::try_from(available + ws).ok()?,
+    })
+}
+
 fn fs_space(fs: &FsStats) -> Option<Observation> {
     Some(Observation {
         available: i64::try_from(fs.available_bytes?).ok()?,
@@ -147,31 +157,17 @@ fn fs_inodes(fs: &FsStats) -> Option<Observation> {
 pub(crate) fn observe(summary: &Summary) -> Observations {
     let mut out = Observations::new();
     let node = &summary.node;
-    if let Some(m) = &node.memory {
-        if let (Some(available), Some(ws)) = (m.available_bytes, m.working_set_bytes) {
-            out.insert(
-                Signal::MemoryAvailable,
-                Observation {
-                    available: available as i64,
-                    capacity: (available + ws) as i64,
-                },
-            );
-        }
-    }
     let pods = node
         .system_containers
         .iter()
         .find(|c| c.name == SYSTEM_CONTAINER_PODS)
         .and_then(|c| c.memory.as_ref());
-    if let Some(m) = pods {
-        if let (Some(available), Some(ws)) = (m.available_bytes, m.working_set_bytes) {
-            out.insert(
-                Signal::AllocatableMemoryAvailable,
-                Observation {
-                    available: available as i64,
-                    capacity: (available + ws) as i64,
-                },
-            );
+    for (signal, m) in [
+        (Signal::MemoryAvailable, node.memory.as_ref()),
+        (Signal::AllocatableMemoryAvailable, pods),
+    ] {
+        if let Some(o) = m.and_then(memory) {
+            out.insert(signal, o);
         }
     }
     if let Some(fs) = &node.fs {
@@ -242,5 +238,50 @@ pub(crate) fn dedicated_image_fs(summary: &Summary) -> bool {
         // tried first for the node's filesystem too.
         (Some(n), Some(i)) => n.capacity_bytes != i.capacity_bytes || n.inodes != i.inodes,
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn observations_come_from_the_node_the_pods_cgroup_the_filesystems_and_the_pid_limit() {
+        let t = "2026-12-04T10:00:00Z";
+        let fs = |avail: u64| {
+            serde_json::json!({"time": t, "availableBytes": avail,
+            "capacityBytes": 1000, "inodesFree": 40, "inodes": 100})
+        };
+        let summary: Summary = serde_json::from_value(serde_json::json!({
+            "node": {
+                "nodeName": "n", "startTime": t,
+                "memory": {"time": t, "availableBytes": 600, "workingSetBytes": 400},
+                "systemContainers": [{"name": "pods", "startTime": t,
+                    "memory": {"time": t, "availableBytes": 50, "workingSetBytes": 150}}],
+                "fs": fs(300),
+                "runtime": {"imageFs": fs(200)},
+                "rlimit": {"time": t, "maxpid": 4000, "curproc": 3900},
+            },
+            "pods": [],
+        }))
+        .unwrap();
+        let o = observe(&summary);
+        let get = |s: Signal| o.get(&s).map(|o| (o.available, o.capacity));
+        assert_eq!(get(Signal::MemoryAvailable), Some((600, 1000)));
+        assert_eq!(get(Signal::AllocatableMemoryAvailable), Some((50, 200)));
+        assert_eq!(get(Signal::NodeFsAvailable), Some((300, 1000)));
+        assert_eq!(get(Signal::NodeFsInodesFree), Some((40, 100)));
+        assert_eq!(get(Signal::ImageFsAvailable), Some((200, 1000)));
+        assert_eq!(
+            get(Signal::ContainerFsAvailable),
+            Some((200, 1000)),
+            "the image fs's"
+        );
+        assert_eq!(get(Signal::PidAvailable), Some((100, 4000)));
+        assert_eq!(Signal::PidAvailable.condition().name(), "PIDPressure");
+        assert!(
+            !dedicated_image_fs(&summary),
+            "same capacity and inodes: one filesystem"
+        );
     }
 }
