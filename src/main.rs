@@ -227,10 +227,14 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         sync_loop: sync_loop.clone(),
         recorder: recorder.clone(),
         objects: match &api {
-            Some(api) => Arc::new(kubelet_rs::objects::ApiObjects::new(api.client().clone())),
+            Some(api) => Arc::new(
+                kubelet_rs::objects::ApiObjects::new(api.client().clone())
+                    .wake_pods_through(ev_tx.clone()),
+            ),
             None => Arc::new(kubelet_rs::objects::Standalone),
         },
         evictions: evictions.clone(),
+        start_slots: kubelet_rs::pod::worker::start_slots(),
     });
     server_state.set_sync_loop(sync_loop);
     server_state.set_runtime(runtime.clone());

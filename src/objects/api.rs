@@ -4,15 +4,16 @@
 //! tokens come from the TokenRequest API.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
 use chrono::Utc;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use tokio::sync::mpsc;
 
 use super::refs::{references, ObjectRef};
 use super::tokens::{Clock, Tokens};
-use super::watched::Watched;
+use super::watched::{Changed, Watched};
 use super::{ClusterObjects, ObjectError, ObjectKind, ServiceAccountToken, TokenSpec};
 
 pub struct ApiObjects {
@@ -20,7 +21,36 @@ pub struct ApiObjects {
     secrets: Watched<Secret>,
     tokens: Tokens,
     /// What each registered pod references, by UID: a re-registration is diffed with it.
-    pods: Mutex<HashMap<String, BTreeSet<ObjectRef>>>,
+    pods: Arc<Mutex<HashMap<String, BTreeSet<ObjectRef>>>>,
+    /// Where the UIDs of pods that reference a changed object go (the pod manager's wake
+    /// channel), once set.
+    wake: Arc<OnceLock<mpsc::Sender<String>>>,
+}
+
+type Pods = Arc<Mutex<HashMap<String, BTreeSet<ObjectRef>>>>;
+
+/// Wakes the registered pods that reference the changed object of this kind, so a new
+/// ConfigMap or Secret reaches their volumes without waiting for the pods' resync
+/// (syncFrequency).
+fn wake_referencing(
+    kind: ObjectKind,
+    pods: Pods,
+    wake: Arc<OnceLock<mpsc::Sender<String>>>,
+) -> Changed {
+    Arc::new(move |namespace: &str, name: &str| {
+        let Some(tx) = wake.get() else { return };
+        let changed = ObjectRef {
+            kind,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        };
+        for (uid, refs) in pods.lock().unwrap().iter() {
+            if refs.contains(&changed) {
+                // A full channel already holds wake-ups that lead to a pass.
+                let _ = tx.try_send(uid.clone());
+            }
+        }
+    })
 }
 
 impl ApiObjects {
@@ -30,12 +60,28 @@ impl ApiObjects {
     }
 
     pub(crate) fn with_clock(client: kube::Client, clock: Clock) -> Self {
+        let pods: Pods = Arc::default();
+        let wake = Arc::new(OnceLock::new());
         ApiObjects {
-            config_maps: Watched::new(client.clone()),
-            secrets: Watched::new(client.clone()),
+            config_maps: Watched::new(
+                client.clone(),
+                wake_referencing(ObjectKind::ConfigMap, pods.clone(), wake.clone()),
+            ),
+            secrets: Watched::new(
+                client.clone(),
+                wake_referencing(ObjectKind::Secret, pods.clone(), wake.clone()),
+            ),
             tokens: Tokens::new(client, clock),
-            pods: Mutex::new(HashMap::new()),
+            pods,
+            wake,
         }
+    }
+
+    /// Sends the UID of every registered pod that references a ConfigMap or Secret whose
+    /// watch saw it change (the pod manager's wake channel).
+    pub fn wake_pods_through(self, tx: mpsc::Sender<String>) -> Self {
+        let _ = self.wake.set(tx);
+        self
     }
 
     fn add_ref(&self, r: &ObjectRef) {

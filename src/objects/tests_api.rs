@@ -257,6 +257,42 @@ async fn an_update_through_the_watch_is_what_the_next_read_returns() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_changed_object_wakes_the_pods_that_reference_it_and_no_others() {
+    let (client, api) = FakeApi::start();
+    api.put(config_map("ns", "cfg", "v1")).await;
+    api.put(config_map("ns", "other", "o1")).await;
+    let (tx, mut woken) = tokio::sync::mpsc::channel(16);
+    let objects = ApiObjects::new(client).wake_pods_through(tx);
+    objects.register_pod(&mounting("a", "ns", "cfg"));
+    objects.register_pod(&mounting("b", "ns", "other"));
+    wait_for("the watches", || {
+        api.open_watches("configmaps", "ns", "cfg") == 1
+            && api.open_watches("configmaps", "ns", "other") == 1
+    })
+    .await;
+    assert_eq!(value(&objects, "ns", "cfg").await, "v1");
+    // The first listing wakes nobody: the pods' passes read the object anyway.
+    assert!(woken.try_recv().is_err());
+
+    api.put(config_map("ns", "cfg", "v2")).await;
+    let uid = tokio::time::timeout(Duration::from_secs(60), woken.recv())
+        .await
+        .expect("a wake-up for the pod mounting cfg")
+        .unwrap();
+    assert_eq!(uid, "a");
+    assert_eq!(value(&objects, "ns", "cfg").await, "v2");
+
+    api.delete("ConfigMap", "ns", "cfg").await;
+    let uid = tokio::time::timeout(Duration::from_secs(60), woken.recv())
+        .await
+        .expect("a wake-up for the deletion")
+        .unwrap();
+    assert_eq!(uid, "a");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(woken.try_recv().is_err(), "b references neither change");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_missing_object_reads_not_found_until_it_is_created() {
     let (client, api) = FakeApi::start();
     let objects = ApiObjects::new(client);

@@ -95,17 +95,23 @@ impl<K: Watchable> Entry<K> {
     }
 }
 
+/// Told the namespace and name of an object whose watch saw it change (not its first
+/// listing): the pods that read it are looked at again without waiting for their resync.
+pub(crate) type Changed = Arc<dyn Fn(&str, &str) + Send + Sync>;
+
 pub(crate) struct Watched<K: Watchable> {
     client: kube::Client,
+    changed: Changed,
     entries: Arc<Mutex<HashMap<Key, Entry<K>>>>,
     /// The idle check runs from the first watch on (a task needs the runtime).
     idle_check: std::sync::Once,
 }
 
 impl<K: Watchable> Watched<K> {
-    pub(crate) fn new(client: kube::Client) -> Self {
+    pub(crate) fn new(client: kube::Client, changed: Changed) -> Self {
         Watched {
             client,
+            changed,
             entries: Arc::new(Mutex::new(HashMap::new())),
             idle_check: std::sync::Once::new(),
         }
@@ -116,7 +122,12 @@ impl<K: Watchable> Watched<K> {
     fn open(&self, e: &mut Entry<K>, key: &Key) {
         let slot = Arc::new(Mutex::new(Slot::Unsynced));
         let api: Api<K> = Api::namespaced(self.client.clone(), &key.0);
-        let task = tokio::spawn(keep_current(api, key.clone(), slot.clone()));
+        let task = tokio::spawn(keep_current(
+            api,
+            key.clone(),
+            slot.clone(),
+            self.changed.clone(),
+        ));
         debug!(kind = %K::KIND, namespace = %key.0, name = %key.1, "watching");
         e.slot = slot;
         e.watch = Some(task.abort_handle());
@@ -268,8 +279,14 @@ fn not_found<K: Watchable>(namespace: &str, name: &str) -> ObjectError {
 
 /// The watch of one object: list it, then follow its events (the watcher relists after a
 /// lost watch and backs off after errors), until the object is immutable or the task is
-/// aborted.
-async fn keep_current<K: Watchable>(api: Api<K>, key: Key, slot: Arc<Mutex<Slot<K>>>) {
+/// aborted. Every change after the first listing is reported to `changed` (a relist that
+/// finds the same version is not a change).
+async fn keep_current<K: Watchable>(
+    api: Api<K>,
+    key: Key,
+    slot: Arc<Mutex<Slot<K>>>,
+    changed: Changed,
+) {
     let (namespace, name) = (&key.0, &key.1);
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let mut events = watcher::watcher(api, config).default_backoff().boxed();
@@ -304,7 +321,13 @@ async fn keep_current<K: Watchable>(api: Api<K>, key: Key, slot: Arc<Mutex<Slot<
             }
         };
         let immutable = seen.as_deref().is_some_and(K::is_immutable);
-        *slot.lock().unwrap() = Slot::Synced(seen);
+        let version = |o: &Option<Arc<K>>| o.as_ref().map(|o| o.resource_version());
+        let before = std::mem::replace(&mut *slot.lock().unwrap(), Slot::Synced(seen.clone()));
+        if let Slot::Synced(before) = before {
+            if version(&before) != version(&seen) {
+                changed(namespace, name);
+            }
+        }
         if immutable {
             debug!(kind = %K::KIND, namespace, name, "object is immutable; stopped watching it");
             return;

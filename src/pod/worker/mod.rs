@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
-use tokio::sync::{watch, Notify};
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tracing::{info, warn};
 
 use super::backoff::Backoff;
@@ -50,9 +50,10 @@ use crate::volume::PodVolumes;
 
 pub use sandbox::SandboxError;
 
-/// How often a settled pod is re-checked even with no event (the events are the fast path);
-/// a shorter syncFrequency shortens it (see `resync_interval`).
-const RESYNC: Duration = Duration::from_secs(10);
+/// How much later than syncFrequency a settled pod may be re-checked, as a fraction of it
+/// (upstream's workerResyncIntervalJitterFactor): spreads the relists of pods started
+/// together.
+const RESYNC_JITTER: f64 = 0.5;
 /// How long a postStart hook may take before it counts as failed.
 const POST_START_TIMEOUT: Duration = Duration::from_secs(120);
 /// Retry delay after a failed sync step (runtime error, network not ready).
@@ -90,6 +91,20 @@ pub struct Shared {
     pub objects: Arc<dyn crate::objects::ClusterObjects>,
     /// The evictions the eviction manager asked for, taken up by each pod's worker.
     pub evictions: Arc<super::evictions::PodEvictions>,
+    /// Start slots: see [`start_slots`].
+    pub start_slots: Arc<Semaphore>,
+}
+
+/// How many pods may be in a pass of their first start at once. Without a bound, pods
+/// written together (a boot, a manifest folder, a DaemonSet rollout onto a fresh node)
+/// advance in lockstep through the same containerd, CNI and shim work and all finish near
+/// the end; with it they finish in arrival order (tokio's semaphore is fair), so the first
+/// pods run early and the last no later. Two per core keeps the machine busy while one
+/// pod waits on I/O. A permit is held only during a pass, and never across an image pull or
+/// a postStart hook, so a slow pod never holds up the others.
+pub fn start_slots() -> Arc<Semaphore> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    Arc::new(Semaphore::new((2 * cores).max(2)))
 }
 
 pub type StatsPods =
@@ -140,6 +155,11 @@ pub struct Worker {
     /// The ended pod's containers were removed (node-level reclaim): its status stays as
     /// last published.
     frozen: bool,
+    /// Every container of the pod has started once (or the pod ended): its passes no longer
+    /// take a start slot.
+    first_start_done: bool,
+    /// The start slot this pass holds, if any.
+    start_slot: Option<OwnedSemaphorePermit>,
 }
 
 fn policy(pod: &Pod) -> &str {
@@ -232,6 +252,8 @@ impl Worker {
             eviction_grace: None,
             released: false,
             frozen: false,
+            first_start_done: false,
+            start_slot: None,
         }
     }
 
@@ -370,6 +392,10 @@ impl Worker {
     /// One pass: reconcile, then publish what the pass saw and did. Returns when to look
     /// again.
     pub(crate) async fn pass(&mut self, pod: &Pod) -> Duration {
+        if !self.first_start_done {
+            // Closed only when the agent shuts down; then the pass goes on without one.
+            self.start_slot = self.shared.start_slots.clone().acquire_owned().await.ok();
+        }
         let next = match self.sync(pod).await {
             Ok(next) => next,
             Err(e) => {
@@ -378,7 +404,14 @@ impl Worker {
             }
         };
         self.publish(pod).await;
+        self.start_slot = None;
         next
+    }
+
+    /// Gives up the pass's start slot before a wait that may be long (an image pull, a
+    /// postStart hook), so other pods start meanwhile.
+    fn yield_start_slot(&mut self) {
+        self.start_slot = None;
     }
 }
 
@@ -404,10 +437,15 @@ async fn shorter_grace(
     }
 }
 
-/// The period of a settled pod's re-check: the relist safety net, never longer than the
-/// configured syncFrequency (upstream's bound on how long a pod may go unsynced).
+/// The period of a settled pod's re-check with no event: syncFrequency, jittered by up to
+/// half of it, as upstream's pod workers. Everything that changes a settled pod wakes its
+/// worker at once (containerd's task exits and OOMs, probe results, the pod's sources, the
+/// ConfigMaps and Secrets it references, the eviction manager), so this is only the safety
+/// net; a shorter period costs a containerd listing and a shim call per container each
+/// time, for every pod on the node.
 fn resync_interval(sync_frequency: Duration) -> Duration {
-    RESYNC.min(sync_frequency).max(Duration::from_secs(1))
+    let base = sync_frequency.max(Duration::from_secs(1));
+    base.mul_f64(1.0 + RESYNC_JITTER * rand::random::<f64>())
 }
 
 #[cfg(test)]
@@ -415,12 +453,15 @@ mod resync_tests {
     use super::*;
 
     #[test]
-    fn sync_frequency_bounds_the_resync() {
-        assert_eq!(resync_interval(Duration::from_secs(60)), RESYNC);
-        assert_eq!(
-            resync_interval(Duration::from_secs(3)),
-            Duration::from_secs(3)
-        );
-        assert_eq!(resync_interval(Duration::ZERO), Duration::from_secs(1));
+    fn the_resync_is_sync_frequency_jittered_by_up_to_half() {
+        for _ in 0..100 {
+            let r = resync_interval(Duration::from_secs(60));
+            assert!(
+                r >= Duration::from_secs(60) && r <= Duration::from_secs(90),
+                "{r:?}"
+            );
+        }
+        let r = resync_interval(Duration::ZERO);
+        assert!(r >= Duration::from_secs(1) && r <= Duration::from_millis(1500));
     }
 }

@@ -60,6 +60,9 @@ impl Worker {
             .iter()
             .flatten()
             .all(|c| c.started == Some(true));
+        if all_started || self.terminating || is_terminal(status.phase.as_deref()) {
+            self.first_start_done = true;
+        }
         if self.started_any && !self.start_recorded && all_started {
             self.start_recorded = true;
             let took = (Utc::now() - self.start_time).to_std().unwrap_or_default();
@@ -156,4 +159,8 @@ impl Worker {
             m.insert(self.pod_ref.uid.clone(), info);
         }
     }
+}
+
+fn is_terminal(phase: Option<&str>) -> bool {
+    matches!(phase, Some("Succeeded") | Some("Failed"))
 }

@@ -130,6 +130,7 @@ impl Worker {
                 ));
             }
         }
+        self.yield_start_slot();
         info!(pod = %self.pod_ref.display(), container = %c.name, image = %image, "pulling image");
         event(
             EventType::Normal,
@@ -358,6 +359,7 @@ impl Worker {
         };
         self.remember(record);
         if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
+            self.yield_start_slot();
             let target = self.probe_target(c, &id, &sandbox.ips);
             let exec: std::sync::Arc<dyn prober::ExecRunner> = rt.clone();
             if let Err(msg) =

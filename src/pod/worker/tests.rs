@@ -76,6 +76,7 @@ pub(crate) fn test_shared(
         cni: Cni::new(dir.join("cni"), vec![], Duration::from_secs(5)),
         cfg: Arc::new(cfg),
         evictions: crate::pod::evictions::PodEvictions::new(statuses.clone(), None),
+        start_slots: super::start_slots(),
         statuses,
         exe: "/bin/true".into(),
         host_ip: "192.0.2.10".into(),
@@ -491,4 +492,66 @@ fn a_hung_disk_holds_only_the_pod_that_touches_it() {
         Ok((true, false)),
         "the other pod's pass must complete while the stuck one waits on its disk"
     );
+}
+
+/// `pod` under another UID and name, with its app containers' image.
+fn other_pod(uid: &str, image: &str) -> Pod {
+    let mut p = pod(&[], &["app"], "Always");
+    p.metadata.uid = Some(uid.into());
+    p.metadata.name = Some(format!("pod-{uid}"));
+    p.spec.as_mut().unwrap().containers[0].image = Some(image.into());
+    p
+}
+
+#[tokio::test(start_paused = true)]
+async fn start_slots_bound_first_starts_but_not_image_pulls_or_started_pods() {
+    let mut h = harness();
+    let slots = Arc::new(tokio::sync::Semaphore::new(1));
+    Arc::get_mut(&mut h.shared).unwrap().start_slots = slots.clone();
+    h.fake.add_to_registry("slow-image");
+    // Pulls take a call's whole time-out.
+    h.fake.hang("pull_image");
+    let slow = other_pod("slow", "slow-image");
+    let fast = other_pod("fast", "busybox");
+    let mut slow_w = worker(&h, &slow);
+    let mut fast_w = worker(&h, &fast);
+
+    let pulling = tokio::spawn(async move {
+        slow_w.pass(&slow).await;
+        (slow_w, slow)
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(h.fake.calls_of("pull_image"), ["pull_image slow-image"]);
+    // The only slot is free again while the image is pulled: the other pod starts at once.
+    let started = tokio::time::timeout(Duration::from_secs(5), fast_w.pass(&fast)).await;
+    assert!(
+        started.is_ok(),
+        "the fast pod waited for the slow pod's pull"
+    );
+    assert!(h
+        .fake
+        .calls_of("start_task")
+        .contains(&"start_task app#0".to_string()));
+    let (mut slow_w, slow) = pulling.await.unwrap();
+    assert_eq!(
+        h.fake.calls_of("start_task").len(),
+        4,
+        "{:?}",
+        h.fake.calls()
+    );
+
+    // A pod in its first start waits for a slot.
+    let held = slots.clone().acquire_owned().await.unwrap();
+    let mut third_w = worker(&h, &other_pod("third", "busybox"));
+    let third = other_pod("third", "busybox");
+    let waited = tokio::time::timeout(Duration::from_secs(60), third_w.pass(&third)).await;
+    assert!(waited.is_err(), "a first start went ahead without a slot");
+    // Pods that have started once take none.
+    let settled = tokio::time::timeout(Duration::from_secs(5), async {
+        fast_w.pass(&fast).await;
+        slow_w.pass(&slow).await;
+    })
+    .await;
+    assert!(settled.is_ok(), "a started pod waited for a start slot");
+    drop(held);
 }
