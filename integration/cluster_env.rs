@@ -1,5 +1,6 @@
 //! Pods that read the cluster, against the real control plane (hack/cluster/up.sh): env from
-//! ConfigMaps and Secrets (valueFrom and envFrom with a prefix), a pod waiting for a missing
+//! ConfigMaps and Secrets (valueFrom and envFrom with a prefix), the Services' variables
+//! (the master service's always, the namespace's unless enableServiceLinks is false), a pod waiting for a missing
 //! ConfigMap with CreateContainerConfigError until it is created, images pulled with
 //! imagePullSecrets from registries that want basic auth and a bearer token, and the agent's
 //! port 10250 behind TokenReview and SubjectAccessReview with service-account tokens.
@@ -154,6 +155,122 @@ fn env_from_config_maps_and_secrets_reaches_the_container() {
     assert_eq!(get("SKIPPED"), None, "{env:?}");
     // No prefix-less copies of envFrom's keys.
     assert_eq!(get("GREETING"), None, "{env:?}");
+}
+
+#[test]
+#[ignore = "needs root, containerd and the control plane: run hack/test.sh"]
+fn service_variables_reach_the_container_unless_service_links_are_off() {
+    let n = ClusterNode::start("cluster-svc-env", &[]);
+    let mut made = Made::new(&n.cluster);
+    let svc = format!("env-svc-{}", n.name());
+    n.cluster.apply(&format!(
+        "apiVersion: v1
+kind: Service
+metadata:
+  name: {svc}
+  namespace: default
+spec:
+  ports:
+  - {{name: sql, port: 5432}}
+  - {{name: admin-ui, port: 8080, protocol: UDP}}
+"
+    ));
+    made.add("service", &svc, true);
+    let ip_of = |ns: &str, name: &str| {
+        let (_, out) = n.cluster.kubectl(&[
+            "-n",
+            ns,
+            "get",
+            "service",
+            name,
+            "-o",
+            "jsonpath={.spec.clusterIP}",
+        ]);
+        out.trim().to_string()
+    };
+    let (ip, master_ip) = (ip_of("default", &svc), ip_of("default", "kubernetes"));
+    assert!(
+        !ip.is_empty() && !master_ip.is_empty(),
+        "{ip:?} {master_ip:?}"
+    );
+    let var = svc.to_uppercase().replace('-', "_");
+
+    let extra = "    env:
+    - name: DB_URL
+      value: postgres://$(KUBERNETES_SERVICE_HOST)/x
+";
+    let pod = n.create_pod(
+        "svc-links",
+        "env | sort; echo END-OF-ENV; sleep 3600",
+        extra,
+    );
+    n.wait_api_pod(&pod, 120, "Running", is_running);
+    let env = printed_env(&n, &pod);
+    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.to_string());
+    assert_eq!(
+        get("KUBERNETES_SERVICE_HOST"),
+        Some(master_ip.clone()),
+        "{env:?}"
+    );
+    assert_eq!(
+        get("KUBERNETES_SERVICE_PORT"),
+        Some("443".into()),
+        "{env:?}"
+    );
+    assert_eq!(
+        get("KUBERNETES_SERVICE_PORT_HTTPS"),
+        Some("443".into()),
+        "{env:?}"
+    );
+    assert_eq!(
+        get("DB_URL"),
+        Some(format!("postgres://{master_ip}/x")),
+        "{env:?}"
+    );
+    assert_eq!(
+        get(&format!("{var}_SERVICE_HOST")),
+        Some(ip.clone()),
+        "{env:?}"
+    );
+    assert_eq!(
+        get(&format!("{var}_SERVICE_PORT")),
+        Some("5432".into()),
+        "{env:?}"
+    );
+    assert_eq!(
+        get(&format!("{var}_SERVICE_PORT_ADMIN_UI")),
+        Some("8080".into()),
+        "{env:?}"
+    );
+    assert_eq!(
+        get(&format!("{var}_PORT")),
+        Some(format!("tcp://{ip}:5432")),
+        "{env:?}"
+    );
+    assert_eq!(
+        get(&format!("{var}_PORT_8080_UDP")),
+        Some(format!("udp://{ip}:8080")),
+        "{env:?}"
+    );
+    assert_eq!(
+        get(&format!("{var}_PORT_8080_UDP_PROTO")),
+        Some("udp".into()),
+        "{env:?}"
+    );
+    assert_eq!(
+        get(&format!("{var}_PORT_5432_TCP_ADDR")),
+        Some(ip.clone()),
+        "{env:?}"
+    );
+
+    // With enableServiceLinks false, only the master service's.
+    let extra = "  enableServiceLinks: false\n";
+    let pod = n.create_pod("no-links", "env | sort; echo END-OF-ENV; sleep 3600", extra);
+    n.wait_api_pod(&pod, 120, "Running", is_running);
+    let env = printed_env(&n, &pod);
+    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.to_string());
+    assert_eq!(get("KUBERNETES_SERVICE_HOST"), Some(master_ip), "{env:?}");
+    assert_eq!(get(&format!("{var}_SERVICE_HOST")), None, "{env:?}");
 }
 
 #[test]

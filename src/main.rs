@@ -229,7 +229,8 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         objects: match &api {
             Some(api) => Arc::new(
                 kubelet_rs::objects::ApiObjects::new(api.client().clone())
-                    .wake_pods_through(ev_tx.clone()),
+                    .wake_pods_through(ev_tx.clone())
+                    .watch_services(api.client().clone()),
             ),
             None => Arc::new(kubelet_rs::objects::Standalone),
         },

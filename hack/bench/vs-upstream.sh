@@ -51,7 +51,8 @@
 # and CPU, node-wide PSS and CPU against the pod count), runs/ (each run's events, agent log
 # and /pods). Nothing there belongs in the repository.
 #
-# Knobs (environment, or the flags above): ROUNDS (5), WORKLOADS (all), IDLE_SECONDS (60),
+# Knobs (environment, or the flags above): ROUNDS (5), WORKLOADS (all), AGENTS ("kubelet-rs
+# upstream"; one of them alone for a quick look at a change, without the ratios), IDLE_SECONDS (60),
 # SETTLE_SECONDS (10), OUT, KUBELET_RS_BIN (default: target/release/kubelet-rs, built here
 # unless NO_BUILD=1 or KUBELET_RS_BIN is set), VS_PORT (10760: kubelet-rs uses it and the next
 # two, the upstream kubelet VS_PORT+9 to +11), START_TIMEOUT (600 s per start-up or teardown).
@@ -66,6 +67,7 @@ cd "$(dirname "$0")/../.."
 source hack/lib.sh
 
 ROUNDS="${ROUNDS:-5}"
+AGENTS="${AGENTS:-kubelet-rs upstream}"
 WORKLOADS="${WORKLOADS:-pods1 pods10 pods30 pods100 pods30x3 probe30}"
 IDLE_SECONDS="${IDLE_SECONDS:-60}"
 OUT="${OUT:-}"
@@ -511,7 +513,10 @@ for ((r = 1; r <= ROUNDS; r++)); do
 	for w in $WORKLOADS; do
 		# A B in odd rounds, B A in even ones, so neither always runs first.
 		if ((r % 2)); then order="kubelet-rs upstream"; else order="upstream kubelet-rs"; fi
-		for a in $order; do run_one "$a" "$w" "$r"; done
+		for a in $order; do
+			[[ " $AGENTS " == *" $a "* ]] || continue
+			run_one "$a" "$w" "$r"
+		done
 	done
 done
 

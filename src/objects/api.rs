@@ -8,10 +8,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
 use chrono::Utc;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use tokio::sync::mpsc;
 
 use super::refs::{references, ObjectRef};
+use super::services::Services;
 use super::tokens::{Clock, Tokens};
 use super::watched::{Changed, Watched};
 use super::{ClusterObjects, ObjectError, ObjectKind, ServiceAccountToken, TokenSpec};
@@ -25,6 +26,8 @@ pub struct ApiObjects {
     /// Where the UIDs of pods that reference a changed object go (the pod manager's wake
     /// channel), once set.
     wake: Arc<OnceLock<mpsc::Sender<String>>>,
+    /// Every Service, once `watch_services` started it.
+    services: Option<Services>,
 }
 
 type Pods = Arc<Mutex<HashMap<String, BTreeSet<ObjectRef>>>>;
@@ -74,7 +77,15 @@ impl ApiObjects {
             tokens: Tokens::new(client, clock),
             pods,
             wake,
+            services: None,
         }
+    }
+
+    /// Keeps every Service of the cluster, for the containers' service environment
+    /// variables (a watch of all Services, as upstream's kubelet holds).
+    pub fn watch_services(mut self, client: kube::Client) -> Self {
+        self.services = Some(Services::watch(client));
+        self
     }
 
     /// Sends the UID of every registered pod that references a ConfigMap or Secret whose
@@ -135,6 +146,13 @@ impl ClusterObjects for ApiObjects {
             self.release(r);
         }
         pods.insert(uid, now);
+    }
+
+    async fn services(&self) -> Result<Vec<Arc<Service>>, ObjectError> {
+        match &self.services {
+            Some(s) => s.list().await,
+            None => Ok(Vec::new()),
+        }
     }
 
     fn unregister_pod(&self, pod_uid: &str) {

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use chrono::Utc;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 
 use super::{ClusterObjects, ObjectError, ObjectKind, ServiceAccountToken, TokenSpec};
 
@@ -18,6 +18,8 @@ pub(crate) struct FakeObjects {
     pub tokens: Mutex<Vec<TokenSpec>>,
     /// Pod UIDs currently registered.
     pub registered: Mutex<Vec<String>>,
+    /// The cluster's Services.
+    pub services: Mutex<Vec<Arc<Service>>>,
 }
 
 fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> (String, String) {
@@ -93,5 +95,8 @@ impl ClusterObjects for FakeObjects {
     }
     fn unregister_pod(&self, pod_uid: &str) {
         self.registered.lock().unwrap().retain(|u| u != pod_uid);
+    }
+    async fn services(&self) -> Result<Vec<Arc<Service>>, ObjectError> {
+        Ok(self.services.lock().unwrap().clone())
     }
 }

@@ -14,6 +14,7 @@ pub(crate) mod fake;
 #[cfg(test)]
 mod fake_api;
 mod refs;
+mod services;
 #[cfg(test)]
 mod tests_api;
 mod tokens;
@@ -25,7 +26,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 
 /// The kind of a referenced object, in upstream's lower-case spelling for messages
 /// (`configmap "cfg" not found`, `secret "s" not found`).
@@ -69,6 +70,9 @@ pub enum ObjectError {
         #[source]
         source: kube::Error,
     },
+    /// The Services' first listing has not come yet (upstream's words).
+    #[error("services have not yet been read at least once, cannot construct envvars")]
+    ServicesNotSynced,
     /// Upstream's standalone kubelet has no client for these either.
     #[error("cannot get {what} {namespace}/{name}: the node runs without an API server (no --kubeconfig)")]
     Standalone {
@@ -134,6 +138,9 @@ pub trait ClusterObjects: Send + Sync {
     fn register_pod(&self, pod: &Pod);
     /// The pod is gone: its references (and tokens) are dropped.
     fn unregister_pod(&self, pod_uid: &str);
+    /// Every Service of the cluster, for the containers' service environment variables;
+    /// none without an API server (upstream's standalone kubelet sets none).
+    async fn services(&self) -> Result<Vec<Arc<Service>>, ObjectError>;
 }
 
 /// No API server: every reference is an error that says so.
@@ -169,6 +176,9 @@ impl ClusterObjects for Standalone {
     }
     fn register_pod(&self, _pod: &Pod) {}
     fn unregister_pod(&self, _pod_uid: &str) {}
+    async fn services(&self) -> Result<Vec<Arc<Service>>, ObjectError> {
+        Ok(Vec::new())
+    }
 }
 
 #[cfg(test)]

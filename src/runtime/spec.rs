@@ -30,8 +30,10 @@ use crate::quantity::Quantity;
 use crate::volume::Allocatable;
 
 mod env;
+mod service_env;
 
 pub use env::{container_env, env_references, expand, EnvError, EnvObjects, EnvReferences};
+pub use service_env::{service_env, service_links_enabled};
 
 /// Everything about the pod that a container spec needs, computed once per sync.
 #[derive(Debug, Clone)]

@@ -201,7 +201,7 @@ impl Worker {
         let mut ctx = self.pod_context(pod, &sandbox.id, None, sandbox.pid, &sandbox.ips, "");
         ctx.oom_score_adj = container_oom_score_adj(pod, c, self.shared.memory_capacity);
         let config_error = |e: String| Waiting::new("CreateContainerConfigError", e);
-        let env_objects = self.env_objects(c).await;
+        let env_objects = self.env_objects(pod, c).await;
         let env = spec::container_env(pod, c, &image.config, &ctx, &env_objects)
             .map_err(|e| config_error(e.to_string()))?;
         // Mount sources are resolved on the host (subPath directories made, symlinks
@@ -414,11 +414,19 @@ impl Worker {
 
     /// The ConfigMaps and Secrets the container's env and envFrom refer to. What cannot be
     /// read is kept as its error: `container_env` decides, in upstream's order, whether it
-    /// matters (an optional reference to a missing object does not).
-    async fn env_objects(&self, c: &Container) -> spec::EnvObjects {
+    /// matters (an optional reference to a missing object does not). With them, the
+    /// variables of the Services the pod sees.
+    async fn env_objects(&self, pod: &Pod, c: &Container) -> spec::EnvObjects {
         let refs = spec::env_references(c);
         let (objects, ns) = (&self.shared.objects, &self.pod_ref.namespace);
         let mut out = spec::EnvObjects::default();
+        let links = spec::service_links_enabled(pod);
+        out.set_service_env(
+            objects
+                .services()
+                .await
+                .map(|all| spec::service_env(&all, ns, links)),
+        );
         for name in &refs.config_maps {
             out.insert_config_map(name, objects.config_map(ns, name).await);
         }

@@ -5,6 +5,9 @@
 //! declared before it, envFrom's included (the image's are not: upstream does not know
 //! them); values read from objects and fields are taken as they are.
 //!
+//! The Services' variables (see `service_env`) come last, each unless the container
+//! declares a variable of that name, and `$(VAR)` expands to them too.
+//!
 //! The ConfigMaps and Secrets are fetched by the worker beforehand ([`EnvObjects`]), so the
 //! environment is computed without I/O. Upstream's 1.34 takes envFrom keys as they are:
 //! relaxed variable-name validation went GA, so no key is skipped and no
@@ -31,9 +34,16 @@ type Fetched<T> = Result<Arc<T>, Arc<ObjectError>>;
 pub struct EnvObjects {
     config_maps: HashMap<String, Fetched<ConfigMap>>,
     secrets: HashMap<String, Fetched<Secret>>,
+    /// The Services' variables the pod sees; `None`: none (not asked for).
+    services: Option<Result<BTreeMap<String, String>, Arc<ObjectError>>>,
 }
 
 impl EnvObjects {
+    /// The Services' variables, or why the Services could not be read.
+    pub fn set_service_env(&mut self, env: Result<BTreeMap<String, String>, ObjectError>) {
+        self.services = Some(env.map_err(Arc::new));
+    }
+
     pub fn insert_config_map(&mut self, name: &str, got: Result<Arc<ConfigMap>, ObjectError>) {
         self.config_maps
             .insert(name.to_string(), got.map_err(Arc::new));
@@ -275,6 +285,13 @@ pub fn container_env(
     objects: &EnvObjects,
 ) -> Result<Vec<(String, String)>, EnvError> {
     let ns = ctx.pod_namespace.as_str();
+    // As upstream, a pod whose Services cannot be read gets no environment at all.
+    let no_services = BTreeMap::new();
+    let services = match &objects.services {
+        Some(Err(e)) => return Err(EnvError::Object(e.clone())),
+        Some(Ok(s)) => s,
+        None => &no_services,
+    };
     let mut own = Vars::default();
     for from in c.env_from.iter().flatten() {
         let prefix = from.prefix.as_deref().unwrap_or("");
@@ -304,7 +321,11 @@ pub fn container_env(
         let field = format!("env[{i}]");
         let value = value.as_deref().filter(|v| !v.is_empty());
         let v = match (value, value_from) {
-            (Some(v), _) => expand(v, &|n| own.get(n).map(str::to_string)),
+            (Some(v), _) => expand(v, &|n| {
+                own.get(n)
+                    .or_else(|| services.get(n).map(String::as_str))
+                    .map(str::to_string)
+            }),
             (None, Some(from)) => {
                 if let Some(f) = &from.field_ref {
                     field_ref(pod, ctx, &f.field_path).ok_or_else(|| {
@@ -382,6 +403,11 @@ pub fn container_env(
     let mut env = Vars::default();
     for (k, v) in split_env(image.env.as_deref().unwrap_or(&[])) {
         env.set(k, v);
+    }
+    for (k, v) in services {
+        if own.get(k).is_none() {
+            env.set(k.clone(), v.clone());
+        }
     }
     for (k, v) in own.list {
         env.set(k, v);
@@ -517,6 +543,38 @@ mod tests {
                 ("K", "cm-b"),
                 ("P", "s3cret"),
             ])
+        );
+    }
+
+    #[test]
+    fn service_variables_come_unless_declared_and_values_expand_them() {
+        let (p, c) = container(json!({"name": "c", "image": "i", "env": [
+            {"name": "WEB_SERVICE_PORT", "value": "own"},
+            {"name": "URL", "value": "http://$(WEB_SERVICE_HOST):$(WEB_SERVICE_PORT)"},
+        ]}));
+        let mut fetched = EnvObjects::default();
+        fetched.set_service_env(Ok(BTreeMap::from([
+            ("WEB_SERVICE_HOST".to_string(), "10.0.0.9".to_string()),
+            ("WEB_SERVICE_PORT".to_string(), "80".to_string()),
+        ])));
+        let env = container_env(&p, &c, &image(), &ctx(), &fetched).unwrap();
+        assert_eq!(
+            env,
+            pairs(&[
+                ("PATH", "/bin"),
+                ("A", "image"),
+                ("WEB_SERVICE_HOST", "10.0.0.9"),
+                ("WEB_SERVICE_PORT", "own"),
+                ("URL", "http://10.0.0.9:own"),
+            ])
+        );
+        // Services that could not be read fail the container, with the reason.
+        let mut fetched = EnvObjects::default();
+        fetched.set_service_env(Err(ObjectError::ServicesNotSynced));
+        let e = container_env(&p, &c, &image(), &ctx(), &fetched).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "services have not yet been read at least once, cannot construct envvars"
         );
     }
 
