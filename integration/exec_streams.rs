@@ -332,6 +332,18 @@ async fn cases() {
         .err()
         .expect("no such container");
     assert!(e.is_not_found(), "{e}");
+    // Probes and hooks (exec_sync) check the state only when the exec fails; the error is
+    // the same.
+    let e = c
+        .exec_sync(STOPPED, cmd(&["true"]), Duration::from_secs(30))
+        .await
+        .expect_err("no exec_sync in a stopped container");
+    assert_eq!(e.to_string(), "container is in CONTAINER_EXITED state");
+    let e = c
+        .exec_sync("no-such-container", cmd(&["true"]), Duration::from_secs(30))
+        .await
+        .expect_err("no such container");
+    assert!(e.is_not_found(), "{e}");
 
     // 20 parallel execs of 1 MiB each.
     let runs = (0..20).map(|_| {

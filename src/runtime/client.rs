@@ -21,7 +21,16 @@ pub struct Containerd {
     socket: PathBuf,
     /// Per image top snapshot (chain id): see `image_accounts`.
     accounts: AccountsCache,
+    /// Each container's OCI process, as execs start from it: see `exec_process_spec`.
+    pub(super) exec_processes: ExecProcesses,
 }
+
+/// Container id -> the `process` object of its OCI spec. A container's spec never changes
+/// once created, so probes that exec every second read it (a record of several KiB, parsed
+/// as JSON) once per container instead of once per exec.
+pub(super) type ExecProcesses = std::sync::Arc<
+    std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<serde_json::Value>>>,
+>;
 
 type AccountsCache = std::sync::Arc<super::accounts::AccountsCache>;
 
@@ -40,6 +49,7 @@ impl Containerd {
             namespace: namespace.to_string(),
             socket: socket.to_path_buf(),
             accounts: AccountsCache::default(),
+            exec_processes: ExecProcesses::default(),
         };
         me.version().await?;
         Ok(me)

@@ -655,6 +655,7 @@ impl Containerd {
             _ => {}
         }
         self.remove_snapshot(id).await?;
+        self.forget_exec_process(id);
         // An io relay normally removes its directory when the output ends; this covers a
         // relay that died or an agent that stopped between relay and task.
         remove_relay_dir(relay_dir(Path::new(RELAY_BASE_DIR), id)).await;

@@ -197,7 +197,9 @@ impl Containerd {
             stderr: true,
             tty: false,
         };
-        let (process, pipes) = self.start_exec(container_id, cmd, io).await?;
+        let (process, pipes) = self
+            .start_exec(container_id, cmd, io, StateCheck::OnFailure)
+            .await?;
         let result = capture(&process, pipes, timeout).await;
         process.delete().await;
         result
@@ -211,6 +213,7 @@ impl Containerd {
         container_id: &str,
         cmd: Vec<String>,
         io: StdioRequest,
+        check: StateCheck,
     ) -> Result<(ExecProcess, ExecPipes)> {
         if cmd.is_empty() {
             return Err(RuntimeError::Spec {
@@ -220,10 +223,18 @@ impl Containerd {
             });
         }
         let object = format!("{container_id} {cmd:?}");
-        let (process_spec, running) = tokio::join!(
-            self.exec_process_spec(container_id, &cmd, io.tty),
-            self.require_running(container_id),
-        );
+        let (process_spec, running) = match check {
+            StateCheck::First => {
+                tokio::join!(
+                    self.exec_process_spec(container_id, &cmd, io.tty),
+                    self.require_running(container_id),
+                )
+            }
+            StateCheck::OnFailure => (
+                self.exec_process_spec(container_id, &cmd, io.tty).await,
+                Ok(()),
+            ),
+        };
         // A missing container has no task either: its own error (not found) comes first.
         let process_spec = process_spec?;
         running?;
@@ -271,7 +282,7 @@ impl Containerd {
             if let Some(s) = stdin {
                 let _ = s.release().await;
             }
-            return Err(e);
+            return Err(self.not_running_or(container_id, check, e).await);
         }
 
         // Wait before Start, so the exit cannot slip by unobserved.
@@ -311,6 +322,7 @@ impl Containerd {
                 let _ = s.release().await;
             }
             process.delete().await;
+            let e = self.not_running_or(container_id, check, e).await;
             return Err(start_error(container_id, &cmd, e));
         }
         let stdin = match stdin {
@@ -332,6 +344,30 @@ impl Containerd {
                 stderr,
             },
         ))
+    }
+
+    /// With the state checked only on failure: the container's state when it is not
+    /// running (what upstream reports), else the call's own error.
+    async fn not_running_or(
+        &self,
+        container_id: &str,
+        check: StateCheck,
+        e: RuntimeError,
+    ) -> RuntimeError {
+        if check == StateCheck::OnFailure {
+            if let Err(state @ RuntimeError::NotRunning { .. }) =
+                self.require_running(container_id).await
+            {
+                return state;
+            }
+        }
+        e
+    }
+
+    pub(super) fn forget_exec_process(&self, container_id: &str) {
+        if let Ok(mut m) = self.exec_processes.lock() {
+            m.remove(container_id);
+        }
     }
 
     /// Upstream execs only in running containers, and says which state it found.
@@ -359,6 +395,38 @@ impl Containerd {
         cmd: &[String],
         tty: bool,
     ) -> Result<Vec<u8>> {
+        let bad = |reason: String| RuntimeError::Spec {
+            container: container_id.to_string(),
+            field: "spec.process".into(),
+            reason,
+        };
+        let cached = self
+            .exec_processes
+            .lock()
+            .ok()
+            .and_then(|m| m.get(container_id).cloned());
+        let base = match cached {
+            Some(p) => p,
+            None => {
+                let p = std::sync::Arc::new(self.container_process(container_id).await?);
+                if let Ok(mut m) = self.exec_processes.lock() {
+                    // Entries go with their containers; this only bounds what records
+                    // removed by others (not through this agent) could leave.
+                    if m.len() >= EXEC_PROCESSES_MAX {
+                        m.clear();
+                    }
+                    m.insert(container_id.to_string(), p.clone());
+                }
+                p
+            }
+        };
+        let mut process = (*base).clone();
+        exec_process(&mut process, cmd, tty);
+        serde_json::to_vec(&process).map_err(|e| bad(e.to_string()))
+    }
+
+    /// The `process` object of the container's OCI spec, from its record.
+    async fn container_process(&self, container_id: &str) -> Result<serde_json::Value> {
         let container = call(
             "get container",
             container_id,
@@ -381,15 +449,24 @@ impl Containerd {
             .ok_or_else(|| bad("the container record has no OCI spec".into()))?;
         let mut spec: serde_json::Value =
             serde_json::from_slice(&spec.value).map_err(|e| bad(e.to_string()))?;
-        let mut process = spec
-            .get_mut("process")
+        spec.get_mut("process")
             .map(serde_json::Value::take)
             .filter(serde_json::Value::is_object)
-            .ok_or_else(|| bad("the OCI spec has no process".into()))?;
-        exec_process(&mut process, cmd, tty);
-        serde_json::to_vec(&process).map_err(|e| bad(e.to_string()))
+            .ok_or_else(|| bad("the OCI spec has no process".into()))
     }
 }
+
+/// When an exec checks that its container runs: before it starts (a client's session), or
+/// only to explain a failure (probes and hooks, which run only in containers their worker
+/// saw running; one call to the shim fewer per exec).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StateCheck {
+    First,
+    OnFailure,
+}
+
+/// Bound of the exec process cache (see `ExecProcesses`).
+const EXEC_PROCESSES_MAX: usize = 4096;
 
 /// Turns the container's process into the exec's: only the args run (the container's
 /// `commandLine`, a Windows field, would override them), with a terminal when asked, and

@@ -39,7 +39,9 @@ impl Containerd {
             stderr: io.stderr && !io.tty,
             ..io
         };
-        let (process, pipes) = self.start_exec(container_id, cmd, io).await?;
+        let (process, pipes) = self
+            .start_exec(container_id, cmd, io, super::exec::StateCheck::First)
+            .await?;
         // Dropping the sender stops the drains (see `drain`).
         let (drain_stop, stop) = watch::channel(());
         let stdout = keep_or_drain(pipes.stdout, io.stdout, &stop);
