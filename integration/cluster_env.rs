@@ -207,61 +207,22 @@ spec:
     n.wait_api_pod(&pod, 120, "Running", is_running);
     let env = printed_env(&n, &pod);
     let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.to_string());
-    assert_eq!(
-        get("KUBERNETES_SERVICE_HOST"),
-        Some(master_ip.clone()),
-        "{env:?}"
-    );
-    assert_eq!(
-        get("KUBERNETES_SERVICE_PORT"),
-        Some("443".into()),
-        "{env:?}"
-    );
-    assert_eq!(
-        get("KUBERNETES_SERVICE_PORT_HTTPS"),
-        Some("443".into()),
-        "{env:?}"
-    );
-    assert_eq!(
-        get("DB_URL"),
-        Some(format!("postgres://{master_ip}/x")),
-        "{env:?}"
-    );
-    assert_eq!(
-        get(&format!("{var}_SERVICE_HOST")),
-        Some(ip.clone()),
-        "{env:?}"
-    );
-    assert_eq!(
-        get(&format!("{var}_SERVICE_PORT")),
-        Some("5432".into()),
-        "{env:?}"
-    );
-    assert_eq!(
-        get(&format!("{var}_SERVICE_PORT_ADMIN_UI")),
-        Some("8080".into()),
-        "{env:?}"
-    );
-    assert_eq!(
-        get(&format!("{var}_PORT")),
-        Some(format!("tcp://{ip}:5432")),
-        "{env:?}"
-    );
-    assert_eq!(
-        get(&format!("{var}_PORT_8080_UDP")),
-        Some(format!("udp://{ip}:8080")),
-        "{env:?}"
-    );
-    assert_eq!(
-        get(&format!("{var}_PORT_8080_UDP_PROTO")),
-        Some("udp".into()),
-        "{env:?}"
-    );
-    assert_eq!(
-        get(&format!("{var}_PORT_5432_TCP_ADDR")),
-        Some(ip.clone()),
-        "{env:?}"
-    );
+    let expected = [
+        ("KUBERNETES_SERVICE_HOST".to_string(), master_ip.clone()),
+        ("KUBERNETES_SERVICE_PORT".into(), "443".into()),
+        ("KUBERNETES_SERVICE_PORT_HTTPS".into(), "443".into()),
+        ("DB_URL".into(), format!("postgres://{master_ip}/x")),
+        (format!("{var}_SERVICE_HOST"), ip.clone()),
+        (format!("{var}_SERVICE_PORT"), "5432".into()),
+        (format!("{var}_SERVICE_PORT_ADMIN_UI"), "8080".into()),
+        (format!("{var}_PORT"), format!("tcp://{ip}:5432")),
+        (format!("{var}_PORT_8080_UDP"), format!("udp://{ip}:8080")),
+        (format!("{var}_PORT_8080_UDP_PROTO"), "udp".into()),
+        (format!("{var}_PORT_5432_TCP_ADDR"), ip.clone()),
+    ];
+    for (k, v) in expected {
+        assert_eq!(get(&k), Some(v), "{k}: {env:?}");
+    }
 
     // With enableServiceLinks false, only the master service's.
     let extra = "  enableServiceLinks: false\n";
