@@ -1,5 +1,4 @@
-# OCI image helpers for hack/conformance.sh (hack/build-images.sh keeps its own copy until
-# conformance.sh has run here: then build-images.sh sources this file): rootfs directories
+# OCI image helpers shared by hack/build-images.sh and hack/conformance.sh: rootfs directories
 # become single-layer OCI image-layout tarballs (bash, tar, gzip and sha256sum only: no docker,
 # buildah or registry), cached in $IMAGE_CACHE, imported into containerd and smoke-run.
 # Source it after lib.sh; do not run it.

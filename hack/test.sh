@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every check and test on a real node: node set-up and test images first (integration
-# tests need containerd, runc, CNI and the images), then formatting, clippy, unit, integration
-# and doc tests. KUBELET_RS_TEST_THREADS overrides the test parallelism.
+# tests need containerd, runc, CNI and the images), a fixed subset of upstream's node
+# conformance specs, then formatting, clippy, unit, integration and doc tests.
+# KUBELET_RS_TEST_THREADS overrides the test parallelism.
 set -euo pipefail
 
 # shellcheck source=hack/lib.sh
@@ -37,6 +38,14 @@ CLUSTER_DIR="${KUBELET_RS_CLUSTER_DIR:-/var/lib/kubelet-rs-cluster}"
 step k8s-build hack/cluster/build.sh
 # After k8s-build: the metrics-server image packs the binary that step builds.
 step build-images hack/build-images.sh
+# Upstream's node conformance suite (e2e_node.test, built once per version beside the control
+# plane), the specs of hack/conformance-fast.txt, against the debug build the integration tests
+# run too. Before cluster-up: the suite starts its own apiserver on 127.0.0.1:6443.
+step agent-build cargo build --bin kubelet-rs
+CONFORMANCE_OUT=/var/lib/kubelet-rs-conformance/test-sh
+rm -rf "$CONFORMANCE_OUT"
+step conformance hack/conformance.sh --fast --agent kubelet-rs \
+	--kubelet-rs-bin target/debug/kubelet-rs --out "$CONFORMANCE_OUT"
 trap 'hack/cluster/down.sh --dir "$CLUSTER_DIR" >/dev/null 2>&1 || true' EXIT
 step cluster-up hack/cluster/up.sh --dir "$CLUSTER_DIR"
 export KUBELET_RS_CLUSTER_DIR="$CLUSTER_DIR"

@@ -14,20 +14,12 @@ set -euo pipefail
 
 # shellcheck source=hack/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+# shellcheck source=hack/lib-k8s.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib-k8s.sh"
 
-K8S_VERSION="${KUBELET_RS_K8S_VERSION:-v1.34.4}"
-STAGING_VERSION="v0.${K8S_VERSION#v1.}"
-BUILD_DIR="$KUBELET_RS_CACHE/k8s/$K8S_VERSION"
+BUILD_DIR="$K8S_BUILD_DIR"
 BIN_DIR="$BUILD_DIR/bin"
 COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
-
-# Every staging module k8s.io/kubernetes requires at version v0.0.0 must be replaced by its
-# published tag, or `go mod tidy` cannot resolve the graph.
-STAGING=(api apiextensions-apiserver apimachinery apiserver cli-runtime client-go cloud-provider
-	cluster-bootstrap code-generator component-base component-helpers controller-manager cri-api
-	cri-client csi-translation-lib dynamic-resource-allocation endpointslice externaljwt kms
-	kube-aggregator kube-controller-manager kube-proxy kube-scheduler kubectl kubelet metrics
-	mount-utils pod-security-admission sample-apiserver sample-cli-plugin sample-controller)
 
 if [[ "${1:-}" == --print ]]; then
 	echo "$BIN_DIR"
@@ -48,24 +40,11 @@ if all_built; then
 	exit 0
 fi
 
-if ! command -v go >/dev/null 2>&1; then
-	[[ -x /usr/local/go/bin/go ]] || die "the Go toolchain is needed to build Kubernetes $K8S_VERSION (go not on PATH nor in /usr/local/go/bin)"
-	export PATH="/usr/local/go/bin:$PATH"
-fi
+k8s_ensure_go Kubernetes
 
 mkdir -p "$BUILD_DIR/module" "$BIN_DIR"
 cd "$BUILD_DIR/module"
-{
-	echo "module kubelet-rs.local/k8s-binaries"
-	echo
-	echo "go 1.24"
-	echo
-	echo "require k8s.io/kubernetes $K8S_VERSION"
-	echo
-	for m in "${STAGING[@]}"; do
-		echo "replace k8s.io/$m => k8s.io/$m $STAGING_VERSION"
-	done
-} >go.mod
+k8s_go_mod kubelet-rs.local/k8s-binaries >go.mod
 {
 	echo "//go:build tools"
 	echo
@@ -81,9 +60,7 @@ cd "$BUILD_DIR/module"
 log "resolving the module graph for Kubernetes $K8S_VERSION"
 go mod tidy || die "go mod tidy failed for Kubernetes $K8S_VERSION in $BUILD_DIR/module"
 
-minor="${K8S_VERSION#v1.}"
-minor="${minor%%.*}"
-ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
+ldflags="$(k8s_version_ldflags)"
 for cmd in "${COMMANDS[@]}"; do
 	[[ -x "$BIN_DIR/$cmd" ]] && continue
 	log "building $cmd $K8S_VERSION (the first build takes about 20 minutes on 2 cores)"

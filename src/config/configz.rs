@@ -60,6 +60,9 @@ pub fn configz_json(config: &Config) -> Value {
     };
     put("tlsCertFile", json!(cert.display().to_string()));
     put("tlsPrivateKeyFile", json!(key.display().to_string()));
+    if !config.allowed_unsafe_sysctls.is_empty() {
+        put("allowedUnsafeSysctls", json!(config.allowed_unsafe_sysctls));
+    }
     if !config.tls_cipher_suites.is_empty() {
         put("tlsCipherSuites", json!(config.tls_cipher_suites));
     }

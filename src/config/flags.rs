@@ -40,8 +40,6 @@ pub(crate) enum ValueType {
     Str,
     /// One of these ("" allowed: upstream's default applies).
     Choice(&'static [&'static str]),
-    /// Comma-separated strings.
-    Strings,
     /// `k=v,...` (mapStringString).
     StringMap,
     /// `k=bool,...` (mapStringBool: --feature-gates).
@@ -97,7 +95,6 @@ const fn not_yet(name: &'static str, ty: ValueType) -> FlagSpec {
         ValueType::Duration => (FlagKind::Value, "DURATION"),
         ValueType::Str | ValueType::Choice(_) => (FlagKind::Value, "STRING"),
         ValueType::CpuSet => (FlagKind::Value, "CPUS"),
-        ValueType::Strings => (FlagKind::Value, "STRINGS"),
         ValueType::StringMap => (FlagKind::Value, "K=V[,...]"),
         ValueType::BoolMap => (FlagKind::Value, "K=BOOL[,...]"),
         ValueType::Quantity => (FlagKind::Value, "QUANTITY"),
@@ -169,6 +166,7 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
     bool_flag("rotate-certificates", "renew the client certificate through the certificates.k8s.io API as it nears expiry (rotateCertificates)"),
     bool_flag("rotate-server-certificates", "request the serving certificate through the certificates.k8s.io API and renew it (serverTLSBootstrap)"),
     value("tls-min-version", "VERSION", "lowest TLS version: VersionTLS12 or VersionTLS13 (tlsMinVersion)"),
+    value("allowed-unsafe-sysctls", "NAMES", "comma-separated unsafe sysctls or prefixes ending in * that pods may set (allowedUnsafeSysctls)"),
     value("tls-cipher-suites", "NAMES", "comma-separated TLS 1.2 cipher suites, Go names (tlsCipherSuites)"),
     value("client-ca-file", "FILE", "CA bundle that client certificates are verified against (authentication.x509.clientCAFile)"),
     bool_flag("anonymous-auth", "let unauthenticated requests in as system:anonymous (default true without --config)"),
@@ -226,7 +224,6 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         support: Support::Implemented,
     },
     // Upstream's (1.34) remaining flags, deprecated ones included.
-    not_yet("allowed-unsafe-sysctls", ValueType::Strings),
     not_yet("application-metrics-count-limit", INT),
     not_yet("boot-id-file", ValueType::Str),
     not_yet("cloud-provider", ValueType::Choice(&["external"])),
@@ -420,7 +417,7 @@ pub(crate) fn check_value(ty: ValueType, text: &str) -> Result<(), String> {
             Ok(())
         }
         ValueType::Duration => super::parse_duration(text).map(|_| ()),
-        ValueType::Str | ValueType::Strings => Ok(()),
+        ValueType::Str => Ok(()),
         ValueType::Choice(choices) => {
             if text.is_empty() || choices.contains(&text) {
                 Ok(())

@@ -113,6 +113,9 @@ pub struct Config {
     pub tls_min_version: Option<String>,
     /// --tls-cipher-suites / tlsCipherSuites: Go names of TLS 1.2 suites; empty = defaults.
     pub tls_cipher_suites: Vec<String>,
+    /// --allowed-unsafe-sysctls / allowedUnsafeSysctls: sysctls (or prefixes ending in `*`)
+    /// pods may set beyond the safe ones.
+    pub allowed_unsafe_sysctls: Vec<String>,
     /// --client-ca-file / authentication.x509.clientCAFile.
     pub client_ca_file: Option<PathBuf>,
     /// --anonymous-auth / authentication.anonymous.enabled.
@@ -325,6 +328,7 @@ impl Config {
             server_tls_bootstrap: false,
             tls_min_version: None,
             tls_cipher_suites: Vec::new(),
+            allowed_unsafe_sysctls: Vec::new(),
             client_ca_file: None,
             anonymous_auth: !with_config_file,
             authentication_token_webhook: with_config_file,
@@ -536,6 +540,7 @@ fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError
         tls_private_key_file,
         tls_min_version,
         tls_cipher_suites,
+        allowed_unsafe_sysctls,
         rotate_certificates,
         server_tls_bootstrap,
         client_ca_file,
@@ -612,6 +617,7 @@ fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError
     config.tls_private_key_file = tls_private_key_file.or(config.tls_private_key_file.take());
     config.tls_min_version = tls_min_version.or(config.tls_min_version.take());
     set(&mut config.tls_cipher_suites, tls_cipher_suites);
+    set(&mut config.allowed_unsafe_sysctls, allowed_unsafe_sysctls);
     set(&mut config.rotate_certificates, rotate_certificates);
     set(&mut config.server_tls_bootstrap, server_tls_bootstrap);
     config.client_ca_file = client_ca_file.or(config.client_ca_file.take());
@@ -806,12 +812,7 @@ fn apply_flags(config: &mut Config, given: &[FlagValue]) -> Result<(), ConfigErr
             "pod-logs-dir" => config.pod_logs_dir = non_empty_path(v).map_err(|r| bad(&r))?,
             "cni-conf-dir" => config.cni_conf_dir = non_empty_path(v).map_err(|r| bad(&r))?,
             "cni-bin-dir" => {
-                config.cni_bin_dirs = v
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(PathBuf::from)
-                    .collect();
+                config.cni_bin_dirs = comma_list(v).map(PathBuf::from).collect();
                 if config.cni_bin_dirs.is_empty() {
                     return Err(bad("expected one or more comma-separated folders"));
                 }
@@ -834,13 +835,11 @@ fn apply_flags(config: &mut Config, given: &[FlagValue]) -> Result<(), ConfigErr
             "tls-min-version" => {
                 config.tls_min_version = Some(v.to_string()).filter(|s| !s.is_empty())
             }
+            "allowed-unsafe-sysctls" => {
+                config.allowed_unsafe_sysctls = comma_list(v).map(String::from).collect()
+            }
             "tls-cipher-suites" => {
-                config.tls_cipher_suites = v
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(String::from)
-                    .collect()
+                config.tls_cipher_suites = comma_list(v).map(String::from).collect()
             }
             "client-ca-file" => config.client_ca_file = optional_path(v),
             "anonymous-auth" => {
@@ -935,7 +934,7 @@ fn apply_flags(config: &mut Config, given: &[FlagValue]) -> Result<(), ConfigErr
             }
             "cluster-dns" => {
                 let list = cluster_dns_from_flags.get_or_insert_with(Vec::new);
-                for ip in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                for ip in comma_list(v) {
                     let parsed = ip
                         .parse()
                         .map_err(|_| bad(&format!("{ip:?} is not a valid IP address")))?;
@@ -973,12 +972,7 @@ fn apply_flags(config: &mut Config, given: &[FlagValue]) -> Result<(), ConfigErr
             }
             "cgroup-root" => config.cgroup_root = v.to_string(),
             "enforce-node-allocatable" => {
-                config.enforce_node_allocatable = v
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(String::from)
-                    .collect()
+                config.enforce_node_allocatable = comma_list(v).map(String::from).collect()
             }
             "pod-max-pids" => {
                 config.pod_pids_limit = v.parse().map_err(|_| bad("expected an integer"))?
@@ -1041,6 +1035,12 @@ fn socket_path(endpoint: &str) -> Result<PathBuf, String> {
         );
     }
     Ok(PathBuf::from(path))
+}
+
+/// The items of a flag's comma-separated list (pflag's stringSlice): trimmed, empty ones
+/// dropped.
+fn comma_list(text: &str) -> impl Iterator<Item = &str> {
+    text.split(',').map(str::trim).filter(|s| !s.is_empty())
 }
 
 fn optional_path(text: &str) -> Option<PathBuf> {
@@ -1228,6 +1228,15 @@ fn validate(config: &Config) -> Result<(), ConfigError> {
             "tlsCipherSuites (--tls-cipher-suites)",
             config.tls_cipher_suites.join(","),
             "cannot be set when tlsMinVersion is VersionTLS13",
+        ));
+    }
+    if let Err(reason) =
+        crate::pod::admission::SysctlAllowlist::new(&config.allowed_unsafe_sysctls, None)
+    {
+        return Err(invalid(
+            "allowedUnsafeSysctls (--allowed-unsafe-sysctls)",
+            config.allowed_unsafe_sysctls.join(","),
+            &reason,
         ));
     }
     validate_image_gc(config)?;

@@ -401,7 +401,7 @@ pub(crate) const FIELDS: &[Field] = &[
     done("systemReservedCgroup"),
     done("kubeReservedCgroup"),
     done("enforceNodeAllocatable"),
-    f("allowedUnsafeSysctls", Kind::StringList, Preset::Zero),
+    done("allowedUnsafeSysctls"),
     // Not in 1.34's types.go; accepted (as sysctl name/value pairs) so a newer file loads.
     f(
         "defaultPodSysctls",

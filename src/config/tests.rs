@@ -460,6 +460,26 @@ fn auth_and_tls_settings_from_file_then_flags() {
 }
 
 #[test]
+fn allowed_unsafe_sysctls_from_the_file_or_the_flag_and_unknown_namespaces_refused() {
+    let file = config_file(&format!(
+        "{HEADER}allowedUnsafeSysctls:\n- kernel.msg*\n- net.core.somaxconn\n"
+    ));
+    let c = load(&[&format!("--config={}", file.path().display())]).unwrap();
+    assert_eq!(
+        c.allowed_unsafe_sysctls,
+        ["kernel.msg*", "net.core.somaxconn"]
+    );
+    let c = load(&["--allowed-unsafe-sysctls=kernel.sem, net.*"]).unwrap();
+    assert_eq!(c.allowed_unsafe_sysctls, ["kernel.sem", "net.*"]);
+    let err = load(&["--allowed-unsafe-sysctls=vm.swappiness"]).unwrap_err();
+    assert!(err.to_string().contains("allowedUnsafeSysctls"), "{err}");
+    assert!(
+        err.to_string().contains("not known to be namespaced"),
+        "{err}"
+    );
+}
+
+#[test]
 fn auth_and_tls_mistakes_are_usage_errors() {
     let err = load(&["--authorization-mode=RBAC"]).unwrap_err();
     assert_eq!(err.exit_code(), 2);
@@ -1085,7 +1105,7 @@ fn every_not_implemented_flag_takes_a_value_of_its_type_and_is_warned_about() {
             ValueType::Bool => "true".into(),
             ValueType::Int { min, max } => min.max(0).min(max).to_string(),
             ValueType::Duration => "30s".into(),
-            ValueType::Str | ValueType::Strings => "x".into(),
+            ValueType::Str => "x".into(),
             ValueType::Choice(choices) => choices[0].into(),
             ValueType::StringMap => "a=b,c=d".into(),
             ValueType::BoolMap => "SomeGate=true".into(),

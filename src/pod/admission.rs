@@ -6,13 +6,17 @@
 //! does not tolerate) is rejected with phase Failed and upstream's reason and message,
 //! without creating anything and without disturbing the pods already admitted.
 
+mod apparmor;
 mod node_affinity;
+mod sysctls;
 mod taints;
 
 use std::collections::{BTreeMap, HashSet};
 
 use k8s_openapi::api::core::v1::{Container, Node, Pod, PodStatus, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
+
+pub use sysctls::{kernel_version, SysctlAllowlist};
 
 use super::qos::qos_class;
 use super::status::ktime;
@@ -257,6 +261,7 @@ pub fn admit(
             ));
         }
     }
+    apparmor::check(pod, apparmor::host_enabled())?;
     Ok(())
 }
 

@@ -74,11 +74,14 @@ impl PodDir {
     }
 
     /// Writes /etc/hosts, /etc/hostname and /etc/resolv.conf for the pod's containers;
-    /// returns the pod's resolver configuration (see `dns::pod_dns`).
+    /// returns the pod's resolver configuration (see `dns::pod_dns`). `hostname` is the pod's
+    /// name for /etc/hosts, `uts_hostname` the sandbox's (the FQDN under setHostnameAsFQDN),
+    /// which /etc/hostname holds as containerd's CRI writes it.
     pub fn write_etc(
         &self,
         pod: &Pod,
         hostname: &str,
+        uts_hostname: &str,
         pod_ip: Option<&str>,
         dns: &super::dns::DnsSettings,
     ) -> io::Result<super::dns::PodDns> {
@@ -89,12 +92,15 @@ impl PodDir {
             .unwrap_or(false);
         let hosts = if host_network {
             let host = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
-            format!("# Kubernetes-managed hosts file (host network).\n{host}")
+            format!(
+                "# Kubernetes-managed hosts file (host network).\n{host}{}",
+                host_alias_entries(pod)
+            )
         } else {
             managed_hosts(pod, hostname, pod_ip, &dns.cluster_domain)
         };
         write_atomic(&self.hosts(), hosts.as_bytes())?;
-        write_atomic(&self.hostname(), format!("{hostname}\n").as_bytes())?;
+        write_atomic(&self.hostname(), format!("{uts_hostname}\n").as_bytes())?;
         let host_resolver = match &dns.resolv_conf {
             Some(path) => std::fs::read_to_string(path).unwrap_or_default(),
             None => String::new(),
@@ -118,6 +124,38 @@ fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
+/// The pod's domain, `<subdomain>.<namespace>.svc.<cluster domain>`, when it has a subdomain
+/// (upstream's GeneratePodHostNameAndDomain: with no cluster domain it ends in "svc.").
+fn pod_domain(pod: &Pod, cluster_domain: &str) -> Option<String> {
+    let sub = pod.spec.as_ref()?.subdomain.as_deref()?;
+    if sub.is_empty() {
+        return None;
+    }
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    Some(format!("{sub}.{ns}.svc.{cluster_domain}"))
+}
+
+/// The kernel hostname of a pod's sandbox (upstream's GetNodenameForKernel): the FQDN under
+/// setHostnameAsFQDN when the pod has a domain, refused past the 64 bytes the kernel holds
+/// (the sandbox is then not created, and the pod stays Pending); else `hostname`.
+pub fn kernel_hostname(pod: &Pod, hostname: &str, cluster_domain: &str) -> Result<String, String> {
+    const FQDN_MAX: usize = 64;
+    let as_fqdn = pod.spec.as_ref().and_then(|s| s.set_hostname_as_fqdn) == Some(true);
+    match pod_domain(pod, cluster_domain).filter(|_| as_fqdn) {
+        Some(domain) => {
+            let fqdn = format!("{hostname}.{domain}");
+            if fqdn.len() > FQDN_MAX {
+                return Err(format!(
+                    "failed to construct FQDN from pod hostname and cluster domain, FQDN {fqdn} is too long ({FQDN_MAX} characters is the max, {} characters requested)",
+                    fqdn.len()
+                ));
+            }
+            Ok(fqdn)
+        }
+        None => Ok(hostname.to_string()),
+    }
+}
+
 /// upstream's managed /etc/hosts for a pod on the pod network: with a subdomain and a
 /// cluster domain, the pod's name in it too.
 pub fn managed_hosts(
@@ -130,31 +168,27 @@ pub fn managed_hosts(
         "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n",
     );
     if let Some(ip) = pod_ip {
-        let spec = pod.spec.as_ref();
-        let fqdn = spec
-            .and_then(|s| s.subdomain.as_ref())
-            .filter(|sub| !sub.is_empty() && !cluster_domain.is_empty())
-            .map(|sub| {
-                let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-                format!("{hostname}.{sub}.{ns}.svc.{cluster_domain}")
-            });
+        let fqdn = pod_domain(pod, cluster_domain).map(|d| format!("{hostname}.{d}"));
         match fqdn {
             Some(f) => s.push_str(&format!("{ip}\t{f}\t{hostname}\n")),
             None => s.push_str(&format!("{ip}\t{hostname}\n")),
         }
     }
-    for alias in pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.host_aliases.as_ref())
-        .into_iter()
-        .flatten()
-    {
+    s.push_str(&host_alias_entries(pod));
+    s
+}
+
+/// The pod's hostAliases as upstream appends them to either hosts file (the pod network's or
+/// the node's copy): one header, then a line per IP with all its names.
+fn host_alias_entries(pod: &Pod) -> String {
+    let aliases = pod.spec.as_ref().and_then(|s| s.host_aliases.as_ref());
+    let Some(aliases) = aliases.filter(|a| !a.is_empty()) else {
+        return String::new();
+    };
+    let mut s = String::from("\n# Entries added by HostAliases.\n");
+    for alias in aliases {
         let names = alias.hostnames.clone().unwrap_or_default().join("\t");
-        s.push_str(&format!(
-            "\n# Entries added by HostAliases.\n{}\t{}\n",
-            alias.ip, names
-        ));
+        s.push_str(&format!("{}\t{}\n", alias.ip, names));
     }
     s
 }
@@ -241,6 +275,79 @@ mod tests {
         assert!(h.starts_with("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n"));
         assert!(h.contains("10.88.0.3\tp\n"));
         assert!(h.contains("10.0.0.9\ta\tb\n"));
+        let mut sub = pod.clone();
+        sub.spec.as_mut().unwrap().subdomain = Some("t".into());
+        let h = managed_hosts(&sub, "p", Some("10.88.0.3"), "");
+        assert!(h.contains("10.88.0.3\tp.t.ns.svc.\tp\n"), "{h}");
+    }
+
+    /// A host-network pod gets the node's hosts file and, after it, its hostAliases under one
+    /// header (upstream's e2e reads them there).
+    #[test]
+    fn host_network_hosts_file_keeps_the_host_aliases() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"containers": [], "hostNetwork": true, "hostAliases": [
+                {"ip": "123.45.67.89", "hostnames": ["foo", "bar"]},
+                {"ip": "10.0.0.9", "hostnames": ["baz"]}
+            ]}
+        }))
+        .unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let d = PodDir::new(tmp.path(), "u1");
+        d.create().unwrap();
+        d.write_etc(
+            &pod,
+            "node",
+            "node",
+            None,
+            &crate::pod::dns::DnsSettings::default(),
+        )
+        .unwrap();
+        let h = std::fs::read_to_string(d.hosts()).unwrap();
+        let node = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+        assert_eq!(
+            h,
+            format!(
+                "# Kubernetes-managed hosts file (host network).\n{node}\n# Entries added by HostAliases.\n123.45.67.89\tfoo\tbar\n10.0.0.9\tbaz\n"
+            )
+        );
+    }
+
+    #[test]
+    fn set_hostname_as_fqdn_makes_the_kernel_hostname_the_fqdn_up_to_64_bytes() {
+        let pod = |name: &str, fqdn: bool| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "t"},
+                "spec": {"containers": [], "subdomain": "t", "setHostnameAsFQDN": fqdn}
+            }))
+            .unwrap()
+        };
+        let short = pod("web-0", true);
+        assert_eq!(
+            kernel_hostname(&short, "web-0", "cluster.local").unwrap(),
+            "web-0.t.t.svc.cluster.local"
+        );
+        // No cluster domain: the domain still ends in "svc." (the node e2e specs expect it).
+        assert_eq!(
+            kernel_hostname(&short, "web-0", "").unwrap(),
+            "web-0.t.t.svc."
+        );
+        assert_eq!(
+            kernel_hostname(&pod("web-0", false), "web-0", "cluster.local").unwrap(),
+            "web-0"
+        );
+        // The e2e spec's name: 55 characters and the domain are past 64.
+        let long = "hostfqdnveryveryveryverylongforfqdntobemorethan64bytes-1";
+        let e = kernel_hostname(&pod(long, true), long, "cluster.local").unwrap_err();
+        assert!(
+            e.starts_with("failed to construct FQDN from pod hostname and cluster domain, FQDN "),
+            "{e}"
+        );
+        assert!(
+            e.ends_with("(64 characters is the max, 78 characters requested)"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub mod status;
 pub mod status_manager;
 pub mod status_sync;
 pub mod sync_health;
+pub mod termination_message;
 pub mod worker;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -65,6 +66,8 @@ pub struct PodManager {
     /// The node's pressure conditions, for admission (none without an eviction manager).
     pressure: Option<crate::eviction::PressureView>,
     events: Recorder,
+    /// The sysctls pods may set (safe ones and --allowed-unsafe-sysctls).
+    sysctls: admission::SysctlAllowlist,
     done_tx: mpsc::UnboundedSender<String>,
     done_rx: mpsc::UnboundedReceiver<String>,
 }
@@ -72,6 +75,16 @@ pub struct PodManager {
 impl PodManager {
     pub fn new(shared: Arc<Shared>, expected_sources: &[SourceKind]) -> Self {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
+        // The configuration was validated with the same list: an error here cannot happen,
+        // and would leave only the safe sysctls allowed.
+        let sysctls = admission::SysctlAllowlist::new(
+            &shared.cfg.allowed_unsafe_sysctls,
+            admission::kernel_version(),
+        )
+        .unwrap_or_else(|e| {
+            warn!(error = %e, "allowedUnsafeSysctls refused; only the safe sysctls are allowed");
+            admission::SysctlAllowlist::new(&[], admission::kernel_version()).unwrap_or_default()
+        });
         PodManager {
             shared,
             workers: HashMap::new(),
@@ -84,6 +97,7 @@ impl PodManager {
             node: None,
             pressure: None,
             events: Recorder::disabled(),
+            sysctls,
             done_tx,
             done_rx,
         }
@@ -179,16 +193,24 @@ impl PodManager {
 
     /// A worker finished. One whose pod is gone or being deleted is dropped; a deleted pod is
     /// remembered so that it is not started again while the API server still lists it (the
-    /// status sync removes it there). A pod that came back meanwhile keeps its worker handle
-    /// (a new worker starts on the next update).
+    /// status sync removes it there). A pod that came back while its worker was stopping it
+    /// (a static pod's manifest removed and written again: same UID) is started again by a
+    /// new worker, as upstream's pod workers restart a pod whose start was requested while
+    /// it terminated; no later update would, since the sources' set does not change.
     fn worker_done(&mut self, uid: String) {
         let Some(w) = self.workers.get(&uid) else {
             return;
         };
-        let deleting = match w.desired.borrow().as_deref() {
+        let desired = w.desired.borrow().clone();
+        let deleting = match desired {
             None => false,
             Some(p) if p.metadata.deletion_timestamp.is_some() => true,
-            Some(_) => return,
+            Some(p) => {
+                info!(pod = %pod_ref(&p).display(), "pod wanted again after it stopped; starting it again");
+                self.workers.remove(&uid);
+                self.spawn(pod_ref(&p), Some(p));
+                return;
+            }
         };
         self.workers.remove(&uid);
         if deleting {
@@ -265,7 +287,10 @@ impl PodManager {
             } else {
                 crate::eviction::admit(pod, &pressure)
             };
-            match verdict.and_then(|()| admission::admit(pod, &refs, max, node.as_deref())) {
+            let verdict = verdict
+                .and_then(|()| admission::admit(pod, &refs, max, node.as_deref()))
+                .and_then(|()| self.sysctls.check(pod));
+            match verdict {
                 Ok(()) => {
                     admitted.push(pod.clone());
                     self.spawn(pod_ref(pod), Some(Arc::new(pod.clone())));

@@ -183,7 +183,53 @@ fn container_status(
     if s.last_state.is_none() {
         s.last_state = Some(ContainerState::default());
     }
+    // An init container (not a sidecar: those are not run yet) is ready once it has
+    // succeeded, never while it runs (upstream's prober manager); the e2e specs check both.
+    if kind == Kind::Init {
+        s.ready = s
+            .state
+            .as_ref()
+            .and_then(|x| x.terminated.as_ref())
+            .is_some_and(|t| t.exit_code == 0);
+    }
     s
+}
+
+/// Each of the pod's readiness gates with the status of its condition in the pod's status
+/// (as the API has it; None when it is missing).
+pub(crate) fn readiness_gate_conditions(pod: &Pod) -> Vec<(&str, Option<&str>)> {
+    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
+    let gates = pod.spec.as_ref().and_then(|s| s.readiness_gates.as_ref());
+    gates
+        .into_iter()
+        .flatten()
+        .map(|g| {
+            let kind = g.condition_type.as_str();
+            let status = conditions
+                .into_iter()
+                .flatten()
+                .find(|c| c.type_ == kind)
+                .map(|c| c.status.as_str());
+            (kind, status)
+        })
+        .collect()
+}
+
+/// What keeps each of the pod's readiness gates closed: its condition missing, or not
+/// "True"; upstream's wording.
+fn unready_gates(pod: &Pod) -> Vec<String> {
+    readiness_gate_conditions(pod)
+        .into_iter()
+        .filter_map(|(kind, status)| match status {
+            None => Some(format!(
+                "corresponding condition of pod readiness gate \"{kind}\" does not exist."
+            )),
+            Some(s) if s != "True" => Some(format!(
+                "the status of pod readiness gate \"{kind}\" is not \"True\", but {s}"
+            )),
+            Some(_) => None,
+        })
+        .collect()
 }
 
 /// upstream getPhase; `terminal`: the pod's containers will not be restarted (its
@@ -397,6 +443,23 @@ pub fn compute(input: &StatusInput) -> PodStatus {
             )),
         )
     };
+    // Ready also waits for the readiness gates' conditions, which others set in the API
+    // (upstream's GeneratePodReadyCondition), once the containers are ready.
+    let gates = unready_gates(pod);
+    let (ready, pod_ready_reason, pod_ready_msg) =
+        if containers_ready && !terminal && !gates.is_empty() {
+            (
+                false,
+                Some("ReadinessGatesNotReady"),
+                Some(gates.join(", ")),
+            )
+        } else {
+            (
+                containers_ready && !terminal,
+                ready_reason,
+                ready_msg.clone(),
+            )
+        };
     let mut conditions = vec![
         condition(
             "PodReadyToStartContainers",
@@ -417,13 +480,7 @@ pub fn compute(input: &StatusInput) -> PodStatus {
             }),
             input,
         ),
-        condition(
-            "Ready",
-            containers_ready && !terminal,
-            ready_reason,
-            ready_msg.clone(),
-            input,
-        ),
+        condition("Ready", ready, pod_ready_reason, pod_ready_msg, input),
         condition(
             "ContainersReady",
             containers_ready && !terminal,

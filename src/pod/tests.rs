@@ -102,14 +102,33 @@ async fn a_deleted_pod_whose_worker_finished_is_not_started_again_while_listed()
     assert!(m.finished.is_empty());
 }
 
+/// A pod removed from its source and added back (same UID) while its worker was stopping
+/// it: the finished worker is replaced by a new one for the pod, not left as a dead handle
+/// that no later update would replace.
 #[tokio::test(start_paused = true)]
-async fn a_worker_whose_pod_is_neither_gone_nor_deleted_keeps_its_handle() {
+async fn a_pod_wanted_again_when_its_worker_finishes_gets_a_new_worker() {
     let dir = tempfile::tempdir().unwrap();
     let mut m = PodManager::new(shared(dir.path()), &[SourceKind::Api]);
     let pod = api_pod("uid-a");
-    let _seen = hold_worker(&mut m, &pod);
+    let old = hold_worker(&mut m, &pod);
+    m.apply(api_update(&[])).await;
+    assert!(
+        old.borrow().is_none(),
+        "the worker was told to stop the pod"
+    );
+    m.apply(api_update(&[&pod])).await;
+    assert!(
+        old.borrow().is_some(),
+        "and then that the pod is wanted again"
+    );
+
     m.worker_done("uid-a".into());
-    assert!(m.workers.contains_key("uid-a"));
+    assert!(
+        old.has_changed().is_err(),
+        "the finished worker's handle is dropped"
+    );
+    let new = m.workers.get("uid-a").expect("a new worker for the pod");
+    assert_eq!(new.desired.borrow().as_deref(), Some(&pod));
     assert!(m.finished.is_empty());
 }
 

@@ -25,6 +25,9 @@ pub const FINISHED_AT: &str = "kubelet-rs.io/finished-at";
 pub const EXIT_CODE: &str = "kubelet-rs.io/exit-code";
 pub const REASON: &str = "kubelet-rs.io/reason";
 pub const MESSAGE: &str = "kubelet-rs.io/message";
+/// The host file bind-mounted at the container's terminationMessagePath, and its policy.
+pub const TERMINATION_MESSAGE_FILE: &str = "kubelet-rs.io/termination-message-file";
+pub const TERMINATION_MESSAGE_POLICY: &str = "kubelet-rs.io/termination-message-policy";
 pub const NETNS: &str = "kubelet-rs.io/netns";
 pub const POD_IPS: &str = "kubelet-rs.io/pod-ips";
 pub const HOST_NETWORK: &str = "kubelet-rs.io/host-network";

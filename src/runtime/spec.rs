@@ -12,6 +12,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::OnceLock;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
@@ -154,6 +155,33 @@ const ALL_CAPS: [Capability; 41] = [
     Capability::Bpf,
     Capability::CheckpointRestore,
 ];
+
+/// The capabilities a privileged container (or an "ALL" add) gets: those of `ALL_CAPS` (in
+/// kernel order, so index = capability number) inside the bounding set `bounding`, all when
+/// it is unknown.
+fn caps_within(bounding: Option<u64>) -> Vec<Capability> {
+    ALL_CAPS
+        .iter()
+        .enumerate()
+        .filter(|(bit, _)| bounding.is_none_or(|b| b & (1u64 << bit) != 0))
+        .map(|(_, cap)| *cap)
+        .collect()
+}
+
+/// The agent's bounding set, as containerd's CRI gives privileged containers the runtime's
+/// current capabilities rather than every one the kernel knows: runc cannot grant one outside
+/// its own bounding set and fails the start ("unable to apply caps"), as it would here, where
+/// the machine withholds CAP_SYS_RESOURCE.
+fn available_caps() -> &'static [Capability] {
+    static CAPS: OnceLock<Vec<Capability>> = OnceLock::new();
+    CAPS.get_or_init(|| {
+        let bounding = procfs::process::Process::myself()
+            .and_then(|p| p.status())
+            .ok()
+            .and_then(|s| s.capbnd);
+        caps_within(bounding)
+    })
+}
 
 const MASKED_PATHS: [&str; 11] = [
     "/proc/acpi",
@@ -588,7 +616,7 @@ fn container_capabilities(
 ) -> Result<HashSet<Capability>, RuntimeError> {
     let sc = c.security_context.as_ref();
     let mut caps: HashSet<Capability> = if privileged {
-        ALL_CAPS.into_iter().collect()
+        available_caps().iter().copied().collect()
     } else {
         DEFAULT_CAPS.into_iter().collect()
     };
@@ -596,7 +624,7 @@ fn container_capabilities(
         if !privileged {
             for add in cs.add.iter().flatten() {
                 if capability_name(add) == "CAP_ALL" {
-                    caps.extend(ALL_CAPS);
+                    caps.extend(available_caps());
                 } else {
                     caps.insert(capability(add).ok_or_else(|| {
                         spec_err(
@@ -1122,7 +1150,7 @@ mod tests {
                 .as_array()
                 .unwrap()
                 .len(),
-            ALL_CAPS.len()
+            available_caps().len()
         );
         assert!(v["linux"].get("maskedPaths").is_none() || v["linux"]["maskedPaths"].is_null());
     }
@@ -1149,6 +1177,25 @@ mod tests {
             .join("src/runtime/testdata")
             .join(format!("{name}.json"));
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+    }
+
+    /// testdata/container-privileged.json, with every capability, as this host would have it:
+    /// only those of its bounding set.
+    fn privileged_golden() -> Spec {
+        let mut spec = golden("container-privileged");
+        let keep: HashSet<Capability> = available_caps().iter().copied().collect();
+        let mut process = spec.process().clone().unwrap();
+        let mut caps = process.capabilities().clone().unwrap();
+        let within = |set: &Option<HashSet<Capability>>| {
+            set.as_ref()
+                .map(|s| s.intersection(&keep).copied().collect::<HashSet<_>>())
+        };
+        caps.set_bounding(within(caps.bounding()));
+        caps.set_effective(within(caps.effective()));
+        caps.set_permitted(within(caps.permitted()));
+        process.set_capabilities(Some(caps));
+        spec.set_process(Some(process));
+        spec
     }
 
     /// The typed builders produce the very documents the earlier JSON-built specs were
@@ -1180,7 +1227,7 @@ mod tests {
         assert_eq!(spec_of(&p, &c).unwrap(), golden("container"));
         let (p, c) =
             pod(json!({"name": "c", "image": "i", "securityContext": {"privileged": true}}));
-        assert_eq!(spec_of(&p, &c).unwrap(), golden("container-privileged"));
+        assert_eq!(spec_of(&p, &c).unwrap(), privileged_golden());
         let p: Pod = serde_json::from_value(json!({
             "metadata": {"name": "p-node", "namespace": "default", "uid": "u1"},
             "spec": {"securityContext": {"sysctls": [{"name": "net.core.somaxconn", "value": "1024"}],
@@ -1320,7 +1367,19 @@ mod tests {
         let eff = v["process"]["capabilities"]["effective"]
             .as_array()
             .unwrap();
-        assert_eq!(eff.len(), ALL_CAPS.len() - 1);
+        assert_eq!(eff.len(), available_caps().len() - 1);
         assert!(!eff.contains(&json!("CAP_SYS_ADMIN")));
+    }
+
+    #[test]
+    fn privileged_caps_stay_inside_the_bounding_set() {
+        // This machine's: everything up to CAP_CHECKPOINT_RESTORE but CAP_SYS_RESOURCE.
+        let caps = caps_within(Some(0x1fffeffffff));
+        assert_eq!(caps.len(), ALL_CAPS.len() - 1);
+        assert!(!caps.contains(&Capability::SysResource));
+        assert!(caps.contains(&Capability::SysAdmin));
+        assert!(caps.contains(&Capability::CheckpointRestore));
+        assert_eq!(caps_within(None).len(), ALL_CAPS.len());
+        assert_eq!(caps_within(Some(0b1)), vec![Capability::Chown]);
     }
 }

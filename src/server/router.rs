@@ -475,8 +475,19 @@ async fn container_logs_response(
         opts,
         tx,
     ));
-    let body =
-        StreamBody::new(ReceiverStream::new(rx).map(|b| Ok::<_, Infallible>(Frame::data(b))));
+    // The end of the body goes out in a write of its own, after the last bytes are flushed
+    // (one pending poll makes hyper flush). The apiserver's WebSocket log reader (wsstream's
+    // messageCopy) drops the bytes of a read that also reports the end, and Go's HTTP client
+    // reports both at once when the last chunk and the end share a TLS record: `kubectl logs`
+    // over WebSockets then shows nothing. The upstream kubelet flushes every write, so its
+    // end always comes apart.
+    let flush_first = futures::stream::once(tokio::task::yield_now())
+        .filter_map(|()| std::future::ready(None::<Result<Frame<Bytes>, Infallible>>));
+    let body = StreamBody::new(
+        ReceiverStream::new(rx)
+            .map(|b| Ok::<_, Infallible>(Frame::data(b)))
+            .chain(flush_first),
+    );
     Response::builder()
         .status(StatusCode::OK)
         .header("Content-Type", "text/plain")

@@ -304,6 +304,13 @@ fn annotated(pod: &Pod, seen: &str) -> Pod {
     pod
 }
 
+/// The statuses of the conditions the pod's readiness gates name. Others set them in the
+/// status, and the agent's Ready condition follows them: upstream reconciles a pod whose
+/// status changed, so a change of one of these is sent on as a change of the pod.
+fn gate_conditions(p: &Pod) -> Vec<(&str, Option<&str>)> {
+    crate::pod::status::readiness_gate_conditions(p)
+}
+
 /// Upstream's podsDifferSemantically: spec, labels, deletion timestamp and grace period, and
 /// annotations other than the agent's own. Status and bookkeeping (resourceVersion,
 /// managedFields) are not compared: the agent owns the status and acts on none of the rest.
@@ -319,6 +326,7 @@ fn pods_differ_semantically(a: &Pod, b: &Pod) -> bool {
     };
     let labels = |p: &Pod| p.metadata.labels.clone().unwrap_or_default();
     a.spec != b.spec
+        || gate_conditions(a) != gate_conditions(b)
         || labels(a) != labels(b)
         || a.metadata.deletion_timestamp != b.metadata.deletion_timestamp
         || a.metadata.deletion_grace_period_seconds != b.metadata.deletion_grace_period_seconds

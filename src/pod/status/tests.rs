@@ -233,6 +233,9 @@ fn init_containers_gate_the_pod() {
     );
     assert_eq!(s.phase.as_deref(), Some("Pending"));
     assert_eq!(cond(&s, "Initialized").status, "False");
+    let init = |s: &PodStatus| s.init_container_statuses.as_ref().unwrap()[0].clone();
+    assert!(!init(&s).ready, "a running init container is not ready");
+    assert_eq!(init(&s).started, Some(true));
     assert_eq!(
         cond(&s, "Initialized").message.as_deref(),
         Some("containers with incomplete status: [init]")
@@ -259,6 +262,7 @@ fn init_containers_gate_the_pod() {
     );
     assert_eq!(cond(&s, "Initialized").status, "True");
     assert_eq!(s.phase.as_deref(), Some("Running"));
+    assert!(init(&s).ready, "a succeeded init container is ready");
     let never = pod("Never", true);
     let s = status(
         &never,
@@ -266,6 +270,53 @@ fn init_containers_gate_the_pod() {
         &HashMap::new(),
     );
     assert_eq!(s.phase.as_deref(), Some("Failed"));
+    assert!(!init(&s).ready, "a failed init container is not ready");
+}
+
+/// Ready waits for every readiness gate's condition to be True in the pod's (API) status,
+/// once the containers are ready; ContainersReady does not.
+#[test]
+fn readiness_gates_hold_ready_until_their_conditions_are_true() {
+    let mut p = pod("Always", false);
+    p.spec.as_mut().unwrap().readiness_gates = Some(vec![
+        serde_json::from_value(serde_json::json!({"conditionType": "k8s.io/gate1"})).unwrap(),
+        serde_json::from_value(serde_json::json!({"conditionType": "k8s.io/gate2"})).unwrap(),
+    ]);
+    let records = [rec("app", Kind::App, 0, running())];
+    let s = status(&p, &records, &HashMap::new());
+    assert_eq!(cond(&s, "ContainersReady").status, "True");
+    let ready = cond(&s, "Ready");
+    assert_eq!(ready.status, "False");
+    assert_eq!(ready.reason.as_deref(), Some("ReadinessGatesNotReady"));
+    assert_eq!(
+        ready.message.as_deref(),
+        Some("corresponding condition of pod readiness gate \"k8s.io/gate1\" does not exist., corresponding condition of pod readiness gate \"k8s.io/gate2\" does not exist.")
+    );
+    let gate = |kind: &str, status: &str| -> PodCondition {
+        serde_json::from_value(serde_json::json!({"type": kind, "status": status})).unwrap()
+    };
+    p.status = Some(PodStatus {
+        conditions: Some(vec![
+            gate("k8s.io/gate1", "True"),
+            gate("k8s.io/gate2", "False"),
+        ]),
+        ..Default::default()
+    });
+    let s = status(&p, &records, &HashMap::new());
+    assert_eq!(
+        cond(&s, "Ready").message.as_deref(),
+        Some("the status of pod readiness gate \"k8s.io/gate2\" is not \"True\", but False")
+    );
+    p.status = Some(PodStatus {
+        conditions: Some(vec![
+            gate("k8s.io/gate1", "True"),
+            gate("k8s.io/gate2", "True"),
+        ]),
+        ..Default::default()
+    });
+    let s = status(&p, &records, &HashMap::new());
+    assert_eq!(cond(&s, "Ready").status, "True");
+    assert_eq!(cond(&s, "Ready").reason, None);
 }
 
 #[test]

@@ -4,12 +4,14 @@
 //! GC keeps the newest dead record of each container, as upstream's maxPerPodContainer 1.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 
 use chrono::Utc;
 use tracing::{debug, info, warn};
 
 use super::{blocking, Worker};
 use crate::logs;
+use crate::pod::termination_message;
 use crate::runtime::containers::{format_time, ContainerRecord, ExitInfo, State};
 use crate::runtime::labels::{self, Kind};
 use crate::runtime::RuntimeError;
@@ -50,6 +52,22 @@ impl Worker {
             }
             self.shared.rt.delete_task(&r.id).await?;
             self.shared.oom_seen.forget(&r.id);
+            // After the task is gone: the shim holds the output pipe until then, so the log
+            // writer flushes a last line without a newline only now. A start that failed has
+            // no output to tell (upstream's ContainerCannotRun).
+            if r.kind != Kind::Sandbox && info.reason != "StartError" {
+                let written = termination_message(&r.labels, info.exit_code).await;
+                if !written.is_empty() {
+                    // Enriches what the agent recorded (a probe's or hook's reason).
+                    if !info.message.is_empty() {
+                        info.message.push_str(": ");
+                    }
+                    info.message.push_str(&written);
+                    let set = HashMap::from([(labels::MESSAGE.to_string(), info.message.clone())]);
+                    self.shared.rt.set_labels(&r.id, set.clone()).await?;
+                    r.labels.extend(set);
+                }
+            }
             *finalized = true;
         }
         Ok(())
@@ -129,6 +147,39 @@ impl Worker {
             },
             finalized: false,
         };
+    }
+}
+
+/// The instance's termination message (`pod::termination_message`), from the files its
+/// labels name.
+async fn termination_message(set: &HashMap<String, String>, exit_code: i32) -> String {
+    let file = set.get(labels::TERMINATION_MESSAGE_FILE).map(PathBuf::from);
+    let log = set.get(labels::LOG_PATH).map(PathBuf::from);
+    let fallback_to_logs = set
+        .get(labels::TERMINATION_MESSAGE_POLICY)
+        .is_some_and(|p| p == "FallbackToLogsOnError");
+    // The log writer is a process of its own that drains the container's output after the
+    // task is deleted: a tail read at once can miss the last bytes (an `echo -n` has no
+    // newline to flush on). An empty answer that may come from the log is read again for
+    // up to a second.
+    let from_log = fallback_to_logs && exit_code != 0;
+    let mut tries = 0;
+    loop {
+        let (file, log) = (file.clone(), log.clone());
+        let message = blocking(move || {
+            termination_message::read(&termination_message::Ended {
+                file: file.as_deref(),
+                fallback_to_logs,
+                exit_code,
+                log: log.as_deref(),
+            })
+        })
+        .await;
+        tries += 1;
+        if !message.is_empty() || !from_log || tries == 10 {
+            return message;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
 

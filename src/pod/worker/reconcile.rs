@@ -219,7 +219,7 @@ impl Worker {
             if let Some(wait) = self.take_step(pod, c, Kind::Init, step, &sandbox).await? {
                 return Ok(wait.min(next));
             }
-            return Ok(next);
+            return Ok(next.min(self.waiting_retry(&c.name)));
         }
 
         for c in &spec.containers {
@@ -240,9 +240,7 @@ impl Worker {
                 next = next.min(wait);
                 continue;
             }
-            if self.waiting.contains_key(&c.name) {
-                next = next.min(RETRY * 5);
-            }
+            next = next.min(self.waiting_retry(&c.name));
         }
         self.manage_probes(pod, &sandbox).await?;
         if let Some(left) = self.until_active_deadline(pod) {
@@ -343,6 +341,17 @@ impl Worker {
             message: eviction.message,
             disruption: true,
         });
+    }
+
+    /// When to look again at a container that could not start: soon after a failed pull,
+    /// so its status moves on to ImagePullBackOff while the back-off runs (as upstream's
+    /// pod workers requeue it), else within 10 s; never, for one that is not waiting.
+    fn waiting_retry(&self, container: &str) -> Duration {
+        match self.waiting.get(container) {
+            Some(w) if w.reason == "ErrImagePull" => RETRY,
+            Some(_) => RETRY * 5,
+            None => Duration::MAX,
+        }
     }
 
     /// Carries out a step; `Some(wait)` when the container must wait out its back-off.

@@ -35,6 +35,9 @@ pub enum SandboxError {
     Volume(#[from] crate::volume::VolumeError),
     #[error("pod cgroup: {0}")]
     Cgroup(#[from] crate::cm::CgroupError),
+    /// The pod's hostname cannot be the sandbox's (upstream's wording).
+    #[error("{0}")]
+    Hostname(String),
     #[error("pod directory {dir}: {source}")]
     Files {
         dir: PathBuf,
@@ -92,6 +95,19 @@ impl Worker {
         }
 
         let cfg = self.shared.cfg.clone();
+        let hostnet = host_network(pod);
+        // Before anything is created: a hostname the kernel cannot hold fails the sandbox.
+        let (hostname, uts_hostname) = if hostnet {
+            let h = nix::unistd::gethostname()
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| cfg.node_name.clone());
+            (h.clone(), h)
+        } else {
+            let h = pod_hostname(pod);
+            let uts = crate::pod::files::kernel_hostname(pod, &h, &cfg.cluster_domain)
+                .map_err(SandboxError::Hostname)?;
+            (h, uts)
+        };
         let dir = self.pod_dir();
         let saved = {
             let (dir, pod) = (dir.clone(), pod.clone());
@@ -108,7 +124,6 @@ impl Worker {
             other => other?,
         };
         let id = new_container_id();
-        let hostnet = host_network(pod);
         let mut netns_path = None;
         let mut ips: Vec<String> = Vec::new();
         if !hostnet {
@@ -136,25 +151,19 @@ impl Worker {
         } else {
             ips.push(self.shared.host_ip.clone());
         }
-        let hostname = if hostnet {
-            nix::unistd::gethostname()
-                .map(|h| h.to_string_lossy().into_owned())
-                .unwrap_or_else(|_| cfg.node_name.clone())
-        } else {
-            pod_hostname(pod)
-        };
         // Everything after the network is attached undoes it on failure, so a failed
         // attempt never leaks a namespace or an address (the next attempt pins a new one).
         let started: Result<ContainerRecord, SandboxError> = async {
             let written = {
-                let (d, pod, h, ip) = (
+                let (d, pod, h, uts, ip) = (
                     dir.clone(),
                     pod.clone(),
                     hostname.clone(),
+                    uts_hostname.clone(),
                     ips.first().cloned(),
                 );
                 let dns = DnsSettings::from_config(&self.shared.cfg);
-                blocking(move || d.write_etc(&pod, &h, ip.as_deref(), &dns)).await
+                blocking(move || d.write_etc(&pod, &h, &uts, ip.as_deref(), &dns)).await
             };
             let resolver = written.map_err(self.files_error())?;
             if resolver.missing_cluster_dns {
@@ -166,7 +175,7 @@ impl Worker {
                 warn!(pod = %self.pod_ref.display(), "no clusterDNS configured: the pod gets the node's resolver");
                 self.pod_event(pod, EventType::Warning, "MissingClusterDNS", message);
             }
-            let ctx = self.pod_context(pod, &id, netns_path.clone(), 0, &ips, &hostname);
+            let ctx = self.pod_context(pod, &id, netns_path.clone(), 0, &ips, &uts_hostname);
             let mut spec = spec::sandbox_spec(&ctx, &pause.config)?;
             spec::set_cgroup_leaf(&mut spec, &ctx.cgroup_parent, &id);
             let mut extra = HashMap::from([

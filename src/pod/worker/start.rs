@@ -206,7 +206,7 @@ impl Worker {
             .map_err(|e| config_error(e.to_string()))?;
         // Mount sources are resolved on the host (subPath directories made, symlinks
         // checked): file-system work, off the async runtime.
-        let mounts = match sandbox.volumes.clone() {
+        let mut mounts = match sandbox.volumes.clone() {
             Some(v) => {
                 let (container, env) = (c.clone(), env.clone());
                 blocking(move || volume::container_mounts(&container, &v, &env))
@@ -214,6 +214,32 @@ impl Worker {
                     .map_err(|e| Waiting::new(e.waiting_reason(), e.to_string()))?
             }
             None => Vec::new(),
+        };
+        // The instance's termination message file, after the volume mounts (as upstream).
+        let message_file = match c
+            .termination_message_path
+            .as_deref()
+            .filter(|p| !p.is_empty())
+        {
+            Some(dest) => {
+                let (dir, name) = (self.pod_dir().dir, c.name.clone());
+                let tag = new_container_id()[..8].to_string();
+                let made = blocking(move || {
+                    crate::pod::termination_message::create_file(&dir, &name, &tag)
+                })
+                .await
+                .map_err(|e| {
+                    Waiting::new(
+                        "CreateContainerError",
+                        format!("cannot create the termination message file: {e}"),
+                    )
+                })?;
+                let mount = spec::bind_mount(dest, &made, &["rw"])
+                    .map_err(|e| config_error(e.to_string()))?;
+                mounts.push(mount);
+                Some(made)
+            }
+            None => None,
         };
         let accounts = rt
             .image_accounts(&image)
@@ -246,7 +272,7 @@ impl Worker {
                 )
             })?;
         }
-        let extra = HashMap::from([
+        let mut extra = HashMap::from([
             (labels::LOG_PATH.to_string(), log_path.display().to_string()),
             (labels::CGROUP_PARENT.to_string(), ctx.cgroup_parent.clone()),
             (
@@ -254,6 +280,15 @@ impl Worker {
                 labels::container_hash(c),
             ),
         ]);
+        if let Some(file) = &message_file {
+            extra.insert(
+                labels::TERMINATION_MESSAGE_FILE.to_string(),
+                file.display().to_string(),
+            );
+        }
+        if let Some(policy) = c.termination_message_policy.clone() {
+            extra.insert(labels::TERMINATION_MESSAGE_POLICY.to_string(), policy);
+        }
         let new = NewContainer {
             id: &id,
             pod: &self.pod_ref,

@@ -313,6 +313,36 @@ async fn a_sandbox_that_died_is_replaced_with_its_containers() {
     );
 }
 
+/// After a failed pull the worker looks again within seconds, not at the next resync, so
+/// the status moves on to ImagePullBackOff while the back-off runs: for an init container
+/// (whose pass ends there) as for an app container.
+#[tokio::test(start_paused = true)]
+async fn a_failed_pull_is_looked_at_again_soon_to_show_the_back_off() {
+    let h = harness();
+    let mut p = pod(&["init"], &["app"], "Never");
+    p.spec.as_mut().unwrap().init_containers.as_mut().unwrap()[0].image =
+        Some("registry.test/ghost:1".into());
+    let mut w = worker(&h, &p);
+    let next = w.pass(&p).await;
+    assert_eq!(
+        waiting_reason(&status_of(&h, "init")).as_deref(),
+        Some("ErrImagePull")
+    );
+    assert!(
+        next <= Duration::from_secs(2),
+        "looked at again in {next:?}"
+    );
+    let next = w.pass(&p).await;
+    assert_eq!(
+        waiting_reason(&status_of(&h, "init")).as_deref(),
+        Some("ImagePullBackOff")
+    );
+    assert!(
+        next <= Duration::from_secs(10),
+        "looked at again in {next:?}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_missing_image_is_pulled_and_a_failed_pull_backs_off() {
     let h = harness();

@@ -184,6 +184,38 @@ async fn status_only_changes_update_the_view_but_not_the_desired_set() {
     );
 }
 
+/// A readiness gate's condition set by someone else is sent on (the worker's Ready
+/// condition follows it); other status changes of the same pod are not.
+#[tokio::test(start_paused = true)]
+async fn a_readiness_gate_condition_change_is_sent_on() {
+    let mut rig = rig();
+    let mut gated = api_pod("uid-web", "web");
+    gated.spec.as_mut().unwrap().readiness_gates = Some(vec![serde_json::from_value(
+        serde_json::json!({"conditionType": "k8s.io/gate"}),
+    )
+    .unwrap()]);
+    rig.send(listed(&[&gated]));
+    rig.updates.recv().await.unwrap();
+
+    let mut running = gated.clone();
+    running.metadata.resource_version = Some("2".into());
+    running.status.as_mut().unwrap().phase = Some("Running".into());
+    rig.send([Event::Apply(running.clone())]);
+    rig.settle().await;
+    assert!(matches!(rig.updates.try_recv(), Err(TryRecvError::Empty)));
+
+    let mut opened = running.clone();
+    opened.metadata.resource_version = Some("3".into());
+    opened.status.as_mut().unwrap().conditions = Some(vec![serde_json::from_value(
+        serde_json::json!({"type": "k8s.io/gate", "status": "True"}),
+    )
+    .unwrap()]);
+    rig.send([Event::Apply(opened)]);
+    let update = rig.updates.recv().await.unwrap();
+    let sent = update.pods[0].pod.status.as_ref().unwrap();
+    assert_eq!(sent.conditions.as_ref().unwrap()[0].status, "True");
+}
+
 #[tokio::test(start_paused = true)]
 async fn deletes_and_relists_replace_the_set() {
     let mut rig = rig();
