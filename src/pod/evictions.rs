@@ -159,6 +159,7 @@ impl PodControl for PodEvictions {
                     .iter()
                     .flatten()
                     .chain(s.init_container_statuses.iter().flatten())
+                    .chain(s.ephemeral_container_statuses.iter().flatten())
             })
             .any(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
         ended(&v.pod) && !running

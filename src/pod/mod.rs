@@ -12,6 +12,7 @@
 pub mod admission;
 pub mod backoff;
 pub mod dns;
+pub(crate) mod ephemeral;
 pub mod evictions;
 pub mod files;
 pub mod mirror;

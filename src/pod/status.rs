@@ -395,6 +395,22 @@ pub fn compute(input: &StatusInput) -> PodStatus {
             )
         })
         .collect();
+    // Never ready (upstream's prober manager sets readiness for the others only), and not
+    // part of the phase or the pod's readiness.
+    let ephemeral: Vec<ContainerStatus> = crate::pod::ephemeral::containers(pod)
+        .iter()
+        .map(|(c, _)| ContainerStatus {
+            ready: false,
+            ..container_status(
+                c,
+                Kind::Ephemeral,
+                input.records,
+                input.waiting.get(&c.name),
+                "ContainerCreating",
+                None,
+            )
+        })
+        .collect();
     let mut phase = phase(pod, &init, &app, input.terminal);
     if input.terminal {
         phase = settle_terminated(&mut init, &mut app, phase);
@@ -506,6 +522,7 @@ pub fn compute(input: &StatusInput) -> PodStatus {
         conditions: Some(conditions),
         container_statuses: Some(app),
         init_container_statuses: (!init_specs.is_empty()).then_some(init),
+        ephemeral_container_statuses: (!ephemeral.is_empty()).then_some(ephemeral),
         pod_ip: input.pod_ips.first().cloned(),
         pod_ips: (!input.pod_ips.is_empty()).then(|| {
             input

@@ -66,6 +66,7 @@ struct FakeTask {
 struct FakeContainer {
     labels: HashMap<String, String>,
     image: String,
+    spec: oci_spec::runtime::Spec,
     created_at: DateTime<Utc>,
     task: Option<FakeTask>,
 }
@@ -249,6 +250,7 @@ impl FakeRuntime {
             FakeContainer {
                 labels: new.record_labels(),
                 image: "pause".into(),
+                spec: new.spec.clone(),
                 created_at: Utc::now(),
                 task: Some(FakeTask {
                     pid,
@@ -258,6 +260,16 @@ impl FakeRuntime {
                 }),
             },
         );
+    }
+
+    /// The OCI spec the newest container of this name was created with.
+    pub(crate) fn spec_of(&self, name: &str) -> Option<oci_spec::runtime::Spec> {
+        let st = self.lock();
+        st.containers
+            .values()
+            .filter(|c| c.labels.get(labels::CONTAINER_NAME).map(String::as_str) == Some(name))
+            .max_by_key(|c| c.created_at)
+            .map(|c| c.spec.clone())
     }
 
     /// The records of a pod as the agent would list them (no call is logged).
@@ -433,6 +445,7 @@ impl Runtime for FakeRuntime {
             .or_insert_with(|| FakeContainer {
                 labels: new.record_labels(),
                 image: new.image.name.clone(),
+                spec: new.spec.clone(),
                 created_at: Utc::now(),
                 task: None,
             });

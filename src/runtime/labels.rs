@@ -42,6 +42,8 @@ pub enum Kind {
     Sandbox,
     Init,
     App,
+    /// Added to a running pod through its `ephemeralcontainers` subresource.
+    Ephemeral,
 }
 
 impl Kind {
@@ -50,6 +52,7 @@ impl Kind {
             Kind::Sandbox => "sandbox",
             Kind::Init => "init",
             Kind::App => "app",
+            Kind::Ephemeral => "ephemeral",
         }
     }
 
@@ -58,6 +61,7 @@ impl Kind {
             "sandbox" => Some(Kind::Sandbox),
             "init" => Some(Kind::Init),
             "app" => Some(Kind::App),
+            "ephemeral" => Some(Kind::Ephemeral),
             _ => None,
         }
     }

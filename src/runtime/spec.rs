@@ -53,6 +53,9 @@ pub struct PodContext {
     pub netns_path: Option<String>,
     /// The running pause process, whose namespaces app containers join.
     pub sandbox_pid: u32,
+    /// The running process of an ephemeral container's target container, whose process
+    /// namespace it joins (upstream's NamespaceMode TARGET) unless the pod shares one.
+    pub target_pid: Option<u32>,
     pub hostname: String,
     pub hosts_file: String,
     pub hostname_file: String,
@@ -750,6 +753,9 @@ pub fn container_spec(
     let mut namespaces = vec![namespace(LinuxNamespaceType::Mount, None)];
     if ctx.share_process_namespace {
         namespaces.push(namespace(LinuxNamespaceType::Pid, sandbox("pid")));
+    } else if let Some(pid) = ctx.target_pid.filter(|_| !ctx.host_pid) {
+        let target = format!("/proc/{pid}/ns/pid");
+        namespaces.push(namespace(LinuxNamespaceType::Pid, Some(target)));
     } else if !ctx.host_pid {
         namespaces.push(namespace(LinuxNamespaceType::Pid, None));
     }
@@ -887,6 +893,7 @@ mod tests {
             share_process_namespace: false,
             netns_path: Some("/var/run/netns/cni-x".into()),
             sandbox_pid: 42,
+            target_pid: None,
             hostname: "p-node".into(),
             hosts_file: "/r/hosts".into(),
             hostname_file: "/r/hostname".into(),
@@ -929,6 +936,33 @@ mod tests {
                 e => panic!("{e}"),
             })?;
         container_spec(p, c, &image(), &ctx(), &env, &[], &Accounts::default())
+    }
+
+    #[test]
+    fn an_ephemeral_container_joins_its_targets_process_namespace_unless_the_pod_shares_one() {
+        let (p, c) = pod(json!({"name": "debugger", "image": "i"}));
+        let pid_ns = |ctx: &PodContext| {
+            let env = container_env(&p, &c, &image(), ctx, &EnvObjects::default()).unwrap();
+            let s = container_spec(&p, &c, &image(), ctx, &env, &[], &Accounts::default()).unwrap();
+            let linux = s.linux().clone().unwrap();
+            linux
+                .namespaces()
+                .clone()
+                .unwrap()
+                .into_iter()
+                .find(|n| n.typ() == LinuxNamespaceType::Pid)
+                .map(|n| n.path().clone().map(|p| p.display().to_string()))
+        };
+        let mut target = ctx();
+        target.target_pid = Some(77);
+        assert_eq!(pid_ns(&target), Some(Some("/proc/77/ns/pid".into())));
+        assert_eq!(pid_ns(&ctx()), Some(None), "a process namespace of its own");
+        let mut shared = target.clone();
+        shared.share_process_namespace = true;
+        assert_eq!(pid_ns(&shared), Some(Some("/proc/42/ns/pid".into())));
+        let mut host = target;
+        host.host_pid = true;
+        assert_eq!(pid_ns(&host), None, "the host's");
     }
 
     #[test]

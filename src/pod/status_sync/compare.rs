@@ -53,7 +53,9 @@ fn find<'a>(conditions: &'a Option<Vec<PodCondition>>, kind: &str) -> Option<&'a
 pub(crate) fn normalize(spec: Option<&PodSpec>, status: &PodStatus) -> PodStatus {
     let mut status = status.clone();
     let containers = spec.map_or(0, |s| {
-        s.containers.len() + s.init_containers.as_ref().map_or(0, Vec::len)
+        s.containers.len()
+            + s.init_containers.as_ref().map_or(0, Vec::len)
+            + s.ephemeral_containers.as_ref().map_or(0, Vec::len)
     });
     let per_container = MAX_TERMINATION_MESSAGES / containers.max(1);
     let cut = |states: &mut [ContainerStatus]| {
@@ -75,6 +77,9 @@ pub(crate) fn normalize(spec: Option<&PodSpec>, status: &PodStatus) -> PodStatus
         cut(cs);
     }
     if let Some(cs) = status.init_container_statuses.as_mut() {
+        cut(cs);
+    }
+    if let Some(cs) = status.ephemeral_container_statuses.as_mut() {
         cut(cs);
     }
     status

@@ -32,6 +32,7 @@ pub(super) fn field_path(kind: Kind, name: &str) -> Option<String> {
     match kind {
         Kind::App => Some(format!("spec.containers{{{name}}}")),
         Kind::Init => Some(format!("spec.initContainers{{{name}}}")),
+        Kind::Ephemeral => Some(format!("spec.ephemeralContainers{{{name}}}")),
         Kind::Sandbox => None,
     }
 }

@@ -49,6 +49,7 @@ use crate::runtime::Runtime;
 use crate::volume::PodVolumes;
 
 pub use sandbox::SandboxError;
+pub use stop::Cleanup;
 
 /// How much later than syncFrequency a settled pod may be re-checked, as a fraction of it
 /// (upstream's workerResyncIntervalJitterFactor): spreads the relists of pods started
@@ -302,6 +303,12 @@ impl Worker {
     }
 
     /// The pod left every source: stop everything, retrying until clean-up is complete.
+    ///
+    /// A pod its source gives back while it stops (a static pod's manifest removed and
+    /// written again: the same UID) keeps what it has on the node once it is stopped: its
+    /// dead containers, logs, volumes and status stay, and the manager's next worker for it
+    /// starts it again from them, each container's restart count going on (as upstream,
+    /// whose pod workers restart such a pod while its dead containers await container GC).
     async fn finish_removed(&mut self, desired: watch::Receiver<Option<Arc<Pod>>>) {
         let pod = desired.borrow().clone();
         let grace = match pod.as_deref() {
@@ -314,7 +321,11 @@ impl Worker {
                     .map_or(Duration::from_secs(30), grace_period)
             }
         };
-        self.clean_up(grace).await;
+        let wanted_again = || desired.borrow().as_deref().is_some_and(|p| !is_deleted(p));
+        if self.clean_up(grace, wanted_again).await == Cleanup::Kept {
+            info!(pod = %self.pod_ref.display(), "pod wanted again while it stopped; keeping its containers for its restart");
+            return;
+        }
         self.forget();
     }
 
@@ -360,16 +371,17 @@ impl Worker {
             .filter(|p| is_deleted(p))
             .unwrap_or(pod);
         self.publish(&latest).await;
-        self.clean_up(grace).await;
+        self.clean_up(grace, || false).await;
         self.forget();
     }
 
-    /// Removes everything of the pod, retrying until clean-up is complete.
-    async fn clean_up(&mut self, grace: Duration) {
+    /// Removes everything of the pod, retrying until clean-up is complete, unless
+    /// `keep` says so once everything is stopped (see `terminate`).
+    async fn clean_up(&mut self, grace: Duration, keep: impl Fn() -> bool + Sync) -> Cleanup {
         let mut delay = RETRY;
         loop {
-            match self.terminate(grace).await {
-                Ok(()) => break,
+            match self.terminate(grace, &keep).await {
+                Ok(done) => return done,
                 Err(e) => {
                     warn!(pod = %self.pod_ref.display(), error = %e, "pod clean-up failed; retrying");
                     tokio::time::sleep(delay).await;

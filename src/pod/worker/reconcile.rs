@@ -12,6 +12,7 @@ use tracing::{error, info, warn};
 use super::sandbox::latest_sandbox;
 use super::{events, grace_period, policy, resync_interval, Worker, RETRY};
 use crate::events::EventType;
+use crate::pod::ephemeral;
 use crate::pod::status::{self, attempts, PodFailure, StatusInput, Waiting};
 use crate::runtime::containers::{ContainerRecord, State};
 use crate::runtime::labels::{self, Kind, PodRef};
@@ -197,6 +198,20 @@ impl Worker {
         }
         let mut next = resync_interval(self.shared.cfg.sync_frequency);
         let spec = pod.spec.clone().unwrap_or_default();
+
+        // Ephemeral containers start once, before the init containers (as upstream's
+        // SyncPod, so a pod stuck in its init containers can be debugged), and are never
+        // restarted, whatever the pod's restart policy.
+        for (c, _) in ephemeral::containers(pod) {
+            let tries = attempts(self.records(), &c.name, Kind::Ephemeral);
+            let step = step_for(&tries, |_| false);
+            if matches!(step, Step::Done) {
+                self.waiting.remove(&c.name);
+            }
+            self.take_step(pod, &c, Kind::Ephemeral, step, &sandbox)
+                .await?;
+            next = next.min(self.waiting_retry(&c.name));
+        }
 
         let never = policy(pod) == "Never";
         for c in spec.init_containers.iter().flatten() {

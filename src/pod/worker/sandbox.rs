@@ -274,6 +274,7 @@ impl Worker {
                 .unwrap_or(false),
             netns_path,
             sandbox_pid,
+            target_pid: None,
             hostname: hostname.to_string(),
             hosts_file: dir.hosts().display().to_string(),
             hostname_file: dir.hostname().display().to_string(),

@@ -17,6 +17,7 @@ use crate::config::format_duration;
 use crate::events::EventType;
 use crate::logs;
 use crate::objects::{ClusterObjects, ObjectError};
+use crate::pod::ephemeral;
 use crate::pod::qos::container_oom_score_adj;
 use crate::pod::status::Waiting;
 use crate::prober;
@@ -200,6 +201,9 @@ impl Worker {
         let image = self.resolve_image(pod, c, kind).await?;
         let mut ctx = self.pod_context(pod, &sandbox.id, None, sandbox.pid, &sandbox.ips, "");
         ctx.oom_score_adj = container_oom_score_adj(pod, c, self.shared.memory_capacity);
+        if kind == Kind::Ephemeral {
+            ctx.target_pid = self.target_pid(pod, &c.name)?;
+        }
         let config_error = |e: String| Waiting::new("CreateContainerConfigError", e);
         let env_objects = self.env_objects(pod, c).await;
         let env = spec::container_env(pod, c, &image.config, &ctx, &env_objects)
@@ -445,6 +449,33 @@ impl Worker {
         })
         .await;
         Ok(id)
+    }
+
+    /// The process of the container an ephemeral container targets (its process namespace
+    /// is the one to join); None without a target. A target that does not run is an error
+    /// the next pass tries again, as upstream's runtime refuses such a container.
+    fn target_pid(&self, pod: &Pod, name: &str) -> Result<Option<u32>, Waiting> {
+        let target = ephemeral::containers(pod)
+            .into_iter()
+            .find(|(c, _)| c.name == name)
+            .and_then(|(_, target)| target);
+        let Some(target) = target else {
+            return Ok(None);
+        };
+        let records = self.view.as_deref().unwrap_or(&[]);
+        records
+            .iter()
+            .filter(|r| matches!(r.kind, Kind::App | Kind::Init) && r.name == target)
+            .find_map(|r| match r.state {
+                crate::runtime::containers::State::Running { pid, .. } => Some(Some(pid)),
+                _ => None,
+            })
+            .ok_or_else(|| {
+                Waiting::new(
+                    "CreateContainerError",
+                    format!("target container {target:?} is not running"),
+                )
+            })
     }
 
     /// The ConfigMaps and Secrets the container's env and envFrom refer to. What cannot be

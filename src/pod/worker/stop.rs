@@ -98,7 +98,9 @@ impl Worker {
                 .chain(s.init_containers.iter().flatten())
                 .find(|c| c.name == r.name)
         });
-        if let (Some(pod), Some(_)) = (pod, spec) {
+        // Ephemeral containers have no hooks, but their stop is told as any other's.
+        let in_spec = spec.is_some() || r.kind == Kind::Ephemeral;
+        if let (Some(pod), true) = (pod, in_spec) {
             let msg = message.unwrap_or_else(|| format!("Stopping container {}", r.name));
             self.container_event(
                 pod,
@@ -186,8 +188,8 @@ impl Worker {
             return;
         }
         // Nothing of it runs any more: no grace period applies.
-        match self.terminate(Duration::from_secs(1)).await {
-            Ok(()) => {
+        match self.terminate(Duration::from_secs(1), &|| false).await {
+            Ok(_) => {
                 self.frozen = true;
                 info!(pod = %self.pod_ref.display(), "ended pod's containers removed to reclaim disk space");
             }
@@ -198,8 +200,14 @@ impl Worker {
         self.shared.evictions.reclaim_done(&uid);
     }
 
-    /// Stops and removes everything of the pod, in order, each step idempotent.
-    pub async fn terminate(&mut self, grace: Duration) -> Result<(), SandboxError> {
+    /// Stops and removes everything of the pod, in order, each step idempotent. When
+    /// `keep` holds once everything is stopped, nothing is removed: the pod's next worker
+    /// starts it again from its dead containers (see `finish_removed`).
+    pub async fn terminate(
+        &mut self,
+        grace: Duration,
+        keep: &(dyn Fn() -> bool + Sync),
+    ) -> Result<Cleanup, SandboxError> {
         let rt = self.shared.rt.clone();
         let records = rt.pod_containers(&self.pod_ref.uid).await?;
         self.stop_containers(None, &records, grace).await?;
@@ -222,6 +230,9 @@ impl Worker {
             {
                 rt.delete_task(&sb.id).await?;
             }
+        }
+        if keep() {
+            return Ok(Cleanup::Kept);
         }
         for r in records.iter().filter(|r| r.kind != Kind::Sandbox) {
             rt.remove_container(&r.id).await?;
@@ -255,8 +266,18 @@ impl Worker {
             .await
             .map_err(|source| SandboxError::Files { dir, source })?;
         self.backoff.forget_prefix(&self.pod_ref.uid);
-        Ok(())
+        Ok(Cleanup::Removed)
     }
+}
+
+/// What `terminate` left of a stopped pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cleanup {
+    /// Everything of it is gone.
+    Removed,
+    /// Its records, files, cgroup and network stay: its next worker replaces the dead
+    /// sandbox and restarts its containers.
+    Kept,
 }
 
 /// Removes the pod's cgroup wherever it is (its class may have changed with its spec);

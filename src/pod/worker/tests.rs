@@ -167,6 +167,102 @@ async fn init_containers_run_one_at_a_time_before_the_app_containers() {
     assert!(status_of(&h, "app").ready, "no probes: ready once running");
 }
 
+/// `p` with these ephemeral containers (name, target), as the `ephemeralcontainers`
+/// subresource adds them to a running pod.
+fn with_ephemeral(p: &Pod, added: &[(&str, Option<&str>)]) -> Pod {
+    let mut p = p.clone();
+    let ecs = added
+        .iter()
+        .map(|(name, target)| {
+            serde_json::from_value(serde_json::json!({
+                "name": name, "image": "busybox",
+                "targetContainerName": target,
+            }))
+            .unwrap()
+        })
+        .collect();
+    p.spec.as_mut().unwrap().ephemeral_containers = Some(ecs);
+    p
+}
+
+fn ephemeral_status(h: &Harness, name: &str) -> ContainerStatus {
+    pod_status(h)
+        .ephemeral_container_statuses
+        .into_iter()
+        .flatten()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no ephemeral status for {name}"))
+}
+
+#[tokio::test(start_paused = true)]
+async fn ephemeral_containers_start_once_in_their_targets_process_namespace_never_ready() {
+    let h = harness();
+    let p = pod(&[], &["app"], "Always");
+    let mut w = worker(&h, &p);
+    w.pass(&p).await;
+    assert_eq!(pod_status(&h).ephemeral_container_statuses, None);
+
+    let p = with_ephemeral(&p, &[("debugger", Some("app")), ("lost", Some("gone"))]);
+    w.pass(&p).await;
+    let debugger = ephemeral_status(&h, "debugger");
+    assert!(
+        debugger.state.as_ref().unwrap().running.is_some(),
+        "{debugger:?}"
+    );
+    assert!(!debugger.ready, "ephemeral containers are never ready");
+    assert_eq!(phase(&h), "Running");
+    assert!(
+        status_of(&h, "app").ready,
+        "the pod's own containers are untouched"
+    );
+    let records = h.fake.records(UID);
+    let pid_of = |name: &str| {
+        records
+            .iter()
+            .find(|r| r.name == name)
+            .and_then(|r| match r.state {
+                crate::runtime::containers::State::Running { pid, .. } => Some(pid),
+                _ => None,
+            })
+            .unwrap()
+    };
+    let kind = records.iter().find(|r| r.name == "debugger").unwrap().kind;
+    assert_eq!(kind, crate::runtime::labels::Kind::Ephemeral);
+    let pid_ns = h
+        .fake
+        .spec_of("debugger")
+        .and_then(|s| s.linux().clone())
+        .and_then(|l| l.namespaces().clone())
+        .into_iter()
+        .flatten()
+        .find(|n| n.typ() == oci_spec::runtime::LinuxNamespaceType::Pid)
+        .and_then(|n| n.path().clone());
+    assert_eq!(
+        pid_ns.map(|p| p.display().to_string()),
+        Some(format!("/proc/{}/ns/pid", pid_of("app")))
+    );
+    // A target that does not run: not created, and said why.
+    let lost = ephemeral_status(&h, "lost");
+    assert_eq!(
+        waiting_reason(&lost).as_deref(),
+        Some("CreateContainerError")
+    );
+    assert!(h.fake.calls_of("create_container lost").is_empty());
+
+    // Its end is final, whatever the pod's restart policy.
+    h.fake.exit("debugger", 0);
+    w.pass(&p).await;
+    w.pass(&p).await;
+    assert_eq!(
+        h.fake.calls_of("start_task debugger"),
+        ["start_task debugger#0"]
+    );
+    let debugger = ephemeral_status(&h, "debugger");
+    let t = debugger.state.unwrap().terminated.unwrap();
+    assert_eq!((t.exit_code, debugger.restart_count), (0, 0));
+    assert_eq!(phase(&h), "Running");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_pass_lists_the_pods_containers_once() {
     let h = harness();
@@ -381,7 +477,9 @@ async fn termination_waits_the_grace_period_then_kills() {
     let mut w = worker(&h, &p);
     w.pass(&p).await;
     let begun = tokio::time::Instant::now();
-    w.terminate(Duration::from_secs(5)).await.unwrap();
+    w.terminate(Duration::from_secs(5), &|| false)
+        .await
+        .unwrap();
     assert!(
         begun.elapsed() >= Duration::from_secs(5),
         "SIGKILL came before the grace period ended"

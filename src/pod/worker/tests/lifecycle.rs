@@ -303,7 +303,7 @@ async fn a_sandbox_task_goes_before_its_network_and_the_record_after() {
     let mut w = Worker::new(h.shared.clone(), r);
     // The test's CNI folder is empty, so the network teardown fails; a slow one (CNI DELs
     // queue across pods on the plugins' locks) would hold the pod the same way.
-    w.terminate(Duration::from_secs(5))
+    w.terminate(Duration::from_secs(5), &|| false)
         .await
         .expect_err("no CNI configuration to tear the network down with");
     assert_eq!(
@@ -412,4 +412,49 @@ async fn an_ended_pod_gives_up_its_containers_when_asked_and_keeps_its_status() 
     w.pass(&p).await;
     assert_eq!(h.shared.statuses.get(UID).unwrap().pod.status, ended);
     assert_eq!(h.fake.calls_of("start_task app").len(), 1);
+}
+
+/// A static pod's manifest removed and written again while its pod stops (the same UID):
+/// what it had stays once it is stopped, and its next worker restarts it from there, with
+/// restart count 1 as upstream (the node e2e MirrorPod "recreate" spec checks it).
+#[tokio::test(start_paused = true)]
+async fn a_pod_wanted_again_while_it_stops_restarts_from_its_dead_containers() {
+    let h = harness();
+    h.fake.script("app", [Script::IgnoreTerm]);
+    let p = pod(&[], &["app"], "Always");
+    let (tx, rx) = watch::channel(Some(Arc::new(p.clone())));
+    let w = Worker::new(h.shared.clone(), super::super::pod_ref(&p));
+    let done = tokio::spawn(w.run(rx, Arc::new(Notify::new())));
+    until("the container to run", || running(&h, "app")).await;
+
+    tx.send_replace(None);
+    until("the stop to begin", || {
+        !h.fake.calls_of("kill app#0").is_empty()
+    })
+    .await;
+    tx.send_replace(Some(Arc::new(p.clone())));
+    tokio::time::timeout(Duration::from_secs(60), done)
+        .await
+        .expect("the worker finishes")
+        .unwrap();
+    let records = h.fake.records(UID);
+    assert!(
+        records.iter().any(|r| r.name == "app" && !r.is_running()),
+        "the dead container stays: {records:?}"
+    );
+    assert!(records.iter().all(|r| !r.is_running()), "{records:?}");
+    assert!(h.shared.statuses.get(UID).is_some(), "its status stays");
+
+    // The manager starts a new worker for it (`worker_done`).
+    let mut again = worker(&h, &p);
+    // Its first pass replaces the dead sandbox, the next (at once) starts the container.
+    again.pass(&p).await;
+    again.pass(&p).await;
+    let app = status_of(&h, "app");
+    assert!(app.state.unwrap().running.is_some());
+    assert_eq!(app.restart_count, 1);
+    assert_eq!(
+        h.fake.calls_of("start_task POD"),
+        ["start_task POD#0", "start_task POD#1"]
+    );
 }
