@@ -1236,7 +1236,7 @@ fn validate(config: &Config) -> Result<(), ConfigError> {
         return Err(invalid(
             "allowedUnsafeSysctls (--allowed-unsafe-sysctls)",
             config.allowed_unsafe_sysctls.join(","),
-            &reason,
+            &reason.to_string(),
         ));
     }
     validate_image_gc(config)?;

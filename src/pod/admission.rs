@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, HashSet};
 use k8s_openapi::api::core::v1::{Container, Node, Pod, PodStatus, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 
+pub(crate) use sysctls::normalize as normalize_sysctl;
 pub use sysctls::{kernel_version, SysctlAllowlist};
 
 use super::qos::qos_class;

@@ -797,7 +797,13 @@ pub fn container_spec(
         linux = linux.sysctl(
             sysctls
                 .iter()
-                .map(|s| (s.name.clone(), s.value.clone()))
+                // runc writes each under /proc/sys by its dotted name.
+                .map(|s| {
+                    (
+                        crate::pod::admission::normalize_sysctl(&s.name),
+                        s.value.clone(),
+                    )
+                })
                 .collect::<HashMap<_, _>>(),
         );
     }
@@ -936,6 +942,40 @@ mod tests {
                 e => panic!("{e}"),
             })?;
         container_spec(p, c, &image(), &ctx(), &env, &[], &Accounts::default())
+    }
+
+    #[test]
+    fn sysctl_names_with_slashes_reach_the_runtime_dotted() {
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "default", "uid": "u1"},
+            "spec": {"securityContext": {"sysctls": [
+                    {"name": "net/ipv4/conf/eno2.100/rp_filter", "value": "1"},
+                    {"name": "kernel.shm_rmid_forced", "value": "1"}]},
+                "containers": [{"name": "c", "image": "i"}]}
+        }))
+        .unwrap();
+        let c = p.spec.as_ref().unwrap().containers[0].clone();
+        let s = spec_of(&p, &c).unwrap();
+        let mut got: Vec<_> = s
+            .linux()
+            .clone()
+            .unwrap()
+            .sysctl()
+            .clone()
+            .unwrap()
+            .into_iter()
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                ("kernel.shm_rmid_forced".to_string(), "1".to_string()),
+                (
+                    "net.ipv4.conf.eno2/100.rp_filter".to_string(),
+                    "1".to_string()
+                ),
+            ]
+        );
     }
 
     #[test]

@@ -44,37 +44,10 @@ fn err(status: u16, body: impl Into<String>) -> LogError {
 /// `application/x-www-form-urlencoded` decoding of a query string: every value per key.
 pub fn parse_query(query: &str) -> HashMap<String, Vec<String>> {
     let mut out: HashMap<String, Vec<String>> = HashMap::new();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        out.entry(percent_decode(k))
-            .or_default()
-            .push(percent_decode(v));
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        out.entry(k.into_owned()).or_default().push(v.into_owned());
     }
     out
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
-                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                    Some(b) => {
-                        out.push(b);
-                        i += 2;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Go's query-parameter bool: only `0`, `f` and `false` (any case) are false.

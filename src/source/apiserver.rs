@@ -304,17 +304,11 @@ fn annotated(pod: &Pod, seen: &str) -> Pod {
     pod
 }
 
-/// The statuses of the conditions the pod's readiness gates name. Others set them in the
-/// status, and the agent's Ready condition follows them: upstream reconciles a pod whose
-/// status changed, so a change of one of these is sent on as a change of the pod.
-fn gate_conditions(p: &Pod) -> Vec<(&str, Option<&str>)> {
-    crate::pod::status::readiness_gate_conditions(p)
-}
-
 /// Upstream's podsDifferSemantically: spec, labels, deletion timestamp and grace period, and
 /// annotations other than the agent's own. Status and bookkeeping (resourceVersion,
 /// managedFields) are not compared: the agent owns the status and acts on none of the rest.
 fn pods_differ_semantically(a: &Pod, b: &Pod) -> bool {
+    use crate::pod::status::readiness_gate_conditions;
     let foreign = |p: &Pod| -> BTreeMap<String, String> {
         p.metadata
             .annotations
@@ -326,7 +320,10 @@ fn pods_differ_semantically(a: &Pod, b: &Pod) -> bool {
     };
     let labels = |p: &Pod| p.metadata.labels.clone().unwrap_or_default();
     a.spec != b.spec
-        || gate_conditions(a) != gate_conditions(b)
+        // Others set the readiness gates' conditions in the status, and the agent's Ready
+        // condition follows them: upstream reconciles a pod whose status changed, so a
+        // change of one of these is sent on as a change of the pod.
+        || readiness_gate_conditions(a) != readiness_gate_conditions(b)
         || labels(a) != labels(b)
         || a.metadata.deletion_timestamp != b.metadata.deletion_timestamp
         || a.metadata.deletion_grace_period_seconds != b.metadata.deletion_grace_period_seconds

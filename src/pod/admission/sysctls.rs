@@ -82,6 +82,25 @@ pub(crate) fn normalize(name: &str) -> String {
     }
 }
 
+/// An allowedUnsafeSysctls entry outside the namespaces a pod can hold.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the sysctls {name:?} are not known to be namespaced")]
+pub struct NotNamespaced {
+    pub name: String,
+}
+
+/// Why a pod's sysctl is refused (upstream's wording, after "forbidden sysctl: ").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum Forbidden {
+    #[error("{0:?} not allowlisted")]
+    NotAllowlisted(String),
+    #[error("{sysctl:?} not allowed with host {namespace} enabled")]
+    HostNamespace {
+        sysctl: String,
+        namespace: &'static str,
+    },
+}
+
 /// The sysctls a node admits.
 #[derive(Debug, Clone, Default)]
 pub struct SysctlAllowlist {
@@ -93,7 +112,10 @@ impl SysctlAllowlist {
     /// The safe sysctls this kernel (`kernel`: major and minor; None when unknown, which
     /// drops the version-bound ones as upstream does) namespaces, and `allowed_unsafe`.
     /// An unsafe entry not known to be namespaced is an error naming it.
-    pub fn new(allowed_unsafe: &[String], kernel: Option<(u32, u32)>) -> Result<Self, String> {
+    pub fn new(
+        allowed_unsafe: &[String],
+        kernel: Option<(u32, u32)>,
+    ) -> Result<Self, NotNamespaced> {
         let mut list = SysctlAllowlist::default();
         for (name, since) in SAFE {
             let available = *since == (0, 0) || kernel.is_some_and(|k| k >= *since);
@@ -107,14 +129,15 @@ impl SysctlAllowlist {
         Ok(list)
     }
 
-    fn add(&mut self, pattern: &str) -> Result<(), String> {
+    fn add(&mut self, pattern: &str) -> Result<(), NotNamespaced> {
         let normal = normalize(pattern);
         let (name, prefixed) = match normal.find('*') {
             Some(i) => (&normal[..i], true),
             None => (normal.as_str(), false),
         };
-        let ns = Namespace::of(name)
-            .ok_or_else(|| format!("the sysctls {name:?} are not known to be namespaced"))?;
+        let ns = Namespace::of(name).ok_or_else(|| NotNamespaced {
+            name: name.to_string(),
+        })?;
         if prefixed {
             self.prefixes.push((name.to_string(), ns));
         } else {
@@ -123,7 +146,7 @@ impl SysctlAllowlist {
         Ok(())
     }
 
-    fn allows(&self, sysctl: &str, host_net: bool, host_ipc: bool) -> Result<(), String> {
+    fn allows(&self, sysctl: &str, host_net: bool, host_ipc: bool) -> Result<(), Forbidden> {
         let sysctl = normalize(sysctl);
         let ns = self.names.get(&sysctl).copied().or_else(|| {
             self.prefixes
@@ -132,15 +155,15 @@ impl SysctlAllowlist {
                 .map(|(_, ns)| *ns)
         });
         match ns {
-            None => Err(format!("{sysctl:?} not allowlisted")),
-            Some(ns @ Namespace::Ipc) if host_ipc => Err(format!(
-                "{sysctl:?} not allowed with host {} enabled",
-                ns.name()
-            )),
-            Some(ns @ Namespace::Net) if host_net => Err(format!(
-                "{sysctl:?} not allowed with host {} enabled",
-                ns.name()
-            )),
+            None => Err(Forbidden::NotAllowlisted(sysctl)),
+            Some(ns @ Namespace::Ipc) if host_ipc => Err(Forbidden::HostNamespace {
+                sysctl,
+                namespace: ns.name(),
+            }),
+            Some(ns @ Namespace::Net) if host_net => Err(Forbidden::HostNamespace {
+                sysctl,
+                namespace: ns.name(),
+            }),
             Some(_) => Ok(()),
         }
     }
@@ -237,7 +260,9 @@ mod tests {
             .check(&keepalive)
             .is_ok());
         assert_eq!(
-            SysctlAllowlist::new(&["vm.swappiness".into()], None).unwrap_err(),
+            SysctlAllowlist::new(&["vm.swappiness".into()], None)
+                .unwrap_err()
+                .to_string(),
             "the sysctls \"vm.swappiness\" are not known to be namespaced"
         );
         assert_eq!(
