@@ -454,11 +454,7 @@ make_run_path() {
 }
 
 prepare_host() {
-	if ! grep -qE "^127\.0\.0\.1([[:space:]]+[^[:space:]]+)*[[:space:]]+$NODE_NAME([[:space:]]|\$)" /etc/hosts; then
-		# A file whose last line lacks its newline would swallow ours into that line.
-		[[ -z "$(tail -c1 /etc/hosts)" ]] || echo >>/etc/hosts
-		echo "127.0.0.1 $NODE_NAME" >>/etc/hosts
-	fi
+	hosts_add_loopback "$NODE_NAME"
 	make_run_path
 	# The base KubeletConfiguration of both agents; the suite adds its own fields (static pod
 	# path, ports, authentication, kubeletCgroups=/kubelet and systemCgroups=/system, which is

@@ -84,6 +84,20 @@ sha256_stdin() { sha256sum | cut -d' ' -f1; }
 sha256_file() { sha256sum "$1" | cut -d' ' -f1; }
 
 # The OCI name of this machine's architecture.
+# Points NAME at 127.0.0.1 in /etc/hosts (a line of its own), so that what reaches a node by
+# its name (the apiserver's logs, exec and metrics calls) stays on loopback. A name added here
+# is only seen by a running Go program (kube-apiserver) once its resolver re-reads the file,
+# which it does at most every 5 s: wait that out, so a test's first call already resolves.
+hosts_add_loopback() {
+	local name="$1"
+	if ! grep -qE "^127\.0\.0\.1([[:space:]]+[^[:space:]]+)*[[:space:]]+$name([[:space:]]|\$)" /etc/hosts; then
+		# A file whose last line lacks its newline would swallow ours into that line.
+		[[ -z "$(tail -c1 /etc/hosts)" ]] || echo >>/etc/hosts
+		echo "127.0.0.1 $name" >>/etc/hosts
+		sleep 6
+	fi
+}
+
 oci_arch() {
 	case "$(uname -m)" in
 	x86_64) echo amd64 ;;

@@ -44,8 +44,5 @@ contexts:
 current-context: tls-bootstrap-token-user@local
 KUBECONFIG
 chmod 600 "$out"
-if ! grep -qE "^127\.0\.0\.1([[:space:]]+[^[:space:]]+)*[[:space:]]+$NAME([[:space:]]|\$)" /etc/hosts; then
-	[[ -z "$(tail -c1 /etc/hosts)" ]] || echo >>/etc/hosts
-	echo "127.0.0.1 $NAME" >>/etc/hosts
-fi
+hosts_add_loopback "$NAME"
 echo "$out"

@@ -24,10 +24,5 @@ pki_cert "$DIR/pki" "node-$NAME" "/O=system:nodes/CN=system:node:$NAME" clientAu
 out="$DIR/nodes/$NAME.kubeconfig"
 write_kubeconfig "$out" "$KUBELET_RS_CLUSTER_SERVER" "$DIR/pki/ca.crt" "$DIR/pki/node-$NAME.crt" \
 	"$DIR/pki/node-$NAME.key" "system:node:$NAME"
-# One line per name; grep -w keeps a name that is a prefix of another from matching it.
-if ! grep -qE "^127\.0\.0\.1([[:space:]]+[^[:space:]]+)*[[:space:]]+$NAME([[:space:]]|\$)" /etc/hosts; then
-	# A file whose last line lacks its newline would swallow ours into that line.
-	[[ -z "$(tail -c1 /etc/hosts)" ]] || echo >>/etc/hosts
-	echo "127.0.0.1 $NAME" >>/etc/hosts
-fi
+hosts_add_loopback "$NAME"
 echo "$out"
