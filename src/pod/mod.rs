@@ -35,10 +35,17 @@ use crate::events::{EventType, Recorder};
 use crate::node::NodeView;
 use crate::runtime::labels::PodRef;
 use crate::source::{SourceKind, SourceUpdate};
-use worker::{pod_ref, Shared, Worker};
+use worker::{pod_ref, Cleanup, Shared, Worker};
 
 /// The latest known pods with their statuses, by UID; the HTTP server reads it.
 pub type StatusStore = Arc<status_manager::StatusManager>;
+
+/// A worker's end: its pod, and what it left of it.
+#[derive(Debug)]
+struct WorkerDone {
+    pod: PodRef,
+    cleanup: Cleanup,
+}
 
 struct WorkerHandle {
     desired: watch::Sender<Option<Arc<Pod>>>,
@@ -69,8 +76,8 @@ pub struct PodManager {
     events: Recorder,
     /// The sysctls pods may set (safe ones and --allowed-unsafe-sysctls).
     sysctls: admission::SysctlAllowlist,
-    done_tx: mpsc::UnboundedSender<String>,
-    done_rx: mpsc::UnboundedReceiver<String>,
+    done_tx: mpsc::UnboundedSender<WorkerDone>,
+    done_rx: mpsc::UnboundedReceiver<WorkerDone>,
 }
 
 impl PodManager {
@@ -187,7 +194,7 @@ impl PodManager {
                         None => {}
                     }
                 }
-                Some(uid) = self.done_rx.recv() => self.worker_done(uid),
+                Some(done) = self.done_rx.recv() => self.worker_done(done),
             }
         }
     }
@@ -197,13 +204,22 @@ impl PodManager {
     /// status sync removes it there). A pod that came back while its worker was stopping it
     /// (a static pod's manifest removed and written again: same UID) is started again by a
     /// new worker, as upstream's pod workers restart a pod whose start was requested while
-    /// it terminated; no later update would, since the sources' set does not change.
-    fn worker_done(&mut self, uid: String) {
+    /// it terminated; no later update would, since the sources' set does not change. One
+    /// that kept the pod's containers for such a restart, and whose pod went away again
+    /// meanwhile, is followed by a worker that removes them.
+    fn worker_done(&mut self, done: WorkerDone) {
+        let uid = done.pod.uid.clone();
         let Some(w) = self.workers.get(&uid) else {
             return;
         };
         let desired = w.desired.borrow().clone();
         let deleting = match desired {
+            None if done.cleanup == Cleanup::Kept => {
+                info!(pod = %done.pod.display(), "pod no longer wanted after all; removing what it kept");
+                self.workers.remove(&uid);
+                self.spawn(done.pod, None);
+                return;
+            }
             None => false,
             Some(p) if p.metadata.deletion_timestamp.is_some() => true,
             Some(p) => {
@@ -345,13 +361,14 @@ impl PodManager {
         let uid = r.uid.clone();
         let (tx, rx) = watch::channel(pod);
         let wake = Arc::new(Notify::new());
+        let r_for_done = r.clone();
         let worker = Worker::new(self.shared.clone(), r);
         let done = self.done_tx.clone();
         let w = wake.clone();
-        let u = uid.clone();
+        let pod = r_for_done;
         tokio::spawn(async move {
-            worker.run(rx, w).await;
-            let _ = done.send(u);
+            let cleanup = worker.run(rx, w).await;
+            let _ = done.send(WorkerDone { pod, cleanup });
         });
         self.workers.insert(uid, WorkerHandle { desired: tx, wake });
     }

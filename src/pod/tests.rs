@@ -73,6 +73,47 @@ fn hold_worker(m: &mut PodManager, pod: &Pod) -> watch::Receiver<Option<Arc<Pod>
     rx
 }
 
+/// `pod`'s worker ended, leaving this of it.
+fn done(pod: &Pod, cleanup: Cleanup) -> WorkerDone {
+    WorkerDone {
+        pod: pod_ref(pod),
+        cleanup,
+    }
+}
+
+/// The pod came back while its worker stopped it (so the worker kept its containers for the
+/// restart), then went away again before the worker finished: a worker follows that removes
+/// what was kept, instead of nothing ever doing so.
+#[tokio::test(start_paused = true)]
+async fn a_pod_gone_again_after_its_worker_kept_it_gets_a_worker_that_removes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = PodManager::new(shared(dir.path()), &[SourceKind::Api]);
+    let pod = api_pod("uid-a");
+    let old = hold_worker(&mut m, &pod);
+    m.apply(api_update(&[])).await;
+    assert!(old.borrow().is_none());
+
+    m.worker_done(done(&pod, Cleanup::Kept));
+    assert!(
+        old.has_changed().is_err(),
+        "the finished worker's handle is dropped"
+    );
+    let new = m
+        .workers
+        .get("uid-a")
+        .expect("a worker to remove what was kept");
+    assert!(
+        new.desired.borrow().is_none(),
+        "it removes the pod, it does not start it"
+    );
+
+    // A worker that removed everything is not followed by another.
+    m.workers.get("uid-a").unwrap().desired.send_replace(None);
+    m.worker_done(done(&pod, Cleanup::Removed));
+    assert!(!m.workers.contains_key("uid-a"));
+    assert!(m.finished.is_empty());
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_deleted_pod_whose_worker_finished_is_not_started_again_while_listed() {
     let dir = tempfile::tempdir().unwrap();
@@ -88,7 +129,7 @@ async fn a_deleted_pod_whose_worker_finished_is_not_started_again_while_listed()
 
     // The worker stopped the pod and finished; the API still lists it until the status sync
     // deletes it, and any update meanwhile (here, the same set again) starts nothing.
-    m.worker_done("uid-a".into());
+    m.worker_done(done(&pod, Cleanup::Removed));
     assert!(!m.workers.contains_key("uid-a"));
     m.apply(api_update(&[&gone])).await;
     assert!(
@@ -122,7 +163,7 @@ async fn a_pod_wanted_again_when_its_worker_finishes_gets_a_new_worker() {
         "and then that the pod is wanted again"
     );
 
-    m.worker_done("uid-a".into());
+    m.worker_done(done(&pod, Cleanup::Removed));
     assert!(
         old.has_changed().is_err(),
         "the finished worker's handle is dropped"

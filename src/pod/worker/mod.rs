@@ -274,7 +274,11 @@ impl Worker {
 
     /// The worker loop: sync while the pod is desired, terminate and clean up once it is not
     /// or once the API deletes it (then with the deletion's grace period and a final status).
-    pub async fn run(mut self, mut desired: watch::Receiver<Option<Arc<Pod>>>, wake: Arc<Notify>) {
+    pub async fn run(
+        mut self,
+        mut desired: watch::Receiver<Option<Arc<Pod>>>,
+        wake: Arc<Notify>,
+    ) -> Cleanup {
         self.wake = wake.clone();
         let deleted = loop {
             let current = desired.borrow_and_update().clone();
@@ -294,12 +298,18 @@ impl Worker {
         };
         // Probes stop first so a dying container is not probed.
         self.probes.clear();
-        match deleted {
-            Some(pod) => self.finish_deleted(pod, desired).await,
+        let cleanup = match deleted {
+            Some(pod) => {
+                self.finish_deleted(pod, desired).await;
+                Cleanup::Removed
+            }
             None => self.finish_removed(desired).await,
-        }
+        };
         self.shared.objects.unregister_pod(&self.pod_ref.uid);
-        info!(pod = %self.pod_ref.display(), "pod removed");
+        if cleanup == Cleanup::Removed {
+            info!(pod = %self.pod_ref.display(), "pod removed");
+        }
+        cleanup
     }
 
     /// The pod left every source: stop everything, retrying until clean-up is complete.
@@ -309,7 +319,7 @@ impl Worker {
     /// dead containers, logs, volumes and status stay, and the manager's next worker for it
     /// starts it again from them, each container's restart count going on (as upstream,
     /// whose pod workers restart such a pod while its dead containers await container GC).
-    async fn finish_removed(&mut self, desired: watch::Receiver<Option<Arc<Pod>>>) {
+    async fn finish_removed(&mut self, desired: watch::Receiver<Option<Arc<Pod>>>) -> Cleanup {
         let pod = desired.borrow().clone();
         let grace = match pod.as_deref() {
             Some(p) => grace_period(p),
@@ -324,9 +334,10 @@ impl Worker {
         let wanted_again = || desired.borrow().as_deref().is_some_and(|p| !is_deleted(p));
         if self.clean_up(grace, wanted_again).await == Cleanup::Kept {
             info!(pod = %self.pod_ref.display(), "pod wanted again while it stopped; keeping its containers for its restart");
-            return;
+            return Cleanup::Kept;
         }
         self.forget();
+        Cleanup::Removed
     }
 
     /// The API deletes the pod (graceful deletion): stop its containers within the

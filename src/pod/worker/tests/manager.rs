@@ -41,7 +41,7 @@ async fn orphans_found_at_start_are_removed_once_the_sources_have_reported() {
     let done = tokio::time::timeout(Duration::from_secs(300), m.done_rx.recv())
         .await
         .expect("the orphan's worker finishes");
-    assert_eq!(done.as_deref(), Some("orphan-uid"));
+    assert_eq!(done.map(|d| d.pod.uid).as_deref(), Some("orphan-uid"));
     assert!(h.fake.records("orphan-uid").is_empty());
     assert_eq!(
         h.fake.calls_of("kill POD#0 9").len(),
@@ -68,7 +68,7 @@ async fn a_pod_whose_source_drops_it_while_it_starts_is_cleaned_up() {
     let done = tokio::time::timeout(Duration::from_secs(300), m.done_rx.recv())
         .await
         .expect("the worker finishes");
-    assert_eq!(done.as_deref(), Some(UID));
+    assert_eq!(done.map(|d| d.pod.uid).as_deref(), Some(UID));
     assert!(h.fake.records(UID).is_empty(), "{:?}", h.fake.records(UID));
     assert!(h.fake.calls_of("create_container app").is_empty());
     assert!(h.shared.statuses.get(UID).is_none());
@@ -93,7 +93,7 @@ async fn a_deleted_pod_sent_again_after_its_worker_finished_starts_nothing() {
     let done = tokio::time::timeout(Duration::from_secs(300), m.done_rx.recv())
         .await
         .expect("the worker finishes");
-    assert_eq!(done.as_deref(), Some(UID));
+    assert_eq!(done.map(|d| d.pod.uid).as_deref(), Some(UID));
     // Until the status sync deletes the object, the API keeps sending it.
     gone.metadata.resource_version = Some("43".into());
     m.apply(update(&[&gone])).await;
