@@ -101,6 +101,34 @@ async fn add_change_and_remove_through_inotify() {
     task.abort();
 }
 
+/// The node e2e suite's MirrorPod "recreate" spec: a manifest removed and written again at
+/// once (same content, so the same UID) is its pod removed, then added again, even when both
+/// events are read together, as upstream's source handles each event in turn.
+#[tokio::test]
+async fn a_manifest_removed_and_written_again_at_once_is_removed_then_added() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tx, mut rx) = mpsc::channel(16);
+    let web = dir.path().join("web.yaml");
+    let db = dir.path().join("db.yaml");
+    std::fs::write(&web, manifest("web", "nginx:1.27")).unwrap();
+    std::fs::write(&db, manifest("db", "redis:7")).unwrap();
+    let task = spawn_file_source(dir.path().to_path_buf(), "node1".into(), NO_RESYNC, tx);
+    let first = next_update(&mut rx).await;
+    assert_eq!(names(&first), vec!["db-node1", "web-node1"]);
+    let uid = uid_of(&first, "web-node1");
+
+    std::fs::remove_file(&web).unwrap();
+    std::fs::write(&web, manifest("web", "nginx:1.27")).unwrap();
+    let removed = next_update(&mut rx).await;
+    assert_eq!(names(&removed), vec!["db-node1"], "the other pod stays");
+    let back = next_update(&mut rx).await;
+    assert_eq!(names(&back), vec!["db-node1", "web-node1"]);
+    assert_eq!(uid_of(&back, "web-node1"), uid, "the same pod");
+    assert_quiet(&mut rx).await;
+
+    task.abort();
+}
+
 #[tokio::test]
 async fn broken_file_keeps_other_pods_and_its_last_good_pod() {
     let dir = tempfile::tempdir().unwrap();
