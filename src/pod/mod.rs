@@ -25,6 +25,7 @@ pub mod termination_message;
 pub mod worker;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -50,6 +51,8 @@ struct WorkerDone {
 struct WorkerHandle {
     desired: watch::Sender<Option<Arc<Pod>>>,
     wake: Arc<Notify>,
+    /// Raised before each removal is sent (see `Worker::removals`).
+    removals: Arc<AtomicU64>,
 }
 
 pub struct PodManager {
@@ -340,6 +343,7 @@ impl PodManager {
         }
         for (uid, w) in &self.workers {
             if !desired.contains_key(uid) && w.desired.borrow().is_some() {
+                w.removals.fetch_add(1, Ordering::AcqRel);
                 w.desired.send_replace(None);
             }
         }
@@ -363,6 +367,7 @@ impl PodManager {
         let wake = Arc::new(Notify::new());
         let r_for_done = r.clone();
         let worker = Worker::new(self.shared.clone(), r);
+        let removals = worker.removals();
         let done = self.done_tx.clone();
         let w = wake.clone();
         let pod = r_for_done;
@@ -370,7 +375,14 @@ impl PodManager {
             let cleanup = worker.run(rx, w).await;
             let _ = done.send(WorkerDone { pod, cleanup });
         });
-        self.workers.insert(uid, WorkerHandle { desired: tx, wake });
+        self.workers.insert(
+            uid,
+            WorkerHandle {
+                desired: tx,
+                wake,
+                removals,
+            },
+        );
     }
 }
 

@@ -68,6 +68,7 @@ fn hold_worker(m: &mut PodManager, pod: &Pod) -> watch::Receiver<Option<Arc<Pod>
         WorkerHandle {
             desired: tx,
             wake: Arc::new(Notify::new()),
+            removals: Default::default(),
         },
     );
     rx

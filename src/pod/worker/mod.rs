@@ -27,6 +27,7 @@ pub(crate) mod tests;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -161,6 +162,11 @@ pub struct Worker {
     first_start_done: bool,
     /// The start slot this pass holds, if any.
     start_slot: Option<OwnedSemaphorePermit>,
+    /// How many times the manager told this worker its pod is no longer wanted. The pod
+    /// channel keeps only the latest value, so a removal followed at once by the pod coming
+    /// back (a static pod's manifest removed and written again) would read as no change:
+    /// the count keeps the removal, which upstream's pod workers act on.
+    removals: Arc<AtomicU64>,
 }
 
 fn policy(pod: &Pod) -> &str {
@@ -255,7 +261,14 @@ impl Worker {
             frozen: false,
             first_start_done: false,
             start_slot: None,
+            removals: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// The count the manager raises each time it tells this worker its pod is no longer
+    /// wanted (before it sends the removal).
+    pub fn removals(&self) -> Arc<AtomicU64> {
+        self.removals.clone()
     }
 
     fn pod_dir(&self) -> PodDir {
@@ -280,8 +293,13 @@ impl Worker {
         wake: Arc<Notify>,
     ) -> Cleanup {
         self.wake = wake.clone();
+        let removals = self.removals.load(Ordering::Acquire);
         let deleted = loop {
             let current = desired.borrow_and_update().clone();
+            if self.removals.load(Ordering::Acquire) != removals {
+                // Removed, whatever came after: `finish_removed` sees whether it is back.
+                break None;
+            }
             let Some(pod) = current else { break None };
             if is_deleted(&pod) {
                 break Some(pod);

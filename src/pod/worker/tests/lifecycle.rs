@@ -458,3 +458,29 @@ async fn a_pod_wanted_again_while_it_stops_restarts_from_its_dead_containers() {
         ["start_task POD#0", "start_task POD#1"]
     );
 }
+
+/// The manager removes the pod and gives it back before the worker looks (the channel then
+/// holds the pod again): the removal still stops it, kept for its restart, as upstream's pod
+/// workers act on every removal.
+#[tokio::test(start_paused = true)]
+async fn a_removal_the_worker_did_not_see_before_the_pod_came_back_still_stops_it() {
+    let h = harness();
+    let p = pod(&[], &["app"], "Always");
+    let (tx, rx) = watch::channel(Some(Arc::new(p.clone())));
+    let w = Worker::new(h.shared.clone(), super::super::pod_ref(&p));
+    let removals = w.removals();
+    let done = tokio::spawn(w.run(rx, Arc::new(Notify::new())));
+    until("the container to run", || running(&h, "app")).await;
+
+    // As `PodManager::apply` removes a pod, then adds it back, with no await in between.
+    removals.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    tx.send_replace(None);
+    tx.send_replace(Some(Arc::new(p.clone())));
+    let cleanup = tokio::time::timeout(Duration::from_secs(60), done)
+        .await
+        .expect("the worker finishes")
+        .unwrap();
+    assert_eq!(cleanup, crate::pod::worker::Cleanup::Kept);
+    assert_eq!(h.fake.calls_of("kill app#0"), ["kill app#0 15"]);
+    assert!(h.fake.records(UID).iter().any(|r| r.name == "app"));
+}
