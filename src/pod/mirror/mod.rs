@@ -20,7 +20,7 @@
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -222,15 +222,23 @@ impl MirrorPods {
                 .and_then(|m| annotation(m, CONFIG_MIRROR_ANNOTATION))
                 != Some(hash.as_str())
         });
-        let statics: BTreeMap<Key, Arc<Pod>> = self
-            .statuses
-            .pods()
-            .into_iter()
-            .filter(|p| is_static(p))
-            .map(|p| (key(&p), p))
-            .collect();
+        // A static pod updated in place is a new pod under the same name while the old one
+        // stops within its grace period: its mirror stays the old one's until that is gone
+        // (upstream starts the new pod only then), whichever of the two the map kept.
+        let mut statics: BTreeMap<Key, Arc<Pod>> = BTreeMap::new();
+        let mut replacing: BTreeSet<Key> = BTreeSet::new();
+        for p in self.statuses.pods().into_iter().filter(|p| is_static(p)) {
+            let k = key(&p);
+            if statics.insert(k.clone(), p).is_some() {
+                replacing.insert(k);
+            }
+        }
         let mut failed = false;
         for (k, pod) in &statics {
+            if replacing.contains(k) {
+                debug!(pod = %full_name(pod), "two static pods of this name while one stops; its mirror waits");
+                continue;
+            }
             let hash = annotation(pod, CONFIG_HASH_ANNOTATION).unwrap_or_default();
             if let Some(m) = mirrors.get(k) {
                 if is_mirror_of(m, pod) && m.metadata.deletion_timestamp.is_none() {

@@ -146,6 +146,24 @@ async fn a_mirror_with_another_hash_is_replaced() {
     assert!(call.is_none(), "unexpected request: {call:?}");
 }
 
+/// The node e2e MirrorPodWithGracePeriod "static pod is updated" spec: the mirror stays the
+/// old pod's while the old pod stops (both are in the status manager), and is replaced once
+/// it is gone.
+#[tokio::test(start_paused = true)]
+async fn a_mirror_waits_while_the_static_pod_it_mirrors_stops_for_its_update() {
+    let sp = static_pod("hash-1");
+    let old = mirror(&sp, "m1");
+    let mut h = start(&[old], Some(node()));
+    h.statuses.set(sp.clone());
+    let updated = static_pod("hash-2");
+    h.statuses.set(updated.clone());
+    let call = next_call(&mut h.handle).await;
+    assert!(call.is_none(), "unexpected request: {call:?}");
+    h.statuses.remove("hash-1");
+    expect_delete(&mut h, "m1").await;
+    expect_create(&mut h, &updated, "m2").await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_mirror_being_deleted_is_replaced() {
     let sp = static_pod("hash-1");
