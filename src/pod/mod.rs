@@ -365,12 +365,11 @@ impl PodManager {
         let uid = r.uid.clone();
         let (tx, rx) = watch::channel(pod);
         let wake = Arc::new(Notify::new());
-        let r_for_done = r.clone();
+        let pod = r.clone();
         let worker = Worker::new(self.shared.clone(), r);
         let removals = worker.removals();
         let done = self.done_tx.clone();
         let w = wake.clone();
-        let pod = r_for_done;
         tokio::spawn(async move {
             let cleanup = worker.run(rx, w).await;
             let _ = done.send(WorkerDone { pod, cleanup });
