@@ -7,6 +7,7 @@
 //! without creating anything and without disturbing the pods already admitted.
 
 mod apparmor;
+mod features;
 mod node_affinity;
 mod sysctls;
 mod taints;
@@ -206,9 +207,10 @@ fn conflicts(a: &HostPort, b: &HostPort) -> bool {
 }
 
 /// Why `pod` cannot join the `admitted` pods on this node, in upstream's order: the pod's OS,
-/// then resources (pods, cpu, memory, ephemeral-storage), node affinity, node name, host
-/// ports, taints; the first failure is the reason. Without a Node (standalone, or not
-/// registered yet) only the checks that need none run (OS, maxPods, host ports).
+/// the features it asks for that this agent lacks (`features`), then resources (pods, cpu,
+/// memory, ephemeral-storage), node affinity, node name, host ports, taints; the first
+/// failure is the reason. Without a Node (standalone, or not registered yet) only the checks
+/// that need none run (OS, features, maxPods, host ports).
 ///
 /// A pod being deleted is never refused: it is on its way out, and its worker must run to
 /// stop it. Static pods are exempt from the cpu, memory and ephemeral-storage fit and from
@@ -225,6 +227,7 @@ pub fn admit(
         return Ok(());
     }
     check_os(pod)?;
+    features::check(pod)?;
     let is_static = is_static_pod(pod);
     let allocatable = match node {
         Some(node) if !is_static => node_allocatable(node),

@@ -377,6 +377,30 @@ fn os_checks_come_first() {
     assert!(admit(&linux, &[], 110, Some(&plain_node())).is_ok());
 }
 
+/// Unimplemented features are refused for static and API pods alike, right after the OS
+/// checks and before the resource fit (upstream's order), with or without a Node.
+#[test]
+fn unimplemented_features_are_refused_after_the_os_checks() {
+    for p in [
+        static_pod(json!({"hostUsers": false})),
+        api_pod(json!({"hostUsers": false})),
+    ] {
+        assert_eq!(refused(&p, None).reason, "PodFeatureUnsupported");
+        assert_eq!(
+            refused(&p, Some(&plain_node())).reason,
+            "PodFeatureUnsupported"
+        );
+    }
+    let both = api_pod(json!({"hostUsers": false, "os": {"name": "windows"}}));
+    assert_eq!(refused(&both, None).reason, "PodOSNotSupported");
+    let greedy = api_pod(json!({"hostUsers": false,
+        "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "3"}}}]}));
+    assert_eq!(
+        refused(&greedy, Some(&plain_node())).reason,
+        "PodFeatureUnsupported"
+    );
+}
+
 #[test]
 fn a_pod_being_deleted_is_never_refused() {
     let mut p = api_pod(json!({"nodeSelector": {"disk": "none"}, "os": {"name": "windows"}}));
