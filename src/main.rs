@@ -512,9 +512,10 @@ fn start_image_gc(cfg: &Config, rt: &Arc<dyn Runtime>) -> ImageGcRequests {
         high_percent: cfg.image_gc_high_threshold_percent as u8,
         low_percent: cfg.image_gc_low_threshold_percent as u8,
         min_age: cfg.image_minimum_gc_age,
+        max_age: cfg.image_maximum_gc_age,
     };
     if policy.is_disabled() {
-        info!("imageGCHighThresholdPercent is 100: periodic image garbage collection is off");
+        info!("imageGCHighThresholdPercent is 100 and imageMaximumGCAge 0: periodic image garbage collection is off");
     }
     let probe = StatvfsProbe {
         path: cfg.image_fs_path.clone(),

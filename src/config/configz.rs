@@ -131,6 +131,10 @@ pub fn configz_json(config: &Config) -> Value {
         json!(format_duration(config.image_minimum_gc_age)),
     );
     put(
+        "imageMaximumGCAge",
+        json!(format_duration(config.image_maximum_gc_age)),
+    );
+    put(
         "imageGCHighThresholdPercent",
         json!(config.image_gc_high_threshold_percent),
     );

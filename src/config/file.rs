@@ -72,6 +72,7 @@ pub(crate) struct FileSettings {
     pub image_gc_high_threshold_percent: Option<i32>,
     pub image_gc_low_threshold_percent: Option<i32>,
     pub image_minimum_gc_age: Option<Duration>,
+    pub image_maximum_gc_age: Option<Duration>,
     /// Pointers upstream: an explicit false (or 0) is kept, and 0 fails validation.
     pub serialize_image_pulls: Option<bool>,
     /// A pointer upstream: an explicit false is kept.
@@ -200,6 +201,7 @@ pub(crate) fn parse_document(
         image_gc_high_threshold_percent: reader.int32("imageGCHighThresholdPercent")?,
         image_gc_low_threshold_percent: reader.int32("imageGCLowThresholdPercent")?,
         image_minimum_gc_age: reader.duration("imageMinimumGCAge")?,
+        image_maximum_gc_age: reader.duration("imageMaximumGCAge")?,
         serialize_image_pulls: reader.boolean("serializeImagePulls")?,
         enable_debugging_handlers: reader.boolean("enableDebuggingHandlers")?,
         max_parallel_image_pulls: reader.int32("maxParallelImagePulls")?,

@@ -138,6 +138,9 @@ pub struct Config {
     /// --minimum-image-ttl-duration / imageMinimumGCAge: how long after the agent first sees
     /// an unused image it may be collected.
     pub image_minimum_gc_age: Duration,
+    /// imageMaximumGCAge: an image unused for longer than this is removed whatever the disk
+    /// use; zero (the default) turns that off.
+    pub image_maximum_gc_age: Duration,
     /// --image-gc-period (kubelet-rs only): upstream's fixed ImageGCPeriod, a flag so tests
     /// can shorten it.
     pub image_gc_period: Duration,
@@ -343,6 +346,7 @@ impl Config {
             image_gc_high_threshold_percent: 85,
             image_gc_low_threshold_percent: 80,
             image_minimum_gc_age: Duration::from_secs(120),
+            image_maximum_gc_age: Duration::ZERO,
             image_gc_period: DEFAULT_IMAGE_GC_PERIOD,
             image_fs_path: PathBuf::from(DEFAULT_IMAGE_FS_PATH),
             serialize_image_pulls: true,
@@ -553,6 +557,7 @@ fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError
         image_gc_high_threshold_percent,
         image_gc_low_threshold_percent,
         image_minimum_gc_age,
+        image_maximum_gc_age,
         serialize_image_pulls,
         enable_debugging_handlers,
         max_parallel_image_pulls,
@@ -648,6 +653,7 @@ fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError
         image_gc_low_threshold_percent,
     );
     set(&mut config.image_minimum_gc_age, image_minimum_gc_age);
+    set(&mut config.image_maximum_gc_age, image_maximum_gc_age);
     set(
         &mut config.enable_debugging_handlers,
         enable_debugging_handlers,
@@ -1382,6 +1388,17 @@ fn validate_image_gc(config: &Config) -> Result<(), ConfigError> {
             value: low.to_string(),
             reason: format!(
                 "must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) {high}"
+            ),
+        });
+    }
+    let (min_age, max_age) = (config.image_minimum_gc_age, config.image_maximum_gc_age);
+    if !max_age.is_zero() && max_age <= min_age {
+        return Err(ConfigError::Invalid {
+            setting: "imageMaximumGCAge",
+            value: format_duration(max_age),
+            reason: format!(
+                "must be greater than imageMinimumGCAge (--minimum-image-ttl-duration) {}",
+                format_duration(min_age)
             ),
         });
     }

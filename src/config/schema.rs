@@ -246,7 +246,7 @@ pub(crate) const FIELDS: &[Field] = &[
     done("nodeStatusReportFrequency"),
     done("nodeLeaseDurationSeconds"),
     done("imageMinimumGCAge"),
-    f("imageMaximumGCAge", DURATION, Preset::Zero),
+    done("imageMaximumGCAge"),
     done("imageGCHighThresholdPercent"),
     done("imageGCLowThresholdPercent"),
     f("volumeStatsAggPeriod", DURATION, secs(60)),

@@ -557,6 +557,25 @@ fn image_gc_defaults_file_and_flags() {
 }
 
 #[test]
+fn image_maximum_gc_age_is_read_validated_and_no_longer_warned_about() {
+    assert_eq!(load(&[]).unwrap().image_maximum_gc_age, Duration::ZERO);
+    let file = config_file(&format!("{HEADER}imageMaximumGCAge: 168h\n"));
+    let path = format!("--config={}", file.path().display());
+    let c = load(&[&path]).unwrap();
+    assert_eq!(c.image_maximum_gc_age, Duration::from_secs(168 * 3600));
+    assert!(!c
+        .unimplemented_config_fields
+        .iter()
+        .any(|f| f == "imageMaximumGCAge"));
+    let file = config_file(&format!("{HEADER}imageMaximumGCAge: 1m\n"));
+    let err = load(&[&format!("--config={}", file.path().display())]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid imageMaximumGCAge: 1m0s: must be greater than imageMinimumGCAge (--minimum-image-ttl-duration) 2m0s"
+    );
+}
+
+#[test]
 fn image_gc_mistakes_are_one_line_usage_errors() {
     let cases: &[(&[&str], &str)] = &[
         (

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
 use super::policy::{
-    digests_named, group_by_digest, Candidate, FsUsage, Image, ImageGcPolicy, ImageRecords,
-    ListedImage,
+    aged_out, digests_named, group_by_digest, Candidate, FsUsage, Image, ImageGcPolicy,
+    ImageRecords, ListedImage,
 };
 use super::GcError;
 use crate::runtime::Runtime;
@@ -57,6 +57,8 @@ pub struct ImageGc<R, P> {
     /// References never collected: the pod infra (pause) image, which upstream pins.
     pinned: Vec<String>,
     records: ImageRecords,
+    /// When the collector first listed images: imageMaximumGCAge counts from here at least.
+    began: Option<Instant>,
 }
 
 impl<R: ImageRuntime, P: UsageProbe> ImageGc<R, P> {
@@ -67,6 +69,7 @@ impl<R: ImageRuntime, P: UsageProbe> ImageGc<R, P> {
             policy,
             pinned,
             records: ImageRecords::default(),
+            began: None,
         }
     }
 
@@ -136,6 +139,7 @@ impl<R: ImageRuntime, P: UsageProbe> ImageGc<R, P> {
         }
         let in_use = digests_named(&images, &used_refs);
         self.records.observe(&images, &in_use, now);
+        self.began.get_or_insert(now);
         Ok((images, in_use))
     }
 
@@ -146,10 +150,25 @@ impl<R: ImageRuntime, P: UsageProbe> ImageGc<R, P> {
         })
     }
 
-    /// One pass at `now`.
+    /// One pass at `now`: first the images unused for longer than imageMaximumGCAge (as
+    /// upstream's freeOldImages, whatever the disk use), then the thresholds.
     pub async fn collect(&mut self, now: Instant) -> Result<Outcome, GcError> {
         let (images, in_use) = self.detect(now).await?;
         let mut usage = self.probe.usage().await?;
+        if !self.policy.max_age.is_zero() {
+            let pinned = digests_named(&images, &self.pinned);
+            let candidates = self
+                .records
+                .candidates(&in_use, &pinned, self.policy.min_age, now);
+            let began = self.began.unwrap_or(now);
+            // Removed images leave the records, so the threshold pass below never sees them.
+            for candidate in aged_out(&self.records, candidates, self.policy.max_age, began, now) {
+                info!(image = %candidate.names.join(", "), digest = %candidate.digest, max_age = ?self.policy.max_age, "image unused for longer than imageMaximumGCAge");
+                if let Some(after) = self.remove(&candidate, usage).await? {
+                    usage = after;
+                }
+            }
+        }
         let Some(to_free) = self.policy.bytes_to_free(usage) else {
             debug!(
                 used_percent = usage.used_percent(),

@@ -32,19 +32,23 @@ impl FsUsage {
     }
 }
 
-/// The thresholds and age limit of imageGC*Percent and imageMinimumGCAge.
+/// The thresholds and age limits of imageGC*Percent, imageMinimumGCAge and
+/// imageMaximumGCAge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ImageGcPolicy {
     pub high_percent: u8,
     pub low_percent: u8,
     pub min_age: Duration,
+    /// An unused image is removed once it has not been used for longer than this, whatever
+    /// the disk use; zero turns the rule off (upstream's default).
+    pub max_age: Duration,
 }
 
 impl ImageGcPolicy {
-    /// Upstream stubs the image GC out when the high threshold is 100 (and no maximum age is
-    /// set, which this agent has not).
+    /// Upstream stubs the image GC out when the high threshold is 100 and no maximum age is
+    /// set.
     pub fn is_disabled(&self) -> bool {
-        self.high_percent >= 100
+        self.high_percent >= 100 && self.max_age.is_zero()
     }
 
     /// `None` below the high threshold; else the bytes to free to get down to the low one.
@@ -195,6 +199,32 @@ impl ImageRecords {
     }
 }
 
+/// The candidates (in removal order) unused for longer than `max_age` at `now`: last used
+/// before then, or never seen in use since the agent started (upstream's zero lastUsed).
+/// None while the collector itself has run for `max_age` or less (upstream waits that long
+/// after its start, so images of pods not yet recovered are not taken for unused).
+pub fn aged_out(
+    records: &ImageRecords,
+    candidates: Vec<Candidate>,
+    max_age: Duration,
+    began: Instant,
+    now: Instant,
+) -> Vec<Candidate> {
+    if max_age.is_zero() || now.saturating_duration_since(began) <= max_age {
+        return Vec::new();
+    }
+    candidates
+        .into_iter()
+        .filter(|c| {
+            records
+                .records
+                .get(&c.digest)
+                .and_then(|r| r.last_used)
+                .is_none_or(|used| now.saturating_duration_since(used) > max_age)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,6 +259,7 @@ mod tests {
             high_percent: high,
             low_percent: low,
             min_age: Duration::ZERO,
+            max_age: Duration::ZERO,
         }
     }
 

@@ -120,6 +120,7 @@ fn gc(fake: &Fake, min_age: Duration) -> ImageGc<Fake, Fake> {
         high_percent: 85,
         low_percent: 80,
         min_age,
+        max_age: Duration::ZERO,
     };
     ImageGc::new(
         fake.clone(),
@@ -253,4 +254,56 @@ async fn an_image_no_container_uses_any_more_goes_after_the_never_used_ones() {
             removed: digests(&["sha256:b", "sha256:c"])
         }
     );
+}
+
+/// imageMaximumGCAge: with the disk far below the high threshold, an image unused for
+/// longer than the maximum age goes; one used within it, the image in use and the pinned
+/// pause image stay; nothing goes before the collector has run for the maximum age.
+#[tokio::test]
+async fn images_unused_for_longer_than_the_maximum_age_go_whatever_the_disk_use() {
+    let fake = node(90);
+    fake.with(|s| s.containers.push("docker.io/library/a:1".into()));
+    let mut gc = gc(&fake, Duration::ZERO);
+    gc.policy.max_age = Duration::from_secs(600);
+    let t0 = Instant::now();
+    gc.detect(t0).await.unwrap();
+    // a is last seen in use at t0 + 500 s.
+    let outcome = gc.collect(t0 + Duration::from_secs(500)).await.unwrap();
+    assert_eq!(outcome, Outcome::BelowHigh { used_percent: 10 });
+    assert!(
+        fake.0.lock().unwrap().removals.is_empty(),
+        "the collector has not run for the maximum age yet"
+    );
+    fake.with(|s| s.containers.retain(|c| !c.ends_with("a:1")));
+    let outcome = gc.collect(t0 + Duration::from_secs(700)).await.unwrap();
+    assert_eq!(outcome, Outcome::BelowHigh { used_percent: 0 });
+    let mut removed = fake.0.lock().unwrap().removals.clone();
+    removed.sort();
+    assert_eq!(
+        removed,
+        digests(&["sha256:b", "sha256:c"]),
+        "never used: b and c"
+    );
+    gc.collect(t0 + Duration::from_secs(1101)).await.unwrap();
+    assert_eq!(
+        fake.names(),
+        vec![
+            "docker.io/library/busybox:1.36",
+            "docker.io/library/busybox:other-tag",
+            PAUSE,
+        ],
+        "a, last used at 500 s, goes after 1100 s; busybox in use and pause stay"
+    );
+}
+
+#[tokio::test]
+async fn without_a_maximum_age_unused_images_below_the_threshold_stay() {
+    let fake = node(90);
+    let mut gc = gc(&fake, Duration::ZERO);
+    let t0 = Instant::now();
+    gc.detect(t0).await.unwrap();
+    gc.collect(t0 + Duration::from_secs(365 * 86400))
+        .await
+        .unwrap();
+    assert!(fake.0.lock().unwrap().removals.is_empty());
 }
