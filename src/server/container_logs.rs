@@ -351,15 +351,14 @@ where
             }
         }
         pending.drain(..end);
-        if out.len() >= CHUNK || done {
-            if !out.is_empty()
-                && tx
-                    .send(Bytes::from(std::mem::take(&mut out)))
-                    .await
-                    .is_err()
-            {
-                return Ok(Pumped::Done);
-            }
+        if (out.len() >= CHUNK || done)
+            && !out.is_empty()
+            && tx
+                .send(Bytes::from(std::mem::take(&mut out)))
+                .await
+                .is_err()
+        {
+            return Ok(Pumped::Done);
         }
         if done {
             return Ok(Pumped::Done);
