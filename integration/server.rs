@@ -121,13 +121,19 @@ impl Agent {
             .unwrap();
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+        // With the main server off, the read-only port says the agent is up.
+        let up = if self.args.iter().any(|a| a == "--enable-server=false") {
+            self.read_only_port
+        } else {
+            self.port
+        };
+        while std::net::TcpStream::connect(("127.0.0.1", up)).is_err() {
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("agent exited with {status}: {}", self.log());
             }
             assert!(
                 Instant::now() < deadline,
-                "main port never opened: {}",
+                "port {up} never opened: {}",
                 self.log()
             );
             std::thread::sleep(Duration::from_millis(100));
@@ -533,6 +539,22 @@ async fn read_only_port_serves_the_public_set_only() {
     assert!(
         body.contains("resource_scrape_error 1"),
         "no collector wired: {body}"
+    );
+}
+
+/// --enable-server=false: the main port is never opened, the read-only port still is.
+#[tokio::test]
+async fn enable_server_false_keeps_the_main_port_closed() {
+    let agent = Agent::start(&["--enable-server=false".to_string()]);
+    assert_eq!(
+        http_get(agent.read_only_port, "/healthz"),
+        (200, "ok".to_string())
+    );
+    assert!(std::net::TcpStream::connect(("127.0.0.1", agent.port)).is_err());
+    assert!(
+        agent.log().contains("the main server is not started"),
+        "{}",
+        agent.log()
     );
 }
 

@@ -160,14 +160,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     } else if cfg.server_tls_bootstrap {
         warn!("serverTLSBootstrap needs --kubeconfig: the main server has no certificate to serve");
     }
-    server::serve_main(server_state.clone(), api.clone()).await?;
-    if cfg.read_only_port != 0 {
-        server::serve_read_only_with(
-            SocketAddr::new(cfg.address, cfg.read_only_port),
-            server_state.clone(),
-        )
-        .await?;
-    }
+    server::serve_configured(server_state.clone(), api.clone()).await?;
     kubelet_rs::metrics::set_node_name(&cfg.node_name);
 
     let stats_pods: StatsPods = Default::default();

@@ -21,7 +21,7 @@ pub fn configz_json(config: &Config) -> Value {
     let mut put = |key: &str, value: Value| {
         c.insert(key.to_string(), value);
     };
-    put("enableServer", json!(true));
+    put("enableServer", json!(config.enable_server));
     if let Some(p) = &config.static_pod_path {
         put("staticPodPath", json!(p.display().to_string()));
     }

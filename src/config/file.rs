@@ -77,6 +77,7 @@ pub(crate) struct FileSettings {
     pub serialize_image_pulls: Option<bool>,
     /// A pointer upstream: an explicit false is kept.
     pub enable_debugging_handlers: Option<bool>,
+    pub enable_server: Option<bool>,
     pub max_parallel_image_pulls: Option<i32>,
     pub register_with_taints: Option<Vec<Taint>>,
     /// A pointer upstream: an explicit false is kept.
@@ -204,6 +205,7 @@ pub(crate) fn parse_document(
         image_maximum_gc_age: reader.duration("imageMaximumGCAge")?,
         serialize_image_pulls: reader.boolean("serializeImagePulls")?,
         enable_debugging_handlers: reader.boolean("enableDebuggingHandlers")?,
+        enable_server: reader.boolean("enableServer")?,
         max_parallel_image_pulls: reader.int32("maxParallelImagePulls")?,
         register_with_taints: reader.taints("registerWithTaints")?,
         register_node: reader.boolean("registerNode")?,
@@ -644,12 +646,7 @@ pub(crate) mod tests {
         .unwrap();
         assert_eq!(
             s.unimplemented_fields,
-            vec![
-                "enableServer",
-                "featureGates",
-                "logging.vmodule",
-                "oomScoreAdj"
-            ]
+            vec!["featureGates", "logging.vmodule", "oomScoreAdj"]
         );
         for (text, field, reason) in [
             (

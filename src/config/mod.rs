@@ -147,9 +147,13 @@ pub struct Config {
     /// --image-fs-path (kubelet-rs only): a path on the filesystem holding containerd's
     /// content and snapshots, whose statvfs drives image GC (upstream asks the CRI instead).
     pub image_fs_path: PathBuf,
-    /// --enable-debugging-handlers / enableDebuggingHandlers: exec, attach, portForward and
-    /// run are served (default true); off, they answer 405 as upstream's do.
+    /// --enable-debugging-handlers / enableDebuggingHandlers: exec, attach, portForward, run,
+    /// containerLogs, runningpods and configz are served (default true); off, upstream's
+    /// debugging paths answer 405 and /configz is not there.
     pub enable_debugging_handlers: bool,
+    /// --enable-server / enableServer: the main server (10250) is started (default true); off,
+    /// only the read-only and healthz servers can be, as upstream.
+    pub enable_server: bool,
     /// --serialize-image-pulls / serializeImagePulls: one image pull at a time.
     pub serialize_image_pulls: bool,
     /// maxParallelImagePulls (file only, as upstream has no flag): with serialized pulls
@@ -351,6 +355,7 @@ impl Config {
             image_fs_path: PathBuf::from(DEFAULT_IMAGE_FS_PATH),
             serialize_image_pulls: true,
             enable_debugging_handlers: true,
+            enable_server: true,
             max_parallel_image_pulls: None,
             insecure_registries: Vec::new(),
             node_labels: BTreeMap::new(),
@@ -560,6 +565,7 @@ fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError
         image_maximum_gc_age,
         serialize_image_pulls,
         enable_debugging_handlers,
+        enable_server,
         max_parallel_image_pulls,
         register_with_taints,
         register_node,
@@ -658,6 +664,7 @@ fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError
         &mut config.enable_debugging_handlers,
         enable_debugging_handlers,
     );
+    set(&mut config.enable_server, enable_server);
     config.max_parallel_image_pulls = max_parallel_image_pulls;
     // v1beta1 defaulting: asking for parallel pulls turns serialized pulls off unless the
     // file says otherwise, so one setting is enough.
@@ -885,6 +892,7 @@ fn apply_flags(config: &mut Config, given: &[FlagValue]) -> Result<(), ConfigErr
             "enable-debugging-handlers" => {
                 config.enable_debugging_handlers = flags::parse_bool(v).map_err(|r| bad(&r))?
             }
+            "enable-server" => config.enable_server = flags::parse_bool(v).map_err(|r| bad(&r))?,
             "serialize-image-pulls" => {
                 config.serialize_image_pulls = flags::parse_bool(v).map_err(|r| bad(&r))?
             }

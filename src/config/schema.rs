@@ -188,7 +188,7 @@ const TRACING: &[Field] = &[
 
 /// Every top-level field of v1beta1 KubeletConfiguration besides apiVersion and kind.
 pub(crate) const FIELDS: &[Field] = &[
-    p("enableServer", Kind::Bool, Preset::Bool(true)),
+    done("enableServer"),
     done("staticPodPath"),
     done("podLogsDir"),
     done("syncFrequency"),

@@ -1424,3 +1424,25 @@ fn eviction_flags_and_fields_are_read_and_soft_thresholds_need_a_grace_period() 
     );
     assert!(c.unimplemented_config_fields.is_empty());
 }
+
+#[test]
+fn enable_server_from_the_file_and_the_flag() {
+    assert!(load(&[]).unwrap().enable_server, "on by default");
+    let file = config_file(&format!("{HEADER}enableServer: false\n"));
+    let path = format!("--config={}", file.path().display());
+    let c = load(&[&path]).unwrap();
+    assert!(!c.enable_server);
+    assert!(
+        !c.unimplemented_config_fields
+            .iter()
+            .any(|f| f == "enableServer"),
+        "implemented, not warned about"
+    );
+    assert_eq!(configz_json(&c)["kubeletconfig"]["enableServer"], false);
+    // The flag wins over the file, as every flag does.
+    assert!(load(&[&path, "--enable-server"]).unwrap().enable_server);
+    let c = load(&["--enable-server=false"]).unwrap();
+    assert!(!c.enable_server);
+    assert!(!c.unimplemented_flags.iter().any(|f| f == "--enable-server"));
+    assert!(load(&["--enable-server=maybe"]).is_err());
+}

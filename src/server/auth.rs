@@ -9,7 +9,6 @@
 //! - authorization: AlwaysAllow, or SubjectAccessReviews for `nodes/<subresource>` attributes
 //!   derived from the path; any allowed attribute admits the request.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -19,7 +18,6 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use rustls::pki_types::{CertificateDer, UnixTime};
-use rustls::server::danger::ClientCertVerifier;
 use sha2::{Digest, Sha256};
 use tracing::{debug, warn};
 
@@ -55,19 +53,21 @@ pub fn system_clock() -> Clock {
     Arc::new(Instant::now)
 }
 
-/// A map whose entries expire; sized so a flood of distinct keys cannot grow it forever.
+/// A map whose entries expire, holding at most `max_entries`: once full, the least recently
+/// used entry makes room (upstream's webhook caches are bounded LRUs too). A flood of distinct
+/// keys, such as bogus bearer tokens, can neither grow it nor wipe the entries in steady use:
+/// they only push each other out.
 pub(crate) struct TtlCache<V> {
-    entries: Mutex<HashMap<String, (Instant, V)>>,
+    entries: Mutex<lru::LruCache<String, (Instant, V)>>,
     clock: Clock,
-    max_entries: usize,
 }
 
 impl<V: Clone> TtlCache<V> {
     pub(crate) fn new(clock: Clock, max_entries: usize) -> Self {
+        let cap = std::num::NonZeroUsize::new(max_entries).unwrap_or(std::num::NonZeroUsize::MIN);
         TtlCache {
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::new(lru::LruCache::new(cap)),
             clock,
-            max_entries,
         }
     }
 
@@ -77,7 +77,7 @@ impl<V: Clone> TtlCache<V> {
         match entries.get(key) {
             Some((expires, v)) if *expires > now => Some(v.clone()),
             Some(_) => {
-                entries.remove(key);
+                entries.pop(key);
                 None
             }
             None => None,
@@ -89,18 +89,24 @@ impl<V: Clone> TtlCache<V> {
             return;
         }
         let now = (self.clock)();
-        let mut entries = self.entries.lock().expect("cache lock");
-        if entries.len() >= self.max_entries {
-            entries.retain(|_, (expires, _)| *expires > now);
-            if entries.len() >= self.max_entries {
-                entries.clear();
-            }
-        }
-        entries.insert(key, (now + ttl, value));
+        self.entries
+            .lock()
+            .expect("cache lock")
+            .put(key, (now + ttl, value));
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.entries.lock().expect("cache lock").len()
     }
 }
 
-/// Token authentication through TokenReview, answers (accepted and refused) cached by token.
+/// Tokens whose answers are kept (upstream's token cache has no bound; each entry here is a
+/// hash and a user, well under a kilobyte).
+pub(crate) const TOKEN_CACHE_ENTRIES: usize = 4096;
+
+/// Token authentication through TokenReview, answers (accepted and refused) cached by token
+/// for the same TTL (upstream's `cache.New(tokenAuth, false, cacheTTL, cacheTTL)`).
 pub struct TokenReviewer {
     client: Arc<dyn ReviewClient>,
     cache: TtlCache<Result<UserInfo, String>>,
@@ -111,7 +117,7 @@ impl TokenReviewer {
     pub fn new(client: Arc<dyn ReviewClient>, ttl: Duration, clock: Clock) -> Self {
         TokenReviewer {
             client,
-            cache: TtlCache::new(clock, 4096),
+            cache: TtlCache::new(clock, TOKEN_CACHE_ENTRIES),
             ttl,
         }
     }
@@ -159,7 +165,7 @@ impl TokenReviewer {
 /// The authentication chain of the main server.
 pub struct Authenticator {
     /// Verifies client certificate chains against the client CA (None: x509 off).
-    pub client_ca: Option<Arc<dyn ClientCertVerifier>>,
+    pub client_ca: Option<Arc<super::tls::ClientCa>>,
     /// TokenReview (None: bearer tokens are not looked at).
     pub tokens: Option<TokenReviewer>,
     pub anonymous: bool,
@@ -178,6 +184,7 @@ impl Authenticator {
             (&self.client_ca, peer_chain.split_first())
         {
             match verifier
+                .verifier()
                 .verify_client_cert(leaf, intermediates, UnixTime::now())
                 .map_err(|e| e.to_string())
                 .and_then(|_| certificate_user(leaf))
@@ -686,6 +693,41 @@ mod tests {
         assert_eq!(client.calls.load(Ordering::SeqCst), 2);
     }
 
+    /// Many distinct bogus tokens (each refused, each cached as upstream caches refusals)
+    /// keep the cache at its bound, and a token in steady use stays cached through the flood:
+    /// it is never asked about again. Before, a full cache was emptied, so every few thousand
+    /// bogus tokens sent the real users' tokens back to the API server.
+    #[tokio::test]
+    async fn a_flood_of_bogus_tokens_stays_bounded_and_keeps_tokens_in_use() {
+        let client = Arc::new(Scripted {
+            calls: AtomicUsize::new(0),
+            answer: Box::new(|body| {
+                Ok(if body["spec"]["token"] == "good" {
+                    json!({"status": {"authenticated": true, "user": {"username": "sa"}}})
+                } else {
+                    json!({"status": {"authenticated": false}})
+                })
+            }),
+        });
+        let (clock, _now) = fake_clock();
+        let reviewer = TokenReviewer::new(client.clone(), Duration::from_secs(120), clock);
+        assert_eq!(reviewer.review("good").await.unwrap().name, "sa");
+        let bound = TOKEN_CACHE_ENTRIES;
+        for i in 0..3 * bound {
+            assert!(reviewer.review(&format!("bogus-{i}")).await.is_err());
+            if i % 100 == 0 {
+                assert_eq!(reviewer.review("good").await.unwrap().name, "sa");
+            }
+            assert!(reviewer.cache.len() <= bound, "cache grew past {bound}");
+        }
+        assert_eq!(reviewer.cache.len(), bound);
+        assert_eq!(
+            client.calls.load(Ordering::SeqCst),
+            1 + 3 * bound,
+            "the good token was reviewed again during the flood"
+        );
+    }
+
     #[tokio::test]
     async fn token_reviews_are_cached_and_refusals_are_401_even_with_anonymous() {
         let client = Arc::new(Scripted {
@@ -791,7 +833,7 @@ mod tests {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let (ca_file, cert) = client_cert(dir.path(), Some("alice"), &["admins", "devs"]);
         let authn = Authenticator {
-            client_ca: Some(super::super::tls::client_ca_verifier(&ca_file, &provider).unwrap()),
+            client_ca: Some(super::super::tls::ClientCa::load(&ca_file, &provider).unwrap()),
             tokens: None,
             anonymous: true,
         };
@@ -803,7 +845,7 @@ mod tests {
         // leaves such a request to the next one.
         let (ca_file, cert) = client_cert(dir.path(), None, &["admins"]);
         let authn = Authenticator {
-            client_ca: Some(super::super::tls::client_ca_verifier(&ca_file, &provider).unwrap()),
+            client_ca: Some(super::super::tls::ClientCa::load(&ca_file, &provider).unwrap()),
             tokens: None,
             anonymous: true,
         };
@@ -821,7 +863,7 @@ mod tests {
         assert_eq!(cache.get("zero"), None);
         cache.insert("b".into(), 2, Duration::from_secs(10));
         cache.insert("c".into(), 3, Duration::from_secs(10));
-        assert!(cache.entries.lock().unwrap().len() <= 2);
+        assert!(cache.len() <= 2);
         *now.lock().unwrap() += Duration::from_secs(11);
         assert_eq!(cache.get("c"), None);
     }

@@ -265,6 +265,140 @@ async fn rotated(file: &tokio::fs::File, path: &std::path::Path) -> Option<tokio
     tokio::fs::File::open(path).await.ok()
 }
 
+/// How much of the log file is read at a time, and about how much output is batched into one
+/// message: memory per request stays at a few of these whatever the file's size.
+const CHUNK: usize = 64 * 1024;
+
+/// The time `since_seconds` before `now`, or None when that is before any time chrono can
+/// hold (then every record is newer, which is what such a request asks for). Upstream
+/// subtracts in Go's time arithmetic; here no value of the field may overflow or panic.
+fn since_from_seconds(now: DateTime<Utc>, since_seconds: i64) -> Option<DateTime<FixedOffset>> {
+    chrono::TimeDelta::try_seconds(since_seconds)
+        .and_then(|d| now.checked_sub_signed(d))
+        .map(|t| t.fixed_offset())
+}
+
+/// Where the last `lines` complete records of the first `end` bytes start, found by reading
+/// backwards from `end` in chunks (upstream's tail does the same), so a tail of a big file
+/// reads only about as much as the tail itself. Bytes after the last newline (a record still
+/// being written) are not a line; they belong to what follows.
+async fn tail_start<R>(reader: &mut R, end: u64, lines: u64) -> std::io::Result<u64>
+where
+    R: tokio::io::AsyncRead + tokio::io::AsyncSeek + Unpin,
+{
+    // The newline that ends the last complete record is found first; each newline before it
+    // ends one more record, and the wanted records start after the `lines`-th of those.
+    let mut newlines_wanted = lines.saturating_add(1);
+    let mut pos = end;
+    let mut buf = vec![0u8; CHUNK];
+    while pos > 0 {
+        let len = (pos.min(CHUNK as u64)) as usize;
+        pos -= len as u64;
+        reader.seek(std::io::SeekFrom::Start(pos)).await?;
+        reader.read_exact(&mut buf[..len]).await?;
+        for i in (0..len).rev() {
+            if buf[i] == b'\n' {
+                newlines_wanted -= 1;
+                if newlines_wanted == 0 {
+                    return Ok(pos + i as u64 + 1);
+                }
+            }
+        }
+    }
+    Ok(0)
+}
+
+/// Why pumping a log stopped.
+#[derive(Debug, PartialEq, Eq)]
+enum Pumped {
+    /// The reader is at its end; more may come later.
+    End,
+    /// limitBytes is used up or the client left: nothing more to send.
+    Done,
+}
+
+/// Reads from the reader's current position to its end in chunks, sending the output of each
+/// complete record in batches. `pending` carries a record cut by the end of what was read
+/// (kept for the next call).
+async fn pump<R>(
+    reader: &mut R,
+    pending: &mut Vec<u8>,
+    emit: &mut Emitter,
+    tx: &mpsc::Sender<Bytes>,
+) -> std::io::Result<Pumped>
+where
+    R: tokio::io::AsyncRead + Unpin,
+{
+    let mut buf = vec![0u8; CHUNK];
+    let mut out = Vec::new();
+    loop {
+        let n = reader.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        pending.extend_from_slice(&buf[..n]);
+        let Some(end) = pending.iter().rposition(|&b| b == b'\n').map(|i| i + 1) else {
+            continue;
+        };
+        let mut done = false;
+        for raw in pending[..end].split_inclusive(|&b| b == b'\n') {
+            match emit.record(raw) {
+                Some(o) => out.extend_from_slice(&o),
+                None => {
+                    done = true;
+                    break;
+                }
+            }
+        }
+        pending.drain(..end);
+        if (out.len() >= CHUNK || done)
+            && !out.is_empty()
+            && tx
+                .send(Bytes::from(std::mem::take(&mut out)))
+                .await
+                .is_err()
+        {
+            return Ok(Pumped::Done);
+        }
+        if done {
+            return Ok(Pumped::Done);
+        }
+    }
+    if !out.is_empty() && tx.send(Bytes::from(out)).await.is_err() {
+        return Ok(Pumped::Done);
+    }
+    Ok(if emit.remaining == Some(0) {
+        Pumped::Done
+    } else {
+        Pumped::End
+    })
+}
+
+/// Sends what the log holds now: from its start, or its last `tail_lines` records, reading
+/// forwards from there. Leaves the reader at the end and `pending` holding a record still
+/// being written.
+async fn send_existing<R>(
+    reader: &mut R,
+    tail_lines: Option<i64>,
+    pending: &mut Vec<u8>,
+    emit: &mut Emitter,
+    tx: &mpsc::Sender<Bytes>,
+) -> std::io::Result<Pumped>
+where
+    R: tokio::io::AsyncRead + tokio::io::AsyncSeek + Unpin,
+{
+    let start = match tail_lines {
+        Some(n) => {
+            let end = reader.seek(std::io::SeekFrom::End(0)).await?;
+            // Validation refused negative counts; max(0) keeps the cast exact regardless.
+            tail_start(reader, end, n.max(0) as u64).await?
+        }
+        None => 0,
+    };
+    reader.seek(std::io::SeekFrom::Start(start)).await?;
+    pump(reader, pending, emit, tx).await
+}
+
 /// Streams the log into `tx` until done (or, with follow, until the instance stops or the
 /// client goes away, which closes the channel).
 pub async fn stream(
@@ -276,12 +410,13 @@ pub async fn stream(
 ) {
     let since = opts.since_time.or_else(|| {
         opts.since_seconds
-            .map(|s| (Utc::now() - chrono::Duration::seconds(s)).fixed_offset())
+            .and_then(|s| since_from_seconds(Utc::now(), s))
     });
     let mut emit = Emitter {
         since,
         timestamps: opts.timestamps,
-        remaining: opts.limit_bytes.map(|n| n as u64),
+        // Validation refused counts under 1; max(0) keeps the cast exact regardless.
+        remaining: opts.limit_bytes.map(|n| n.max(0) as u64),
     };
     let mut file = match tokio::fs::File::open(&target.path).await {
         Ok(f) => f,
@@ -295,85 +430,43 @@ pub async fn stream(
             return;
         }
     };
-    let mut data = Vec::new();
-    if file.read_to_end(&mut data).await.is_err() {
-        return;
+    // Only whole records are sent; a record still being written stays in `pending` and is
+    // finished by the next read.
+    let mut pending = Vec::new();
+    match send_existing(&mut file, opts.tail_lines, &mut pending, &mut emit, &tx).await {
+        Ok(Pumped::End) if opts.follow => {}
+        _ => return,
     }
-    // Only whole records; a record still being written is picked up on the next read.
-    let complete = data.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-    let mut offset = complete as u64;
-    let records: Vec<&[u8]> = data[..complete].split_inclusive(|&b| b == b'\n').collect();
-    let skip = match opts.tail_lines {
-        Some(n) => records.len().saturating_sub(n as usize),
-        None => 0,
-    };
-    let mut chunk = Vec::new();
-    for raw in &records[skip..] {
-        match emit.record(raw) {
-            Some(out) => chunk.extend_from_slice(&out),
-            None => break,
-        }
-    }
-    if !chunk.is_empty() && tx.send(Bytes::from(chunk)).await.is_err() {
-        return;
-    }
-    if !opts.follow {
-        return;
-    }
-    let mut pending: Vec<u8> = data[complete..].to_vec();
     let mut switch_to = None;
     loop {
-        if emit.remaining == Some(0) || tx.is_closed() {
+        if tx.is_closed() {
             return;
         }
-        let mut buf = Vec::new();
-        let _ = file
-            .seek(std::io::SeekFrom::Start(offset + pending.len() as u64))
-            .await;
-        if file.read_to_end(&mut buf).await.is_err() {
-            return;
+        match pump(&mut file, &mut pending, &mut emit, &tx).await {
+            Ok(Pumped::End) => {}
+            Ok(Pumped::Done) | Err(_) => return,
         }
-        if buf.is_empty() {
-            // The writer rotates by renaming the file and starting a new one at the same path:
-            // once the open file is read to its end, go on with the file the path names now
-            // (upstream's follow reopens on the rename as well).
-            if let Some(newer) = switch_to.take() {
-                file = newer;
-                offset = 0;
-                // A record cut by the rotation cannot continue in the next file.
-                pending.clear();
-                continue;
-            }
-            if let Some(newer) = rotated(&file, &target.path).await {
-                // Records may have reached the old file between the read that found its end
-                // and the rename: read it to its end once more before switching.
-                switch_to = Some(newer);
-                continue;
-            }
-            if !still_writing(&store, &target.pod_uid, &container, target.restart_count).await {
-                return;
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_millis(250)) => {}
-                _ = tx.closed() => return,
-            }
+        // The writer rotates by renaming the file and starting a new one at the same path:
+        // once the open file is read to its end, go on with the file the path names now
+        // (upstream's follow reopens on the rename as well).
+        if let Some(newer) = switch_to.take() {
+            file = newer;
+            // A record cut by the rotation cannot continue in the next file.
+            pending.clear();
             continue;
         }
-        pending.extend_from_slice(&buf);
-        let Some(end) = pending.iter().rposition(|&b| b == b'\n').map(|i| i + 1) else {
+        if let Some(newer) = rotated(&file, &target.path).await {
+            // Records may have reached the old file between the read that found its end
+            // and the rename: read it to its end once more before switching.
+            switch_to = Some(newer);
             continue;
-        };
-        let mut out = Vec::new();
-        for raw in pending[..end].split_inclusive(|&b| b == b'\n') {
-            match emit.record(raw) {
-                Some(o) => out.extend_from_slice(&o),
-                None => break,
-            }
         }
-        offset += end as u64;
-        pending.drain(..end);
-        if !out.is_empty() && tx.send(Bytes::from(out)).await.is_err() {
+        if !still_writing(&store, &target.pod_uid, &container, target.restart_count).await {
             return;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+            _ = tx.closed() => return,
         }
     }
 }
@@ -461,6 +554,210 @@ mod tests {
         let last = e.record(b"2024-01-01T00:00:03Z stderr F tial\n").unwrap();
         assert_eq!(last, b"2024-01-01T".to_vec(), "cut at 45 bytes");
         assert_eq!(e.record(b"2024-01-01T00:00:04Z stdout F more\n"), None);
+    }
+
+    /// A reader that counts the bytes it hands out, to show how much of a file was read.
+    struct Counting<R> {
+        inner: R,
+        read: u64,
+    }
+
+    impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Counting<R> {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            let before = buf.filled().len();
+            let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+            self.read += (buf.filled().len() - before) as u64;
+            polled
+        }
+    }
+
+    impl<R: tokio::io::AsyncSeek + Unpin> tokio::io::AsyncSeek for Counting<R> {
+        fn start_seek(
+            mut self: std::pin::Pin<&mut Self>,
+            position: std::io::SeekFrom,
+        ) -> std::io::Result<()> {
+            std::pin::Pin::new(&mut self.inner).start_seek(position)
+        }
+        fn poll_complete(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<u64>> {
+            std::pin::Pin::new(&mut self.inner).poll_complete(cx)
+        }
+    }
+
+    fn record(n: usize) -> String {
+        format!("2024-01-02T03:04:05.000000000Z stdout F line {n:07}\n")
+    }
+
+    /// Everything `send_existing` sends for these options, and how many bytes it read.
+    async fn existing(
+        path: &std::path::Path,
+        tail: Option<i64>,
+        limit: Option<u64>,
+    ) -> (String, u64) {
+        let file = tokio::fs::File::open(path).await.unwrap();
+        let mut counted = Counting {
+            inner: file,
+            read: 0,
+        };
+        let mut emit = Emitter {
+            since: None,
+            timestamps: false,
+            remaining: limit,
+        };
+        let (tx, mut rx) = mpsc::channel::<Bytes>(4);
+        let collect = tokio::spawn(async move {
+            let mut got = Vec::new();
+            while let Some(b) = rx.recv().await {
+                got.extend_from_slice(&b);
+            }
+            String::from_utf8(got).unwrap()
+        });
+        let mut pending = Vec::new();
+        send_existing(&mut counted, tail, &mut pending, &mut emit, &tx)
+            .await
+            .unwrap();
+        drop(tx);
+        (collect.await.unwrap(), counted.read)
+    }
+
+    /// A tail (or a byte limit) of a big log reads about as much as it sends, not the file:
+    /// before, the whole file was read into memory for every request.
+    #[tokio::test]
+    async fn a_tail_of_a_big_log_reads_only_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("0.log");
+        let mut text = String::new();
+        let mut n = 0;
+        while text.len() < 32 << 20 {
+            text.push_str(&record(n));
+            n += 1;
+        }
+        // A record still being written: not a line yet, so not in the tail.
+        text.push_str("2024-01-02T03:04:05.000000000Z stdout F unfinish");
+        std::fs::write(&path, &text).unwrap();
+        let (got, read) = existing(&path, Some(3), None).await;
+        assert_eq!(
+            got,
+            format!("line {:07}\nline {:07}\nline {:07}\n", n - 3, n - 2, n - 1)
+        );
+        assert!(
+            read < 1 << 20,
+            "read {read} bytes of a 32 MiB file for a tail of 3"
+        );
+        let (got, read) = existing(&path, None, Some(20)).await;
+        assert_eq!(got, "line 0000000\nline 00");
+        assert!(
+            read < 1 << 20,
+            "read {read} bytes of a 32 MiB file for 20 bytes"
+        );
+        // A tail longer than the file is the whole file (read once, as it must be).
+        let (got, read) = existing(&path, Some(i64::MAX), Some(13)).await;
+        assert_eq!(got, "line 0000000\n");
+        assert!(read >= text.len() as u64);
+    }
+
+    /// tailLines counts records, P and F alike, across the chunks read backwards; 0 is none.
+    #[tokio::test]
+    async fn tail_counts_records_across_chunk_boundaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("0.log");
+        let mut text = String::new();
+        // Records of many lengths, so chunk boundaries fall everywhere in them.
+        for i in 0..5000 {
+            let tag = if i % 3 == 0 { "P" } else { "F" };
+            let pad = "x".repeat(i % 97);
+            text.push_str(&format!("2024-01-02T03:04:05Z stdout {tag} {i}{pad}\n"));
+        }
+        std::fs::write(&path, &text).unwrap();
+        let lines: Vec<&str> = text.split_inclusive('\n').collect();
+        for tail in [0usize, 1, 2, 999, 1000, 4999, 5000] {
+            let (got, _) = existing(&path, Some(tail as i64), None).await;
+            let mut want = Vec::new();
+            let mut e = Emitter {
+                since: None,
+                timestamps: false,
+                remaining: None,
+            };
+            for raw in &lines[lines.len() - tail..] {
+                want.extend(e.record(raw.as_bytes()).unwrap());
+            }
+            assert_eq!(got, String::from_utf8(want).unwrap(), "tail {tail}");
+        }
+    }
+
+    /// No value of the numeric options can panic or overflow: huge ones are clamped (a
+    /// sinceSeconds before any representable time means every record), and the streaming
+    /// itself copes with the extremes. Before, `sinceSeconds=9223372036854775807` panicked
+    /// in the time arithmetic.
+    #[tokio::test]
+    async fn extreme_option_values_give_answers_not_panics() {
+        let now = Utc::now();
+        for s in [
+            i64::MAX,
+            i64::MAX / 1000,
+            9_223_372_036_854_775,
+            i64::MIN,
+            i64::MIN + 1,
+        ] {
+            // Before the year -262143 or beyond: clamped to "everything".
+            let _ = since_from_seconds(now, s);
+        }
+        assert_eq!(since_from_seconds(now, i64::MAX), None);
+        assert_eq!(
+            since_from_seconds(now, 60).unwrap(),
+            (now - chrono::TimeDelta::seconds(60)).fixed_offset()
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("0.log");
+        std::fs::write(&path, record(1) + &record(2)).unwrap();
+        let store = crate::pod::status_manager::StatusManager::new();
+        for query in [
+            "sinceSeconds=9223372036854775807",
+            "sinceSeconds=9223372036854775",
+            "tailLines=9223372036854775807",
+            "limitBytes=9223372036854775807",
+            "tailLines=9223372036854775807&limitBytes=9223372036854775807&sinceSeconds=9223372036854775807&timestamps=true",
+            "sinceTime=9999-12-31T23:59:59-23:59",
+            "sinceTime=0000-01-01T00:00:00%2B23:59&timestamps=true",
+        ] {
+            let opts = parse_log_options(query).unwrap_or_else(|e| panic!("{query}: {e:?}"));
+            let (tx, mut rx) = mpsc::channel(16);
+            let target = LogTarget {
+                path: path.clone(),
+                pod_uid: "u".into(),
+                restart_count: 0,
+            };
+            tokio::spawn(stream(store.clone(), "c".into(), target, opts, tx))
+                .await
+                .unwrap_or_else(|e| panic!("{query}: {e}"));
+            let mut got = Vec::new();
+            while let Some(b) = rx.recv().await {
+                got.extend_from_slice(&b);
+            }
+            let got = String::from_utf8(got).unwrap();
+            if query.starts_with("sinceTime=9999") {
+                assert_eq!(got, "", "{query}");
+            } else {
+                assert!(got.ends_with("line 0000002\n"), "{query}: {got:?}");
+            }
+        }
+        // Out of i64 or negative: refused, not wrapped.
+        for query in [
+            "sinceSeconds=9223372036854775808",
+            "tailLines=-9223372036854775808",
+            "limitBytes=-9223372036854775808",
+            "sinceSeconds=-9223372036854775808",
+            "sinceTime=%2B10000-01-01T00:00:00Z",
+            "sinceTime=-9999-01-01T00:00:00Z",
+        ] {
+            assert!(parse_log_options(query).is_err(), "{query}");
+        }
     }
 
     #[tokio::test]

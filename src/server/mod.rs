@@ -28,7 +28,7 @@ use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
 use rustls::pki_types::CertificateDer;
 use tokio::net::TcpListener;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use connections::{serve_connection, spawn_accept_loop, ConnectionLimits};
 
@@ -129,6 +129,29 @@ pub(crate) fn serve_healthz_on(listener: TcpListener, limits: ConnectionLimits) 
     });
 }
 
+/// The warning for a main server that anyone who reaches it may use for anything: anonymous
+/// requests accepted and every request authorized, on an address other hosts can reach.
+/// That is upstream's legacy command-line default; the warning names the settings and what
+/// they expose. None when the server is closed, loopback only, or either check is on.
+pub fn open_main_server_warning(config: &Config) -> Option<String> {
+    let open = config.enable_server
+        && config.anonymous_auth
+        && config.authorization_mode == AuthorizationMode::AlwaysAllow
+        && !config.address.to_canonical().is_loopback();
+    open.then(|| {
+        format!(
+            "SECURITY: the main server on {} serves anyone who can reach it, without \
+             credentials, everything it has: exec and attach into every container, port-forward, \
+             every pod's logs, /configz and /pods. Anonymous requests are accepted \
+             (--anonymous-auth=true / authentication.anonymous.enabled: true) and every request \
+             is authorized (--authorization-mode=AlwaysAllow / authorization.mode: AlwaysAllow). \
+             Use --anonymous-auth=false and --authorization-mode=Webhook with --kubeconfig, or \
+             listen on loopback only (--address=127.0.0.1)",
+            SocketAddr::new(config.address, config.port)
+        )
+    })
+}
+
 /// Builds the main server's authentication and authorization from the configuration. The
 /// webhook modes need the API client of `--kubeconfig` (as upstream, which refuses to start
 /// without one); it is the agent's one client, shared with cluster mode.
@@ -138,7 +161,7 @@ pub async fn build_auth(
     api: Option<Arc<ApiClient>>,
 ) -> Result<Auth, ServeError> {
     let client_ca = match &config.client_ca_file {
-        Some(path) => Some(tls::client_ca_verifier(path, provider)?),
+        Some(path) => Some(tls::ClientCa::load(path, provider)?),
         None => None,
     };
     let needs_client = config.authentication_token_webhook
@@ -186,6 +209,32 @@ pub async fn build_auth(
     })
 }
 
+/// Starts the servers the configuration asks for, as upstream's startKubelet: the main server
+/// unless enableServer is false (with a warning when it is open to anyone), the read-only
+/// server when readOnlyPort is set. (The healthz server starts earlier, on its own.)
+pub async fn serve_configured(
+    state: Arc<ServerState>,
+    api: Option<Arc<ApiClient>>,
+) -> Result<(), ServeError> {
+    let config = state.config.clone();
+    if config.enable_server {
+        if let Some(warning) = open_main_server_warning(&config) {
+            warn!("{warning}");
+        }
+        serve_main(state.clone(), api).await?;
+    } else {
+        info!("enableServer is false: the main server is not started");
+    }
+    if config.read_only_port != 0 {
+        serve_read_only_with(
+            SocketAddr::new(config.address, config.read_only_port),
+            state,
+        )
+        .await?;
+    }
+    Ok(())
+}
+
 /// The main server on `config.address:config.port` over TLS. Binds and loads certificates
 /// now (errors are returned), then serves in the background. `api` is the agent's API client
 /// (`--kubeconfig`), which the webhook authentication and authorization modes need.
@@ -194,17 +243,49 @@ pub async fn serve_main(
     api: Option<Arc<ApiClient>>,
 ) -> Result<(), ServeError> {
     let config = state.config.clone();
-    let provider = Arc::new(tls::provider(&config)?);
-    let auth = Arc::new(build_auth(&config, &provider, api).await?);
-    let tls_config = tls::server_config(&config, provider, auth.authenticator.client_ca.as_ref())?;
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls_config));
+    let main = MainServer::new(state, api).await?;
     let listener = bind(SocketAddr::new(config.address, config.port), "main (TLS)").await?;
-    let limits = ConnectionLimits::SERVING;
-    spawn_accept_loop(listener, limits, move |stream| {
-        let (acceptor, state, auth) = (acceptor.clone(), state.clone(), auth.clone());
-        async move {
-            let tls =
-                match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+    main.serve_on(listener, ConnectionLimits::SERVING);
+    Ok(())
+}
+
+/// The main server, ready to serve: its TLS and its authentication and authorization.
+pub(crate) struct MainServer {
+    state: Arc<ServerState>,
+    auth: Arc<Auth>,
+    acceptor: tokio_rustls::TlsAcceptor,
+}
+
+impl MainServer {
+    pub(crate) async fn new(
+        state: Arc<ServerState>,
+        api: Option<Arc<ApiClient>>,
+    ) -> Result<MainServer, ServeError> {
+        let config = state.config.clone();
+        let provider = Arc::new(tls::provider(&config)?);
+        let auth = Arc::new(build_auth(&config, &provider, api).await?);
+        let tls_config =
+            tls::server_config(&config, provider, auth.authenticator.client_ca.as_ref())?;
+        Ok(MainServer {
+            state,
+            auth,
+            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(tls_config)),
+        })
+    }
+
+    /// Serves on `listener` in the background.
+    pub(crate) fn serve_on(self, listener: TcpListener, limits: ConnectionLimits) {
+        let MainServer {
+            state,
+            auth,
+            acceptor,
+        } = self;
+        spawn_accept_loop(listener, limits, move |stream| {
+            let (acceptor, state, auth) = (acceptor.clone(), state.clone(), auth.clone());
+            async move {
+                let tls = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream))
+                    .await
+                {
                     Ok(Ok(tls)) => tls,
                     Ok(Err(e)) => {
                         debug!(error = %e, "TLS handshake failed");
@@ -215,24 +296,29 @@ pub async fn serve_main(
                         return;
                     }
                 };
-            let peer: Arc<Vec<CertificateDer<'static>>> = Arc::new(
-                tls.get_ref()
-                    .1
-                    .peer_certificates()
-                    .map(|c| c.to_vec())
-                    .unwrap_or_default(),
-            );
-            serve_connection(tls, limits, move |req| {
-                router::handle(
-                    state.clone(),
-                    Port::Main,
-                    Some(auth.clone()),
-                    peer.clone(),
-                    req,
-                )
-            })
-            .await;
-        }
-    });
-    Ok(())
+                let peer: Arc<Vec<CertificateDer<'static>>> = Arc::new(
+                    tls.get_ref()
+                        .1
+                        .peer_certificates()
+                        .map(|c| c.to_vec())
+                        .unwrap_or_default(),
+                );
+                serve_connection(tls, limits, move |req| {
+                    router::handle(
+                        state.clone(),
+                        Port::Main,
+                        Some(auth.clone()),
+                        peer.clone(),
+                        req,
+                    )
+                })
+                .await;
+            }
+        });
+    }
 }
+
+#[cfg(test)]
+pub(crate) mod test_harness;
+#[cfg(test)]
+mod tests;

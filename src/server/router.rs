@@ -119,6 +119,8 @@ pub(crate) enum Action {
     /// exec, attach, portForward, run.
     Stream(Target),
     MethodNotAllowed(&'static str),
+    /// A debugging path while enableDebuggingHandlers is off (upstream's 405).
+    DebuggingDisabled,
     /// Inside a known prefix but no route (go-restful's 404).
     NoRoute,
     /// Unknown path (Go's ServeMux 404; no authentication).
@@ -262,6 +264,37 @@ fn method_bucket(method: &Method) -> &'static str {
     }
 }
 
+/// The paths upstream answers with "Debug endpoints are disabled." when
+/// enableDebuggingHandlers is off (InstallDebuggingDisabledHandlers: Go ServeMux subtree
+/// patterns, so each prefix and everything under it).
+const DEBUGGING_PATHS: &[&str] = &[
+    "/run/",
+    "/exec/",
+    "/attach/",
+    "/portForward/",
+    "/containerLogs/",
+    "/runningpods/",
+    "/debug/pprof/",
+    "/logs/",
+];
+
+/// What the main port does with `action` when enableDebuggingHandlers is off: upstream then
+/// installs none of the debugging handlers (configz among them, so /configz is not found)
+/// and answers its debugging paths with 405 after authentication. The read-only port never
+/// had them.
+pub(crate) fn gate_debugging(port: Port, enabled: bool, path: &str, action: Action) -> Action {
+    if enabled || port != Port::Main {
+        return action;
+    }
+    if DEBUGGING_PATHS.iter().any(|p| path.starts_with(p)) {
+        return Action::DebuggingDisabled;
+    }
+    match action {
+        Action::Configz => Action::NotFound,
+        other => other,
+    }
+}
+
 /// Serves one request.
 pub async fn handle(
     state: Arc<ServerState>,
@@ -274,6 +307,7 @@ pub async fn handle(
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
     let (action, bucket) = resolve(port, &method, &path, &query);
+    let action = gate_debugging(port, state.config.enable_debugging_handlers, &path, action);
     let long_running = matches!(
         &action,
         Action::Stream(t) if t.endpoint != Endpoint::Run
@@ -411,6 +445,10 @@ async fn serve(
             let _ = method;
             r
         }
+        Action::DebuggingDisabled => text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "Debug endpoints are disabled.\n",
+        ),
         Action::NoRoute | Action::NotFound => text(StatusCode::NOT_FOUND, "404: Page Not Found"),
         Action::BadRequest(body) => text(StatusCode::BAD_REQUEST, body),
     }

@@ -251,27 +251,114 @@ pub(crate) fn provider(config: &Config) -> Result<CryptoProvider, TlsError> {
     Ok(provider)
 }
 
-/// The verifier authentication uses for client certificates: chains up to the client CA,
-/// with the client-auth key usage, as Go's x509 authenticator checks them.
-pub(crate) fn client_ca_verifier(
+/// How often the client CA file is looked at again. Upstream's dynamic CA content watches the
+/// file and re-reads it at least every minute; a read of a few kilobytes every few seconds
+/// picks a rotated CA up sooner for nothing that matters.
+pub(crate) const CLIENT_CA_RELOAD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The client CA (`--client-ca-file`) as it is on disk now: re-read in the background, so a
+/// rotated CA verifies the next request without a restart. A file that cannot be read or
+/// parsed keeps the last good CA in force (as upstream), with a warning.
+pub struct ClientCa {
+    path: PathBuf,
+    provider: Arc<CryptoProvider>,
+    current: Mutex<(Vec<u8>, Arc<dyn ClientCertVerifier>)>,
+}
+
+impl std::fmt::Debug for ClientCa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientCa")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl ClientCa {
+    /// Reads the file now (an error fails the start, as upstream's) and keeps it fresh for
+    /// as long as the returned CA is in use.
+    pub(crate) fn load(
+        path: &Path,
+        provider: &Arc<CryptoProvider>,
+    ) -> Result<Arc<ClientCa>, TlsError> {
+        let pem = read("client CA file", path)?;
+        let verifier = verifier_from_pem(&pem, path, provider)?;
+        let ca = Arc::new(ClientCa {
+            path: path.to_path_buf(),
+            provider: provider.clone(),
+            current: Mutex::new((pem, verifier)),
+        });
+        let watched = Arc::downgrade(&ca);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let mut tick = tokio::time::interval(CLIENT_CA_RELOAD_INTERVAL);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    let Some(ca) = watched.upgrade() else {
+                        return;
+                    };
+                    // The read can block on a slow disk: off the async workers.
+                    let _ = tokio::task::spawn_blocking(move || ca.reload()).await;
+                }
+            });
+        }
+        Ok(ca)
+    }
+
+    /// The verifier of the CA as last read.
+    pub(crate) fn verifier(&self) -> Arc<dyn ClientCertVerifier> {
+        self.current.lock().expect("client CA lock").1.clone()
+    }
+
+    /// Reads the file again; true when a different, valid CA is now in force.
+    pub(crate) fn reload(&self) -> bool {
+        let pem = match read("client CA file", &self.path) {
+            Ok(pem) => pem,
+            Err(e) => {
+                warn!(error = %e, "keeping the client CA in force");
+                return false;
+            }
+        };
+        if self.current.lock().expect("client CA lock").0 == pem {
+            return false;
+        }
+        match verifier_from_pem(&pem, &self.path, &self.provider) {
+            Ok(verifier) => {
+                *self.current.lock().expect("client CA lock") = (pem, verifier);
+                info!(path = %self.path.display(), "client CA file changed: new requests verify against it");
+                true
+            }
+            Err(e) => {
+                warn!(error = %e, "keeping the client CA in force");
+                false
+            }
+        }
+    }
+}
+
+fn verifier_from_pem(
+    pem: &[u8],
     path: &Path,
     provider: &Arc<CryptoProvider>,
 ) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+    let parse = |reason: String| TlsError::Parse {
+        what: "client CA file",
+        path: path.to_path_buf(),
+        reason,
+    };
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| parse(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(parse("no PEM certificate in it".into()));
+    }
     let mut roots = RootCertStore::empty();
-    for cert in read_certs("client CA file", path)? {
-        roots.add(cert).map_err(|e| TlsError::Parse {
-            what: "client CA file",
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
+    for cert in certs {
+        roots.add(cert).map_err(|e| parse(e.to_string()))?;
     }
     WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
         .build()
-        .map_err(|e| TlsError::Parse {
-            what: "client CA file",
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })
+        .map_err(|e| parse(e.to_string()))
 }
 
 /// Asks for a client certificate and takes whatever comes (its signature over the handshake
@@ -324,11 +411,11 @@ impl ClientCertVerifier for RequestClientCert {
 }
 
 /// The main server's TLS configuration. `client_ca` is the verifier from
-/// [`client_ca_verifier`]; without one no client certificate is asked for (as upstream).
+/// [`ClientCa::load`]; without one no client certificate is asked for (as upstream).
 pub(crate) fn server_config(
     config: &Config,
     provider: Arc<CryptoProvider>,
-    client_ca: Option<&Arc<dyn ClientCertVerifier>>,
+    client_ca: Option<&Arc<ClientCa>>,
 ) -> Result<ServerConfig, TlsError> {
     let versions: &[&'static rustls::SupportedProtocolVersion] =
         match config.tls_min_version.as_deref() {
@@ -347,7 +434,9 @@ pub(crate) fn server_config(
         .map_err(|e| TlsError::Settings(e.to_string()))?;
     let builder = match client_ca {
         Some(ca) => builder.with_client_cert_verifier(Arc::new(RequestClientCert {
-            hints: ca.root_hint_subjects().to_vec(),
+            // The hints of the CA at start: they only help a client holding several
+            // certificates choose one; whichever it sends is verified against the CA in force.
+            hints: ca.verifier().root_hint_subjects().to_vec(),
             algorithms: provider.signature_verification_algorithms,
         })),
         None => builder.with_no_client_auth(),
@@ -442,6 +531,48 @@ impl ResolvesServerCert for ServingFromStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A client CA file that turns unreadable or invalid keeps the last good CA in force;
+    /// a valid new one replaces it.
+    #[test]
+    fn client_ca_reload_keeps_the_last_good_ca() {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ca.crt");
+        let ca = |name: &str| {
+            let key = rcgen::KeyPair::generate().unwrap();
+            let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+            p.distinguished_name.push(rcgen::DnType::CommonName, name);
+            p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            p.self_signed(&key).unwrap().pem()
+        };
+        std::fs::write(&path, ca("first")).unwrap();
+        let loaded = ClientCa::load(&path, &provider).unwrap();
+        let hints = |c: &ClientCa| -> Vec<Vec<u8>> {
+            c.verifier()
+                .root_hint_subjects()
+                .iter()
+                .map(|d| d.as_ref().to_vec())
+                .collect()
+        };
+        let first = hints(&loaded);
+        assert!(!loaded.reload(), "unchanged file");
+        for broken in [
+            "",
+            "junk",
+            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+        ] {
+            std::fs::write(&path, broken).unwrap();
+            assert!(!loaded.reload(), "{broken:?}");
+            assert_eq!(hints(&loaded), first);
+        }
+        std::fs::remove_file(&path).unwrap();
+        assert!(!loaded.reload());
+        assert_eq!(hints(&loaded), first);
+        std::fs::write(&path, ca("second")).unwrap();
+        assert!(loaded.reload());
+        assert_ne!(hints(&loaded), first);
+    }
 
     #[test]
     fn every_configurable_suite_maps_to_a_rustls_suite() {

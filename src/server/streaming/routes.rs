@@ -129,10 +129,12 @@ pub(crate) async fn serve(
     query: &str,
     mut req: Request<Incoming>,
 ) -> Response<Body> {
+    // The router answers these paths itself while debugging handlers are off; this stays
+    // as a second lock on the door that matters most.
     if !state.config.enable_debugging_handlers {
         return refuse(
             StatusCode::METHOD_NOT_ALLOWED,
-            "Debug endpoints are disabled.",
+            "Debug endpoints are disabled.\n",
         );
     }
     let Some(pod) = state.statuses.find(&target.namespace, &target.pod) else {

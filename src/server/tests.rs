@@ -1,0 +1,163 @@
+//! The main server end to end in process: TLS, client certificates, the switches that close
+//! parts of it, and the start-up warning.
+
+use std::time::Duration;
+
+use super::connections::ConnectionLimits;
+use super::test_harness::{Ca, MainUnderTest};
+use super::*;
+
+/// Far longer than any step needs, even on a loaded machine; only an upper bound.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// A rotated client CA file is picked up while the server runs: certificates of the new CA
+/// are accepted and those of the old one refused from then on, without a restart. Before,
+/// the CA was read once at start.
+#[tokio::test]
+async fn a_rotated_client_ca_is_used_without_a_restart() {
+    let (old, new) = (Ca::new("old-ca"), Ca::new("new-ca"));
+    let server = MainUnderTest::start(&old, ConnectionLimits::SERVING, |_| {}).await;
+    let (old_user, new_user) = (old.client("alice"), new.client("bob"));
+    assert_eq!(server.request("GET", "/pods", Some(&old_user)).await.0, 200);
+    assert_eq!(server.request("GET", "/pods", Some(&new_user)).await.0, 401);
+    // Replaced as tools replace it: a new file renamed over the old.
+    let staged = server.ca_path.with_extension("new");
+    std::fs::write(&staged, new.pem()).unwrap();
+    std::fs::rename(&staged, &server.ca_path).unwrap();
+    let picked_up = async {
+        while server.request("GET", "/pods", Some(&new_user)).await.0 != 200 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    tokio::time::timeout(PATIENCE, picked_up)
+        .await
+        .expect("the new client CA was not picked up");
+    assert_eq!(server.request("GET", "/pods", Some(&old_user)).await.0, 401);
+}
+
+/// enableDebuggingHandlers=false answers upstream's debugging paths with its 405 (after
+/// authentication), removes /configz, and leaves the rest served. Before, only the
+/// streaming routes looked at the switch: container logs, runningpods and configz were
+/// served with it off.
+#[tokio::test]
+async fn debugging_handlers_off_closes_exactly_upstreams_debugging_paths() {
+    let ca = Ca::new("ca");
+    let server = MainUnderTest::start(&ca, ConnectionLimits::SERVING, |c| {
+        c.enable_debugging_handlers = false;
+    })
+    .await;
+    let user = ca.client("admin");
+    for (method, path) in [
+        ("GET", "/containerLogs/ns/pod/c"),
+        ("GET", "/containerLogs/ns/pod/c?tailLines=1"),
+        ("GET", "/runningpods/"),
+        ("GET", "/exec/ns/pod/c?command=ls&output=1"),
+        ("POST", "/attach/ns/pod/c"),
+        ("GET", "/portForward/ns/pod"),
+        ("POST", "/run/ns/pod/c?cmd=ls"),
+        ("GET", "/debug/pprof/"),
+        ("GET", "/logs/"),
+    ] {
+        assert_eq!(
+            server.request(method, path, Some(&user)).await,
+            (405, "Debug endpoints are disabled.\n".to_string()),
+            "{method} {path}"
+        );
+        // Authentication still comes first.
+        assert_eq!(server.request(method, path, None).await.0, 401, "{path}");
+    }
+    assert_eq!(server.request("GET", "/configz", Some(&user)).await.0, 404);
+    assert_eq!(server.request("GET", "/pods", Some(&user)).await.0, 200);
+    assert_eq!(server.request("GET", "/healthz", Some(&user)).await.0, 200);
+
+    // With the switch on (the default) the same paths reach their handlers.
+    let open = MainUnderTest::start(&ca, ConnectionLimits::SERVING, |_| {}).await;
+    assert_eq!(open.request("GET", "/configz", Some(&user)).await.0, 200);
+    assert_eq!(
+        open.request("GET", "/runningpods/", Some(&user)).await.0,
+        200
+    );
+    assert_eq!(
+        open.request("GET", "/containerLogs/ns/pod/c", Some(&user))
+            .await,
+        (404, "pod \"pod\" does not exist".to_string())
+    );
+}
+
+fn open_config(address: &str, anonymous: bool, mode: AuthorizationMode) -> Config {
+    let mut c = Config::defaults(false);
+    c.address = address.parse().unwrap();
+    c.anonymous_auth = anonymous;
+    c.authorization_mode = mode;
+    c
+}
+
+#[test]
+fn anonymous_always_allow_on_a_reachable_address_is_warned_about() {
+    use AuthorizationMode::{AlwaysAllow, Webhook};
+    let warning =
+        open_main_server_warning(&open_config("0.0.0.0", true, AlwaysAllow)).expect("a warning");
+    for needle in [
+        "0.0.0.0:10250",
+        "--anonymous-auth",
+        "--authorization-mode=AlwaysAllow",
+        "exec",
+    ] {
+        assert!(warning.contains(needle), "{needle} missing: {warning}");
+    }
+    assert!(open_main_server_warning(&open_config("10.1.2.3", true, AlwaysAllow)).is_some());
+    assert!(open_main_server_warning(&open_config("::", true, AlwaysAllow)).is_some());
+    // Loopback only, or either check on: no warning.
+    for (address, anonymous, mode) in [
+        ("127.0.0.1", true, AlwaysAllow),
+        ("::1", true, AlwaysAllow),
+        ("::ffff:127.0.0.1", true, AlwaysAllow),
+        ("0.0.0.0", false, AlwaysAllow),
+        ("0.0.0.0", true, Webhook),
+    ] {
+        assert_eq!(
+            open_main_server_warning(&open_config(address, anonymous, mode)),
+            None,
+            "{address} {anonymous} {mode:?}"
+        );
+    }
+    // The server is not started at all: nothing to warn about.
+    let mut closed = open_config("0.0.0.0", true, AlwaysAllow);
+    closed.enable_server = false;
+    assert_eq!(open_main_server_warning(&closed), None);
+}
+
+/// A free loopback port (bound, then released).
+async fn free_port() -> u16 {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// enableServer=false: the main port is never opened, the read-only port still is (as
+/// upstream's startKubelet). Before, the field was accepted and ignored: 10250 was served.
+#[tokio::test]
+async fn enable_server_false_leaves_the_main_port_closed() {
+    for enable_server in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config::defaults(false);
+        config.node_name = "node".into();
+        config.cert_dir = dir.path().to_path_buf();
+        config.address = "127.0.0.1".parse().unwrap();
+        config.port = free_port().await;
+        config.read_only_port = free_port().await;
+        config.authentication_token_webhook = false;
+        config.authorization_mode = AuthorizationMode::AlwaysAllow;
+        config.enable_server = enable_server;
+        let (port, read_only) = (config.port, config.read_only_port);
+        let state = ServerState::new(
+            Arc::new(config),
+            crate::pod::status_manager::StatusManager::new(),
+        );
+        serve_configured(state, None).await.unwrap();
+        let main = tokio::net::TcpStream::connect(("127.0.0.1", port)).await;
+        assert_eq!(main.is_ok(), enable_server, "main port open: {main:?}");
+        tokio::net::TcpStream::connect(("127.0.0.1", read_only))
+            .await
+            .expect("the read-only port is served either way");
+    }
+}
