@@ -961,6 +961,15 @@ fn container_manager_settings_are_validated() {
         "/kubelet.slice/kubelet-kubepods.slice"
     );
     assert!(c.warnings().is_empty(), "{:?}", c.warnings());
+    // Nested, as a path: a slice per level (systemd's own reading of a name would keep only
+    // the last one).
+    let c = load(&["--cgroup-driver=systemd", "--cgroup-root=/nodes/kubelet"]).unwrap();
+    assert_eq!(
+        crate::cm::Layout::from_config(&c)
+            .kubepods()
+            .to_path(c.cgroup_driver),
+        "/nodes.slice/nodes-kubelet.slice/nodes-kubelet-kubepods.slice"
+    );
     // A slice spelling is read as upstream reads it, with a warning that says where pods go.
     let c = load(&["--cgroup-driver=systemd", "--cgroup-root=/krs.slice"]).unwrap();
     let w = c.warnings().join("\n");

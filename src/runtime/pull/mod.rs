@@ -639,16 +639,7 @@ impl Inner {
                 format!("manifest {manifest_digest} has no layers"),
             ));
         }
-        // The config is read whole into memory once stored: refused before it is fetched.
-        if config.size < 0 || config.size as u64 > MAX_CONFIG {
-            return Err(PullError::other(
-                name,
-                format!(
-                    "manifest {manifest_digest}: config {} declares {} bytes; at most {MAX_CONFIG} are read",
-                    config.digest, config.size
-                ),
-            ));
-        }
+        config_within_bound(name, &manifest_digest, &config)?;
         info!(
             image = %name,
             registry = %host,
@@ -872,6 +863,21 @@ impl Inner {
     }
 }
 
+/// The config is read whole into memory once stored: one declared past its bound is refused
+/// before it is fetched (and containerd's commit holds the blob to its declared size).
+fn config_within_bound(image: &str, manifest_digest: &str, config: &Desc) -> Result<(), PullError> {
+    if (0..=MAX_CONFIG as i64).contains(&config.size) {
+        return Ok(());
+    }
+    Err(PullError::other(
+        image,
+        format!(
+            "manifest {manifest_digest}: config {} declares {} bytes; at most {MAX_CONFIG} are read",
+            config.digest, config.size
+        ),
+    ))
+}
+
 fn manifest_error(image: &str, host: &str, what: &str, e: bounded::FetchError) -> PullError {
     match e {
         bounded::FetchError::Registry(e) => map_error(image, host, what, e),
@@ -1002,6 +1008,25 @@ mod tests {
             registry_token: None,
             source: "t".into(),
         }
+    }
+
+    #[test]
+    fn a_config_declared_past_its_bound_is_refused_before_it_is_fetched() {
+        let desc = |size: i64| -> Desc {
+            serde_json::from_value(serde_json::json!({
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": "sha256:cc", "size": size}))
+            .unwrap()
+        };
+        assert!(config_within_bound("app:1", "sha256:mm", &desc(1500)).is_ok());
+        assert!(config_within_bound("app:1", "sha256:mm", &desc(4 << 20)).is_ok());
+        let e = config_within_bound("app:1", "sha256:mm", &desc((4 << 20) + 1)).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("app:1") && text.contains("config sha256:cc declares 4194305 bytes"),
+            "{text}"
+        );
+        assert!(config_within_bound("app:1", "sha256:mm", &desc(-1)).is_err());
     }
 
     #[test]
