@@ -413,13 +413,13 @@ check_free() {
 		[[ -z "$holder" ]] || die "port $port is in use ($(grep -o 'users:.*' <<<"$holder" | head -n1)): stop what holds it (hack/cluster/down.sh for a control plane)"
 	done
 	if pid="$(cat /run/kubelet-rs.pid 2>/dev/null)" && pid_alive "$pid"; then
-		die "kubelet-rs (pid $pid, /run/kubelet-rs.pid) is running; stop it first"
+		die "kubelet-rs (pid $pid, /run/kubelet-rs.pid) is running; stop it first (hack/local-up.sh --down stops the quick start and removes its pods)"
 	fi
 	for ns in kubelet-rs k8s.io; do
 		# (stopped tasks, of exited containers, do not count)
 		tasks="$(ctr --address "$CONTAINERD_SOCKET" --connect-timeout 5s -n "$ns" tasks ls 2>/dev/null |
 			awk 'NR > 1 && $3 != "STOPPED" { print $1 }' || true)"
-		[[ -z "$tasks" ]] || die "$(wc -l <<<"$tasks") container(s) run in containerd namespace $ns; stop their agent (and its pods) first"
+		[[ -z "$tasks" ]] || die "$(wc -l <<<"$tasks") container(s) run in containerd namespace $ns; stop their agent (and its pods) first (for the quick start's: hack/local-up.sh --down)"
 	done
 	# Pods of any other agent or test in the kubepods cgroups: the upstream kubelet kills what it
 	# does not know there.

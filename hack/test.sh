@@ -31,6 +31,20 @@ cd "$KUBELET_RS_ROOT"
 
 export RUST_BACKTRACE=1
 step setup-node hack/setup-node.sh
+# The quick start (hack/local-up.sh) holds the ports the conformance step needs (10248, 10250,
+# 10255; 6443 with --cluster) and runs its pods in containerd's kubelet-rs namespace, which
+# the conformance step wants empty: stop it, pods included, and say so. Another agent or
+# other pods there still fail the conformance step's own check, which names them.
+QUICK_START_PIDFILE="${KUBELET_RS_PIDFILE:-/run/kubelet-rs.pid}"
+QUICK_START_STATE="${KUBELET_RS_LOCAL_UP_STATE:-/run/kubelet-rs-local-up.env}"
+quick_start_stopped=0
+if [[ -f "$QUICK_START_STATE" ]] ||
+	{ pid="$(cat "$QUICK_START_PIDFILE" 2>/dev/null)" && pid_alive "$pid" &&
+		[[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == kubelet-rs ]]; }; then
+	log "the quick start (hack/local-up.sh) is up: stopping its agent and removing its pods for the tests"
+	step quick-start-down hack/local-up.sh --down
+	quick_start_stopped=1
+fi
 # The cluster tests join a real control plane: built from the Kubernetes modules once per
 # version (about 20 minutes the first time on 2 cores, then cached), started fresh for this run
 # and stopped on exit. A missing Go toolchain or a failed build fails the run.
@@ -61,3 +75,6 @@ step doc-tests cargo test --doc
 
 log "all passed in ${SECONDS}s:"
 printf '    %s\n' "${timings[@]}"
+if ((quick_start_stopped)); then
+	log "the quick start was stopped for the tests; start it again with: hack/local-up.sh --background"
+fi

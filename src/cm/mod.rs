@@ -49,12 +49,11 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// cgroupRoot is checked when the configuration is loaded; an unreadable one here
-    /// falls back to the hierarchy's root.
+    /// cgroupRoot in upstream's reading: the cgroupfs spelling for either driver.
     pub fn from_config(cfg: &Config) -> Layout {
         Layout {
             driver: cfg.cgroup_driver,
-            root: CgroupName::parse(cfg.cgroup_driver, &cfg.cgroup_root).unwrap_or_default(),
+            root: CgroupName::parse_cgroup_root(&cfg.cgroup_root),
             per_qos: cfg.cgroups_per_qos,
         }
     }

@@ -56,25 +56,43 @@ impl CgroupName {
         CgroupName(parts)
     }
 
-    /// Reads a configured path (cgroupRoot, kubeReservedCgroup) in the driver's own
-    /// spelling: `/a/b` for cgroupfs, `/a.slice/a-b.slice` for systemd.
+    /// Reads cgroupRoot as upstream's container manager does, in the cgroupfs spelling
+    /// whatever the driver (`ParseCgroupfsToCgroupName`): `/kubelet` is `["kubelet"]`, which
+    /// the systemd driver then names `/kubelet.slice` (kind and kubeadm nodes run with
+    /// `cgroupRoot: /kubelet` and the systemd driver). A component spelled as a slice stays
+    /// as written, so `/a.slice` becomes `/a.slice.slice` under systemd, as upstream's does
+    /// (`Config::warnings` says so).
+    pub fn parse_cgroup_root(path: &str) -> CgroupName {
+        CgroupName(
+            path.split('/')
+                .filter(|p| !p.is_empty())
+                .map(str::to_string)
+                .collect(),
+        )
+    }
+
+    /// Reads a configured cgroup of the reserved resources (kubeReservedCgroup,
+    /// systemReservedCgroup) as the driver's own cgroup manager reads a name: cgroupfs as
+    /// a path, systemd as upstream's `ParseSystemdToCgroupName` (the last slice names its
+    /// whole ancestry: `/a.slice/a-b_c.slice` and `a-b_c.slice` are both `["a", "b-c"]`; a
+    /// name without the `.slice` suffix is read the same way, `/kubepods` as `["kubepods"]`).
     pub fn parse(driver: CgroupDriver, path: &str) -> Result<CgroupName, String> {
-        let parts = path.split('/').filter(|p| !p.is_empty());
         match driver {
-            CgroupDriver::Cgroupfs => Ok(CgroupName(parts.map(str::to_string).collect())),
+            CgroupDriver::Cgroupfs => Ok(CgroupName::parse_cgroup_root(path)),
             CgroupDriver::Systemd => {
-                let mut out = Vec::new();
-                for part in parts {
-                    let Some(unit) = part.strip_suffix(".slice") else {
-                        return Err(format!(
-                            "{part:?} is not a systemd slice (expected NAME.slice)"
-                        ));
-                    };
-                    // A slice's own name is the text after its parent's prefix.
-                    let own = unit.rsplit('-').next().unwrap_or(unit);
-                    out.push(own.replace('_', "-"));
+                let Some(last) = path.split('/').rfind(|p| !p.is_empty()) else {
+                    return Ok(CgroupName::default());
+                };
+                let unit = last.strip_suffix(".slice").unwrap_or(last);
+                let parts: Vec<String> = unit.split('-').map(|p| p.replace('_', "-")).collect();
+                // Systemd refuses such a slice name (`a--b.slice`, `-a.slice`), so would
+                // upstream's driver when it makes the unit.
+                if parts.iter().any(String::is_empty) {
+                    return Err(format!(
+                        "{last:?} is not a valid systemd slice name (empty component)"
+                    ));
                 }
-                Ok(CgroupName(out))
+                Ok(CgroupName(parts))
             }
         }
     }
@@ -151,10 +169,46 @@ mod tests {
             back.to_path(CgroupDriver::Systemd),
             "/kubepods.slice/kubepods-besteffort.slice"
         );
-        assert!(CgroupName::parse(CgroupDriver::Systemd, "/kubepods").is_err());
+        // Upstream's ParseSystemdToCgroupName reads a name without the suffix too.
+        assert_eq!(
+            CgroupName::parse(CgroupDriver::Systemd, "/kubepods").unwrap(),
+            name(&["kubepods"])
+        );
+        assert!(CgroupName::parse(CgroupDriver::Systemd, "/a--b.slice").is_err());
         assert_eq!(
             CgroupName::parse(CgroupDriver::Systemd, "/").unwrap(),
             name(&[])
         );
+    }
+
+    /// kind and kubeadm: `cgroupRoot: /kubelet` with the systemd driver puts pods under
+    /// `/kubelet.slice/kubelet-kubepods.slice`, as upstream's container manager does.
+    #[test]
+    fn the_cgroup_root_is_read_in_the_cgroupfs_spelling_for_either_driver() {
+        let root = CgroupName::parse_cgroup_root("/kubelet");
+        assert_eq!(root, name(&["kubelet"]));
+        assert_eq!(
+            root.child("kubepods")
+                .child("burstable")
+                .to_path(CgroupDriver::Systemd),
+            "/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-burstable.slice"
+        );
+        assert_eq!(
+            root.child("kubepods").to_path(CgroupDriver::Cgroupfs),
+            "/kubelet/kubepods"
+        );
+        // Nested, with a dash: upstream escapes it in the slice names.
+        assert_eq!(
+            CgroupName::parse_cgroup_root("/my-nodes/kubelet")
+                .child("kubepods")
+                .to_path(CgroupDriver::Systemd),
+            "/my_nodes.slice/my_nodes-kubelet.slice/my_nodes-kubelet-kubepods.slice"
+        );
+        // A slice spelling is taken as a plain name, as upstream takes it.
+        assert_eq!(
+            CgroupName::parse_cgroup_root("/krs.slice").to_path(CgroupDriver::Systemd),
+            "/krs.slice.slice"
+        );
+        assert_eq!(CgroupName::parse_cgroup_root("/"), name(&[]));
     }
 }

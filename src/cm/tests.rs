@@ -164,7 +164,8 @@ fn systemd_names_under_a_cgroup_root() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config();
     cfg.cgroup_driver = CgroupDriver::Systemd;
-    cfg.cgroup_root = "/test.slice".into();
+    // Upstream's spelling of cgroupRoot for either driver (kind's `/kubelet`).
+    cfg.cgroup_root = "/test".into();
     let cm = ContainerManager::new(CgroupFs::v1_at(dir.path()), &cfg, &capacity());
     cm.start().unwrap();
     let b = pod("1-2", serde_json::json!({"requests": {"cpu": "100m"}}));

@@ -416,6 +416,18 @@ impl Config {
                 self.unknown_config_fields.join(", ")
             ));
         }
+        if self.cgroup_driver == crate::cm::CgroupDriver::Systemd
+            && self.cgroup_root.split('/').any(|p| p.ends_with(".slice"))
+        {
+            out.push(format!(
+                "cgroupRoot {:?} is read in the cgroupfs spelling with the systemd driver too, \
+                 as upstream reads it: pods go under {}; write /NAME for NAME.slice",
+                self.cgroup_root,
+                crate::cm::CgroupName::parse_cgroup_root(&self.cgroup_root)
+                    .child("kubepods")
+                    .to_path(self.cgroup_driver)
+            ));
+        }
         out
     }
 }
@@ -1358,13 +1370,8 @@ fn validate_cgroups(config: &Config) -> Result<(), ConfigError> {
                 .map_err(|reason| invalid(setting, cgroup.clone(), reason))?;
         }
     }
-    cm::CgroupName::parse(config.cgroup_driver, &config.cgroup_root).map_err(|reason| {
-        invalid(
-            "cgroupRoot (--cgroup-root)",
-            config.cgroup_root.clone(),
-            reason,
-        )
-    })?;
+    // cgroupRoot: any path, read in the cgroupfs spelling for either driver as upstream
+    // reads it (`cm::CgroupName::parse_cgroup_root`); nothing to refuse.
     Ok(())
 }
 

@@ -970,8 +970,40 @@ fn container_manager_settings_are_validated() {
     );
     let e = err(&["--cgroups-per-qos=false"]);
     assert!(e.contains("cgroupsPerQOS"), "{e}");
-    let e = err(&["--cgroup-driver=systemd", "--cgroup-root=/krs"]);
-    assert!(e.contains("cgroupRoot") && e.contains("slice"), "{e}");
+    // cgroupRoot in the cgroupfs spelling with the systemd driver (kind, kubeadm): upstream
+    // accepts it and names the slice after it.
+    let c = load(&["--cgroup-driver=systemd", "--cgroup-root=/kubelet"]).unwrap();
+    assert_eq!(
+        crate::cm::Layout::from_config(&c)
+            .kubepods()
+            .to_path(c.cgroup_driver),
+        "/kubelet.slice/kubelet-kubepods.slice"
+    );
+    assert!(c.warnings().is_empty(), "{:?}", c.warnings());
+    // Nested, as a path: a slice per level (systemd's own reading of a name would keep only
+    // the last one).
+    let c = load(&["--cgroup-driver=systemd", "--cgroup-root=/nodes/kubelet"]).unwrap();
+    assert_eq!(
+        crate::cm::Layout::from_config(&c)
+            .kubepods()
+            .to_path(c.cgroup_driver),
+        "/nodes.slice/nodes-kubelet.slice/nodes-kubelet-kubepods.slice"
+    );
+    // A slice spelling is read as upstream reads it, with a warning that says where pods go.
+    let c = load(&["--cgroup-driver=systemd", "--cgroup-root=/krs.slice"]).unwrap();
+    let w = c.warnings().join("\n");
+    assert!(
+        w.contains("/krs.slice.slice/krs.slice-kubepods.slice"),
+        "{w}"
+    );
+    let e = err(&[
+        "--cgroup-driver=systemd",
+        "--kube-reserved-cgroup=/a--b.slice",
+    ]);
+    assert!(
+        e.contains("kubeReservedCgroup") && e.contains("slice"),
+        "{e}"
+    );
     assert!(err(&["--pod-max-pids=lots"]).contains("expected an integer"));
     assert!(load(&["--enforce-node-allocatable=none", "--cgroups-per-qos=false"]).is_ok());
 }

@@ -15,7 +15,9 @@ use super::refs::{references, ObjectRef};
 use super::services::Services;
 use super::tokens::{Clock, Tokens};
 use super::watched::{Changed, Watched};
-use super::{ClusterObjects, ObjectError, ObjectKind, ServiceAccountToken, TokenSpec};
+use super::{
+    ClusterObjects, ObjectError, ObjectKind, ServiceAccountToken, ServicesWait, TokenSpec,
+};
 
 pub struct ApiObjects {
     config_maps: Watched<ConfigMap>,
@@ -148,9 +150,9 @@ impl ClusterObjects for ApiObjects {
         pods.insert(uid, now);
     }
 
-    async fn services(&self) -> Result<Vec<Arc<Service>>, ObjectError> {
+    async fn services(&self, wait: ServicesWait) -> Result<Vec<Arc<Service>>, ObjectError> {
         match &self.services {
-            Some(s) => s.list().await,
+            Some(s) => s.list(wait).await,
             None => Ok(Vec::new()),
         }
     }

@@ -8,7 +8,9 @@ use async_trait::async_trait;
 use chrono::Utc;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 
-use super::{ClusterObjects, ObjectError, ObjectKind, ServiceAccountToken, TokenSpec};
+use super::{
+    ClusterObjects, ObjectError, ObjectKind, ServiceAccountToken, ServicesWait, TokenSpec,
+};
 
 #[derive(Default)]
 pub(crate) struct FakeObjects {
@@ -20,6 +22,8 @@ pub(crate) struct FakeObjects {
     pub registered: Mutex<Vec<String>>,
     /// The cluster's Services.
     pub services: Mutex<Vec<Arc<Service>>>,
+    /// The Services' first listing has not come (yet): API pods fail as upstream's do.
+    pub services_unsynced: std::sync::atomic::AtomicBool,
 }
 
 fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> (String, String) {
@@ -96,7 +100,13 @@ impl ClusterObjects for FakeObjects {
     fn unregister_pod(&self, pod_uid: &str) {
         self.registered.lock().unwrap().retain(|u| u != pod_uid);
     }
-    async fn services(&self) -> Result<Vec<Arc<Service>>, ObjectError> {
+    async fn services(&self, wait: ServicesWait) -> Result<Vec<Arc<Service>>, ObjectError> {
+        let unsynced = self
+            .services_unsynced
+            .load(std::sync::atomic::Ordering::SeqCst);
+        if unsynced && wait == ServicesWait::ForFirstList {
+            return Err(ObjectError::ServicesNotSynced);
+        }
         Ok(self.services.lock().unwrap().clone())
     }
 }

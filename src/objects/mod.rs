@@ -140,7 +140,34 @@ pub trait ClusterObjects: Send + Sync {
     fn unregister_pod(&self, pod_uid: &str);
     /// Every Service of the cluster, for the containers' service environment variables;
     /// none without an API server (upstream's standalone kubelet sets none).
-    async fn services(&self) -> Result<Vec<Arc<Service>>, ObjectError>;
+    ///
+    /// `wait` is what upstream asks of pods from the API server: their Services must have
+    /// been listed once (a short wait, then [`ObjectError::ServicesNotSynced`]). A static
+    /// pod passes `ServicesWait::No` and takes what is known now, possibly nothing: the
+    /// control plane's own static pods (etcd, the apiserver) start before any Service can be
+    /// listed (upstream's makeEnvironmentVariables exempts them the same way).
+    async fn services(&self, wait: ServicesWait) -> Result<Vec<Arc<Service>>, ObjectError>;
+}
+
+/// Whether a container start needs the Services' first listing (see
+/// [`ClusterObjects::services`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServicesWait {
+    /// A pod from the API server: wait for the first listing, fail without it.
+    ForFirstList,
+    /// A static pod: what is known now.
+    No,
+}
+
+impl ServicesWait {
+    /// Upstream's rule: only a static pod goes without the first listing.
+    pub fn for_pod(pod: &Pod) -> ServicesWait {
+        if crate::source::static_pod::is_static_pod(pod) {
+            ServicesWait::No
+        } else {
+            ServicesWait::ForFirstList
+        }
+    }
 }
 
 /// No API server: every reference is an error that says so.
@@ -176,7 +203,7 @@ impl ClusterObjects for Standalone {
     }
     fn register_pod(&self, _pod: &Pod) {}
     fn unregister_pod(&self, _pod_uid: &str) {}
-    async fn services(&self) -> Result<Vec<Arc<Service>>, ObjectError> {
+    async fn services(&self, _wait: ServicesWait) -> Result<Vec<Arc<Service>>, ObjectError> {
         Ok(Vec::new())
     }
 }

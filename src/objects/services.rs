@@ -15,7 +15,7 @@ use kube::runtime::WatchStreamExt;
 use tokio::task::AbortHandle;
 use tracing::warn;
 
-use super::ObjectError;
+use super::{ObjectError, ServicesWait};
 
 /// How long a container start waits for the first listing before it fails with upstream's
 /// "not yet read" error (and its worker retries): only the agent's first moments.
@@ -52,8 +52,12 @@ impl Services {
         }
     }
 
-    /// The Services as last seen.
-    pub(crate) async fn list(&self) -> Result<Vec<Arc<Service>>, ObjectError> {
+    /// The Services as last seen. Without a wait (a static pod), before the first listing
+    /// that is none.
+    pub(crate) async fn list(&self, wait: ServicesWait) -> Result<Vec<Arc<Service>>, ObjectError> {
+        if wait == ServicesWait::No {
+            return Ok(self.store.state());
+        }
         match tokio::time::timeout(FIRST_LIST_WAIT, self.store.wait_until_ready()).await {
             Ok(Ok(())) => Ok(self.store.state()),
             _ => Err(ObjectError::ServicesNotSynced),

@@ -19,6 +19,39 @@ use super::client::{call, CALL_TIMEOUT};
 use super::images::{ImageInfo, SNAPSHOTTER};
 use super::{Containerd, Result, RuntimeError};
 
+/// The most of an image's /etc/passwd or /etc/group read for a user lookup: 8 MiB is
+/// about 140,000 users, far beyond a real image, and bounds what a hostile image can make
+/// the agent hold in memory. containerd's CRI plugin reads the files without a bound.
+pub(crate) const MAX_ACCOUNTS_FILE: u64 = 8 << 20;
+
+/// Why an image's account files could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum AccountsFileError {
+    #[error("{file} is larger than {limit} bytes, the most read for a user lookup")]
+    TooLarge { file: &'static str, limit: u64 },
+    #[error("cannot read {file}: {source}")]
+    Io {
+        file: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The file's bytes, or None when it holds more than `limit` (only `limit + 1` bytes are
+/// read to know). O_NOFOLLOW: a symlink put in place after the caller's check is refused
+/// rather than followed into the host.
+fn read_bounded(path: &Path, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)?;
+    let mut bytes = Vec::new();
+    file.take(limit + 1).read_to_end(&mut bytes)?;
+    Ok((bytes.len() as u64 <= limit).then_some(bytes))
+}
+
 /// One line of /etc/passwd.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct PasswdEntry {
@@ -104,25 +137,38 @@ impl Accounts {
 
     /// Reads `<root>/etc/passwd` and `<root>/etc/group`. A missing file counts as empty; a
     /// symlink is not followed (it would resolve against the host, not the image) and
-    /// counts as missing too.
-    pub fn read(root: &Path) -> std::io::Result<Accounts> {
-        let read = |rel: &str| -> std::io::Result<String> {
+    /// counts as missing too. Each file is read up to [`MAX_ACCOUNTS_FILE`]: an image's
+    /// files are the image author's, and a larger one is refused, not read into memory.
+    pub fn read(root: &Path) -> std::result::Result<Accounts, AccountsFileError> {
+        let read = |rel: &'static str| -> std::result::Result<String, AccountsFileError> {
+            let file = if rel == "passwd" {
+                "/etc/passwd"
+            } else {
+                "/etc/group"
+            };
+            let io = |source| AccountsFileError::Io { file, source };
             let etc = root.join("etc");
             match std::fs::symlink_metadata(&etc) {
                 Ok(m) if m.is_dir() => {}
                 Ok(_) => return Ok(String::new()),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(String::new()),
-                Err(e) => return Err(e),
+                Err(e) => return Err(io(e)),
             }
             let path = etc.join(rel);
             match std::fs::symlink_metadata(&path) {
                 Ok(m) if m.is_file() => {
-                    let bytes = std::fs::read(&path)?;
+                    let bytes = read_bounded(&path, MAX_ACCOUNTS_FILE).map_err(io)?;
+                    let Some(bytes) = bytes else {
+                        return Err(AccountsFileError::TooLarge {
+                            file,
+                            limit: MAX_ACCOUNTS_FILE,
+                        });
+                    };
                     Ok(String::from_utf8_lossy(&bytes).into_owned())
                 }
                 Ok(_) => Ok(String::new()),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
-                Err(e) => Err(e),
+                Err(e) => Err(io(e)),
             }
         };
         Ok(Accounts::parse(&read("passwd")?, &read("group")?))
@@ -506,6 +552,38 @@ mod tests {
         assert_eq!(image_user("1000:50"), Some(UserRef::Id(1000)));
         assert_eq!(image_user("app:staff"), Some(UserRef::Name("app".into())));
         assert_eq!(image_user(":50"), None);
+    }
+
+    /// A hostile image's huge /etc/passwd is refused with a message naming the file, and
+    /// only a bounded part of it is read.
+    #[test]
+    fn an_oversize_account_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("etc")).unwrap();
+        let passwd = dir.path().join("etc/passwd");
+        let f = std::fs::File::create(&passwd).unwrap();
+        // Sparse: the size costs no disk.
+        f.set_len(MAX_ACCOUNTS_FILE + 1).unwrap();
+        let e = Accounts::read(dir.path()).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                AccountsFileError::TooLarge {
+                    file: "/etc/passwd",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("/etc/passwd is larger than"), "{e}");
+        // At the limit it is read.
+        std::fs::write(&passwd, PASSWD).unwrap();
+        let group = std::fs::File::create(dir.path().join("etc/group")).unwrap();
+        group.set_len(MAX_ACCOUNTS_FILE).unwrap();
+        assert_eq!(Accounts::read(dir.path()).unwrap().users.len(), 4);
+        group.set_len(MAX_ACCOUNTS_FILE + 4096).unwrap();
+        let e = Accounts::read(dir.path()).unwrap_err();
+        assert!(e.to_string().starts_with("/etc/group is larger"), "{e}");
     }
 
     #[test]

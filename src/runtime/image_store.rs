@@ -47,7 +47,9 @@ impl Containerd {
     /// The blob's own bytes plus its config and layers; for an index, plus the manifests
     /// stored here (a pull stores only this node's, so the others are skipped).
     async fn content_size(&self, digest: &str, in_index: bool) -> Result<u64> {
-        let bytes = self.read_blob(digest).await?;
+        let bytes = self
+            .read_blob(digest, super::images::BlobKind::Manifest)
+            .await?;
         let doc: Document = serde_json::from_slice(&bytes).map_err(|e| RuntimeError::BadImage {
             image: digest.to_string(),
             reason: format!("not a manifest or index: {e}"),

@@ -152,9 +152,44 @@ fn node_arch() -> &'static str {
     }
 }
 
+/// The most read of a manifest or an index, from a registry or the content store: 4 MiB,
+/// containerd's own bound on the manifests it fetches.
+pub(crate) const MAX_MANIFEST: u64 = 4 << 20;
+/// The most read of an image config: 4 MiB, as containers/image (CRI-O's puller) bounds
+/// configs; a config holds the environment, labels and history, far less in real images,
+/// and the whole of it is parsed in memory.
+pub(crate) const MAX_CONFIG: u64 = 4 << 20;
+
+/// Which kind of document a blob read is for, and so its bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlobKind {
+    /// A manifest or an index.
+    Manifest,
+    Config,
+}
+
+impl BlobKind {
+    pub(crate) fn limit(self) -> u64 {
+        match self {
+            BlobKind::Manifest => MAX_MANIFEST,
+            BlobKind::Config => MAX_CONFIG,
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            BlobKind::Manifest => "manifest",
+            BlobKind::Config => "image config",
+        }
+    }
+}
+
 impl Containerd {
-    /// Reads a whole blob from the content store.
-    pub async fn read_blob(&self, digest: &str) -> Result<Vec<u8>> {
+    /// Reads a whole manifest, index or config from the content store, up to its kind's
+    /// bound: whoever imported or pulled it, a larger one is refused, and the read stops
+    /// at the first chunk past the bound (the stream dropped cancels the call).
+    pub async fn read_blob(&self, digest: &str, kind: BlobKind) -> Result<Vec<u8>> {
+        let limit = kind.limit();
         let mut stream = call(
             "read content",
             digest,
@@ -169,7 +204,16 @@ impl Containerd {
         let mut out = Vec::new();
         loop {
             match tokio::time::timeout(CALL_TIMEOUT, stream.message()).await {
-                Ok(Ok(Some(chunk))) => out.extend_from_slice(&chunk.data),
+                Ok(Ok(Some(chunk))) => {
+                    out.extend_from_slice(&chunk.data);
+                    if out.len() as u64 > limit {
+                        return Err(RuntimeError::BlobTooLarge {
+                            what: kind.what(),
+                            digest: digest.to_string(),
+                            limit,
+                        });
+                    }
+                }
                 Ok(Ok(None)) => return Ok(out),
                 Ok(Err(status)) => {
                     return Err(RuntimeError::Call {
@@ -219,7 +263,7 @@ impl Containerd {
         let mut digest = target.digest.clone();
         // An index names one manifest per platform; follow the one for this node.
         let manifest = loop {
-            let bytes = self.read_blob(&digest).await?;
+            let bytes = self.read_blob(&digest, BlobKind::Manifest).await?;
             let m: ManifestOrIndex = serde_json::from_slice(&bytes)
                 .map_err(|e| bad(format!("blob {digest} is not a manifest: {e}")))?;
             match m.manifests {
@@ -246,7 +290,9 @@ impl Containerd {
         let config_desc = manifest
             .config
             .ok_or_else(|| bad(format!("manifest {digest} has no config")))?;
-        let config_bytes = self.read_blob(&config_desc.digest).await?;
+        let config_bytes = self
+            .read_blob(&config_desc.digest, BlobKind::Config)
+            .await?;
         let config: ImageConfigFile = serde_json::from_slice(&config_bytes)
             .map_err(|e| bad(format!("config {} is invalid: {e}", config_desc.digest)))?;
         let chain_id = chain_ids(&config.rootfs.diff_ids)

@@ -51,6 +51,14 @@ pub enum RuntimeError {
         object: String,
         secs: u64,
     },
+    /// A manifest, index or config in the content store larger than such a document may be
+    /// (see `images::MAX_MANIFEST`): refused rather than read into memory.
+    #[error("{what} {digest} is larger than {limit} bytes, the most read of one")]
+    BlobTooLarge {
+        what: &'static str,
+        digest: String,
+        limit: u64,
+    },
     #[error("image {0:?} is not present in containerd")]
     ImageNotFound(String),
     #[error("image {image}: {reason}")]

@@ -718,6 +718,33 @@ fn container_resources(c: &Container, privileged: bool) -> Result<LinuxResources
     resources.build().map_err(&oci)
 }
 
+/// The PATH containerd's CRI plugin gives a container (`oci.WithDefaultPathEnv`).
+const DEFAULT_PATH_ENV: (&str, &str) = (
+    "PATH",
+    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+);
+
+/// The process environment as containerd's CRI plugin lays it out: its default PATH first,
+/// then the image's and the container's variables, each replacing a variable of the same
+/// name in place or appended. An image without PATH (or without any Env) so still gets one,
+/// and commands without a slash are found as under the upstream kubelet.
+fn with_default_path(env: &[(String, String)]) -> Vec<String> {
+    let mut out = vec![format!("{}={}", DEFAULT_PATH_ENV.0, DEFAULT_PATH_ENV.1)];
+    // (A container with every Service's variables has thousands.)
+    let mut index: HashMap<&str, usize> = HashMap::from([(DEFAULT_PATH_ENV.0, 0)]);
+    for (k, v) in env {
+        let var = format!("{k}={v}");
+        match index.get(k.as_str()) {
+            Some(&i) => out[i] = var,
+            None => {
+                index.insert(k, out.len());
+                out.push(var);
+            }
+        }
+    }
+    out
+}
+
 /// An app or init container, joined to the sandbox's namespaces. `env` comes from
 /// `container_env`; `volume_mounts` are the container's volume binds.
 pub fn container_spec(
@@ -830,7 +857,7 @@ pub fn container_spec(
         ));
     }
     let tty = c.tty == Some(true);
-    let mut process_env: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut process_env = with_default_path(env);
     if tty {
         // As containerd's oci.WithTTY, which its CRI plugin applies for `tty: true`.
         process_env.push("TERM=xterm".into());
@@ -1028,6 +1055,48 @@ mod tests {
         let (_, c) = pod(json!({"name": "c", "image": "i", "command": ["sh"], "args": ["$(V)"]}));
         let env = vec![("V".to_string(), "v".to_string())];
         assert_eq!(container_args(&c, &img, &env), vec!["sh", "v"]);
+    }
+
+    /// containerd's CRI plugin gives every container its default PATH first; the image's
+    /// and the container's variables replace it in place or follow it.
+    #[test]
+    fn an_image_without_env_gets_containerds_default_path() {
+        let default = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+        let process_env = |img: &ImageConfig, c: Value| {
+            let (p, c) = pod(c);
+            let env = container_env(&p, &c, img, &ctx(), &EnvObjects::default()).unwrap();
+            let s = container_spec(&p, &c, img, &ctx(), &env, &[], &Accounts::default()).unwrap();
+            s.process().as_ref().unwrap().env().clone().unwrap()
+        };
+        let mut no_env = image();
+        no_env.env = None;
+        assert_eq!(
+            process_env(&no_env, json!({"name": "c", "image": "i"})),
+            vec![default.to_string()]
+        );
+        // Env without PATH: the default first, then the image's, then the container's.
+        no_env.env = Some(vec!["A=image".into()]);
+        assert_eq!(
+            process_env(
+                &no_env,
+                json!({"name": "c", "image": "i", "env": [{"name": "B", "value": "own"}]})
+            ),
+            vec![default.to_string(), "A=image".into(), "B=own".into()]
+        );
+        // The image's PATH (or the container's) takes the default's place.
+        let mut late_path = image();
+        late_path.env = Some(vec!["A=image".into(), "PATH=/opt/bin".into()]);
+        assert_eq!(
+            process_env(&late_path, json!({"name": "c", "image": "i"})),
+            vec!["PATH=/opt/bin".to_string(), "A=image".into()]
+        );
+        assert_eq!(
+            process_env(
+                &late_path,
+                json!({"name": "c", "image": "i", "env": [{"name": "PATH", "value": "/own"}]})
+            ),
+            vec!["PATH=/own".to_string(), "A=image".into()]
+        );
     }
 
     #[test]

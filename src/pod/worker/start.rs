@@ -16,7 +16,7 @@ use super::{blocking, events, Sandbox, Worker, POST_START_TIMEOUT};
 use crate::config::format_duration;
 use crate::events::EventType;
 use crate::logs;
-use crate::objects::{ClusterObjects, ObjectError};
+use crate::objects::{ClusterObjects, ObjectError, ServicesWait};
 use crate::pod::ephemeral;
 use crate::pod::qos::container_oom_score_adj;
 use crate::pod::status::Waiting;
@@ -489,7 +489,7 @@ impl Worker {
         let links = spec::service_links_enabled(pod);
         out.set_service_env(
             objects
-                .services()
+                .services(ServicesWait::for_pod(pod))
                 .await
                 .map(|all| spec::service_env(&all, ns, links)),
         );
@@ -786,6 +786,56 @@ mod tests {
         h.objects.put_config_map(cm);
         w.pass(&p).await;
         assert!(app_status(&h).state.unwrap().running.is_some());
+    }
+
+    /// Before the Services' first listing an API pod's container waits (upstream's error),
+    /// while a static pod's starts with what is known: kubeadm's etcd and apiserver are
+    /// static pods, and no Service can be listed before the apiserver runs.
+    #[tokio::test(start_paused = true)]
+    async fn a_static_pod_starts_before_the_services_are_listed_an_api_pod_waits() {
+        let h = harness();
+        h.objects
+            .services_unsynced
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let api_pod = pod(json!({}), json!({}));
+        let mut w = Worker::new(h.shared.clone(), crate::pod::worker::pod_ref(&api_pod));
+        w.pass(&api_pod).await;
+        assert_eq!(
+            waiting(&app_status(&h)),
+            Some((
+                "CreateContainerConfigError".into(),
+                "services have not yet been read at least once, cannot construct envvars".into()
+            ))
+        );
+        assert!(
+            !h.fake
+                .calls_of("create_container")
+                .iter()
+                .any(|c| c.contains("app")),
+            "{:?}",
+            h.fake.calls()
+        );
+
+        // The same pod from a manifest file (another UID, as a static pod has its own).
+        let h = harness();
+        h.objects
+            .services_unsynced
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let mut static_pod = api_pod.clone();
+        static_pod.metadata.annotations = Some(
+            [(
+                crate::source::static_pod::CONFIG_SOURCE_ANNOTATION.to_string(),
+                "file".to_string(),
+            )]
+            .into(),
+        );
+        let mut w = Worker::new(h.shared.clone(), crate::pod::worker::pod_ref(&static_pod));
+        w.pass(&static_pod).await;
+        assert!(
+            app_status(&h).state.unwrap().running.is_some(),
+            "{:?}",
+            h.fake.calls()
+        );
     }
 
     #[tokio::test]

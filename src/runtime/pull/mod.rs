@@ -10,6 +10,7 @@
 //! path, for nodes without a registry.
 
 pub mod archive;
+mod bounded;
 mod content;
 pub mod credentials;
 mod manifest;
@@ -32,7 +33,9 @@ use sha2::Digest as _;
 use tokio::sync::Semaphore;
 use tracing::{debug, info, warn};
 
-use crate::runtime::images::{normalize_reference, repository, ImageInfo, SNAPSHOTTER};
+use crate::runtime::images::{
+    normalize_reference, repository, BlobKind, ImageInfo, MAX_CONFIG, SNAPSHOTTER,
+};
 use crate::runtime::{Containerd, RuntimeError};
 
 pub use archive::import_archive;
@@ -506,17 +509,20 @@ impl Inner {
         }
     }
 
-    /// An oci-client that has authenticated against the registry. For loopback and
-    /// insecure registries: HTTPS (certificates unchecked) first, then plain HTTP.
+    /// An oci-client that has authenticated against the registry, and the bounded client
+    /// for its manifests with the same scheme and credentials. For loopback and insecure
+    /// registries: HTTPS (certificates unchecked) first, then plain HTTP; every other
+    /// registry: HTTPS with its certificate checked.
     async fn connect(
         &self,
         name: &str,
         host: &str,
         reference: &Reference,
         auth: &RegistryAuth,
-    ) -> Result<oci_client::Client, PullError> {
+    ) -> Result<(oci_client::Client, bounded::ManifestClient), PullError> {
         let api = reference.resolve_registry().to_string();
-        let order: Vec<bool> = match registry::transport_for(host, &self.opts.insecure_registries) {
+        let transport = registry::transport_for(host, &self.opts.insecure_registries);
+        let order: Vec<bool> = match transport {
             Transport::Https => vec![false],
             Transport::HttpsThenHttp => {
                 let known = self
@@ -534,14 +540,18 @@ impl Inner {
         };
         let mut failures = Vec::new();
         for plain in order {
-            let client = registry::oci_client(&api, plain, !plain);
+            let skip_verify = registry::skip_verify(transport, plain);
+            let client = registry::oci_client(&api, plain, skip_verify);
             match client.auth(reference, auth, RegistryOperation::Pull).await {
-                Ok(_) => {
+                Ok(token) => {
                     self.plain_http
                         .lock()
                         .expect("scheme map")
                         .insert(api.clone(), plain);
-                    return Ok(client);
+                    let credentials = bounded::Credentials::from_auth(token, auth);
+                    let manifests = bounded::ManifestClient::new(plain, skip_verify, credentials)
+                        .map_err(|e| manifest_error(name, host, name, e))?;
+                    return Ok((client, manifests));
                 }
                 Err(e) if registry::is_transport_error(&e) => {
                     let scheme = if plain { "http" } else { "https" };
@@ -570,15 +580,15 @@ impl Inner {
         start: Instant,
     ) -> Result<PullOutcome, PullError> {
         let auth = registry::registry_auth(cred);
-        let client = self.connect(name, host, reference, &auth).await?;
+        let (client, manifest_client) = self.connect(name, host, reference, &auth).await?;
         let rt = &self.rt;
         // The manifest check: a HEAD for the digest the reference names now.
         let top_digest = match reference.digest() {
             Some(d) => d.to_string(),
-            None => client
-                .fetch_manifest_digest(reference, &auth)
+            None => manifest_client
+                .digest(reference)
                 .await
-                .map_err(|e| map_error(name, host, name, e))?,
+                .map_err(|e| manifest_error(name, host, name, e))?,
         };
         if let Some(image) = self.complete_locally(name, &top_digest).await? {
             return Ok(PullOutcome {
@@ -591,7 +601,7 @@ impl Inner {
         }
         let by_digest = reference.clone_with_digest(top_digest.clone());
         let top_bytes = self
-            .fetch_manifest(&client, &by_digest, &auth, name, host, &top_digest)
+            .fetch_manifest(&manifest_client, &by_digest, name, host, &top_digest)
             .await?;
         let top_doc = manifest::parse(&top_bytes)
             .map_err(|e| PullError::other(name, format!("manifest {top_digest}: {e}")))?;
@@ -609,7 +619,7 @@ impl Inner {
                 })?;
                 let child_ref = reference.clone_with_digest(child.digest.clone());
                 let bytes = self
-                    .fetch_manifest(&client, &child_ref, &auth, name, host, &child.digest)
+                    .fetch_manifest(&manifest_client, &child_ref, name, host, &child.digest)
                     .await?;
                 (bytes, child.digest.clone(), Some((i, child.digest.clone())))
             }
@@ -629,6 +639,7 @@ impl Inner {
                 format!("manifest {manifest_digest} has no layers"),
             ));
         }
+        config_within_bound(name, &manifest_digest, &config)?;
         info!(
             image = %name,
             registry = %host,
@@ -759,19 +770,20 @@ impl Inner {
         Ok((image, fetched))
     }
 
+    /// The manifest or index `digest`, read up to its bound (`bounded`), checked against
+    /// its digest.
     async fn fetch_manifest(
         &self,
-        client: &oci_client::Client,
+        manifests: &bounded::ManifestClient,
         reference: &Reference,
-        auth: &RegistryAuth,
         name: &str,
         host: &str,
         digest: &str,
     ) -> Result<Bytes, PullError> {
-        let (bytes, _) = client
-            .pull_manifest_raw(reference, auth, manifest::ACCEPTED)
+        let bytes = manifests
+            .get(reference)
             .await
-            .map_err(|e| map_error(name, host, digest, e))?;
+            .map_err(|e| manifest_error(name, host, digest, e))?;
         let got = manifest::sha256_digest(&bytes);
         if got != digest {
             return Err(PullError::BadDigest {
@@ -851,6 +863,30 @@ impl Inner {
     }
 }
 
+/// The config is read whole into memory once stored: one declared past its bound is refused
+/// before it is fetched (and containerd's commit holds the blob to its declared size).
+fn config_within_bound(image: &str, manifest_digest: &str, config: &Desc) -> Result<(), PullError> {
+    if (0..=MAX_CONFIG as i64).contains(&config.size) {
+        return Ok(());
+    }
+    Err(PullError::other(
+        image,
+        format!(
+            "manifest {manifest_digest}: config {} declares {} bytes; at most {MAX_CONFIG} are read",
+            config.digest, config.size
+        ),
+    ))
+}
+
+fn manifest_error(image: &str, host: &str, what: &str, e: bounded::FetchError) -> PullError {
+    match e {
+        bounded::FetchError::Registry(e) => map_error(image, host, what, e),
+        e @ bounded::FetchError::TooLarge { .. } => {
+            PullError::other(image, format!("registry {host}: manifest {what}: {e}"))
+        }
+    }
+}
+
 fn write_error(image: &str, host: &str, digest: &str, e: WriteError) -> PullError {
     match e {
         WriteError::Source(io) => match registry::digest_error_in(&io) {
@@ -889,7 +925,7 @@ async fn finish_image(
     target_size: i64,
 ) -> Result<ImageInfo, PullError> {
     let config_bytes = rt
-        .read_blob(&config.digest)
+        .read_blob(&config.digest, BlobKind::Config)
         .await
         .map_err(|e| PullError::runtime(name, e))?;
     let config_file: manifest::ConfigFile = serde_json::from_slice(&config_bytes)
@@ -972,6 +1008,25 @@ mod tests {
             registry_token: None,
             source: "t".into(),
         }
+    }
+
+    #[test]
+    fn a_config_declared_past_its_bound_is_refused_before_it_is_fetched() {
+        let desc = |size: i64| -> Desc {
+            serde_json::from_value(serde_json::json!({
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": "sha256:cc", "size": size}))
+            .unwrap()
+        };
+        assert!(config_within_bound("app:1", "sha256:mm", &desc(1500)).is_ok());
+        assert!(config_within_bound("app:1", "sha256:mm", &desc(4 << 20)).is_ok());
+        let e = config_within_bound("app:1", "sha256:mm", &desc((4 << 20) + 1)).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("app:1") && text.contains("config sha256:cc declares 4194305 bytes"),
+            "{text}"
+        );
+        assert!(config_within_bound("app:1", "sha256:mm", &desc(-1)).is_err());
     }
 
     #[test]

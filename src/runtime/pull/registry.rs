@@ -115,6 +115,13 @@ pub fn transport_for(host: &str, insecure: &[String]) -> Transport {
     }
 }
 
+/// Whether a connection skips the certificate check: only HTTPS to a registry that may be
+/// reached insecurely (loopback, or listed in insecureRegistries), Docker's rule. Every
+/// other registry's certificate is checked.
+pub fn skip_verify(transport: Transport, plain_http: bool) -> bool {
+    transport == Transport::HttpsThenHttp && !plain_http
+}
+
 /// The oci-client reference for a normalized image name, aimed at the API host.
 pub fn oci_reference(normalized: &str) -> Result<Reference, String> {
     let mut r = Reference::from_str(normalized).map_err(|e| e.to_string())?;
@@ -349,6 +356,21 @@ mod tests {
             transport_for("reg.lan:5000", &list),
             Transport::HttpsThenHttp
         );
+    }
+
+    #[test]
+    fn certificates_are_checked_unless_the_registry_is_insecure() {
+        let remote = transport_for("registry.example", &[]);
+        assert!(
+            !skip_verify(remote, false),
+            "a remote registry's certificate is checked"
+        );
+        let local = transport_for("127.0.0.1:5000", &[]);
+        assert!(skip_verify(local, false));
+        // Plain HTTP has no certificate; nothing to skip.
+        assert!(!skip_verify(local, true));
+        let listed = transport_for("reg.lan:5000", &["reg.lan:5000".to_string()]);
+        assert!(skip_verify(listed, false));
     }
 
     #[test]
