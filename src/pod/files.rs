@@ -42,8 +42,14 @@ impl PodDir {
         self.dir.join("sandbox.json")
     }
 
+    /// The pod's folder (and the pods dir above it), closed to other users: its volumes,
+    /// secrets and tokens are below (see `data_dirs`).
     pub fn create(&self) -> io::Result<()> {
-        std::fs::create_dir_all(&self.dir)
+        if let Some(pods) = self.dir.parent() {
+            crate::data_dirs::ensure_private_dir(pods)?;
+        }
+        crate::data_dirs::ensure_private_dir(&self.dir)?;
+        Ok(())
     }
 
     /// Saves the pod object, so that a pod whose manifest disappears while the agent is
@@ -363,5 +369,18 @@ mod tests {
         d.remove().unwrap();
         assert!(!d.dir.exists());
         d.remove().unwrap();
+    }
+
+    /// The pods dir and the pod's dir are closed to other users (upstream's 0750).
+    #[test]
+    fn pod_dirs_are_closed_to_other_users() {
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let d = PodDir::new(tmp.path(), "u1");
+        d.create().unwrap();
+        for dir in [tmp.path().join("pods"), d.dir.clone()] {
+            let mode = std::fs::metadata(&dir).unwrap().mode() & 0o7777;
+            assert_eq!(mode & 0o027, 0, "{} is {mode:o}", dir.display());
+        }
     }
 }
