@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::{mpsc, watch, Notify};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::events::{EventType, Recorder};
 use crate::node::NodeView;
@@ -138,6 +138,11 @@ impl PodManager {
         match self.shared.rt.all_containers().await {
             Ok(records) => {
                 for r in records {
+                    // A label that is not a plain name never becomes a path to clean up.
+                    if let Some(problem) = crate::data_dirs::uid_problem(&r.pod.uid) {
+                        warn!(container_id = %r.id, uid = %r.pod.uid, "container left alone: its pod UID label {problem}");
+                        continue;
+                    }
                     self.orphans.entry(r.pod.uid.clone()).or_insert(r.pod);
                 }
             }
@@ -246,6 +251,13 @@ impl PodManager {
         for pods in self.sources.values() {
             for p in pods {
                 if let Some(uid) = &p.metadata.uid {
+                    // The UID names the pod's folders, which go with the pod: one that is not
+                    // a plain name never gets a worker (static pods are refused earlier, with
+                    // the file named; the API server's UUIDs always pass).
+                    if let Some(problem) = crate::data_dirs::uid_problem(uid) {
+                        error!(pod = %pod_ref(p).display(), uid = %uid, "pod refused: metadata.uid {problem}");
+                        continue;
+                    }
                     desired.insert(uid.clone(), p.clone());
                 }
             }

@@ -225,8 +225,10 @@ impl HttpSource {
         pods.into_iter()
             .enumerate()
             .map(|(i, pod)| {
+                let name = pod.metadata.name.clone().unwrap_or_default();
                 let pod = prepare_static_pod(pod, SourceKind::Http, &self.url, &self.node_name)
                     .map_err(|errors| ManifestError::Invalid {
+                        pod: name,
                         origin: if listed {
                             format!("{} items[{i}]", self.url)
                         } else {
