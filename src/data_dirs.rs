@@ -146,8 +146,8 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().join("var/lib/kubelet-rs");
         setup_data_dirs(&root).unwrap();
-        assert_eq!(mode(&root) & NOT_PRIVATE, 0, "root {:o}", mode(&root));
-        assert_eq!(mode(&root.join("pods")) & NOT_PRIVATE, 0);
+        assert_eq!(mode(&root) & 0o027, 0, "root {:o}", mode(&root));
+        assert_eq!(mode(&root.join("pods")) & 0o027, 0);
     }
 
     /// An older version made the pods dir and the pod dirs 0755: they are tightened at start.
