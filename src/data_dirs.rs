@@ -112,6 +112,12 @@ pub fn uid_problem(uid: &str) -> Option<String> {
     None
 }
 
+/// Whether `part` cannot be spliced into a file name: a pod's name and namespace go into
+/// its log folder's and log links' names (`<ns>_<name>_<uid>`), which are removed with it.
+pub fn breaks_a_file_name(part: &str) -> bool {
+    part.contains('/') || part.contains('\0')
+}
+
 fn tighten(dir: &Path) -> Result<(), DataDirError> {
     let chmod_err = |source| DataDirError::Chmod {
         dir: dir.display().to_string(),

@@ -314,6 +314,14 @@ async fn recovery_takes_no_orphan_whose_uid_is_not_a_plain_name() {
     fake.leave_running_sandbox(&pod("../../victim"), "sb-escape");
     fake.leave_running_sandbox(&pod(""), "sb-empty");
     fake.leave_running_sandbox(&pod("uid-plain"), "sb-plain");
+    fake.leave_running_sandbox(
+        &PodRef {
+            uid: "uid-slash".into(),
+            name: "x".into(),
+            namespace: "../../victim".into(),
+        },
+        "sb-slash",
+    );
     let shared = worker::tests::test_shared(
         dir.path(),
         fake,
@@ -322,9 +330,17 @@ async fn recovery_takes_no_orphan_whose_uid_is_not_a_plain_name() {
         crate::events::Recorder::disabled(),
     );
     std::fs::create_dir_all(shared.cfg.root_dir.join("pods/uid-on-disk")).unwrap();
+    // A pod file whose UID differs from its folder's name: the folder's name is taken.
+    let saved = shared.cfg.root_dir.join("pods/uid-saved");
+    std::fs::create_dir_all(&saved).unwrap();
+    let mut other = api_pod("../../elsewhere");
+    other.metadata.namespace = Some("a/b".into());
+    std::fs::write(saved.join("pod.json"), serde_json::to_vec(&other).unwrap()).unwrap();
     let mut m = PodManager::new(shared, &[SourceKind::Api]);
     m.recover().await;
     let mut uids: Vec<&str> = m.orphans.keys().map(String::as_str).collect();
     uids.sort();
-    assert_eq!(uids, vec!["uid-on-disk", "uid-plain"]);
+    assert_eq!(uids, vec!["uid-on-disk", "uid-plain", "uid-saved"]);
+    assert_eq!(m.orphans["uid-saved"].uid, "uid-saved");
+    assert_eq!(m.orphans["uid-saved"].namespace, "");
 }
