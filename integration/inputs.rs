@@ -48,6 +48,11 @@ fn broken_manifests_are_reported_and_the_others_run() {
         "badname.yaml",
         &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: Bad_Name}}\nspec:\n  containers:\n  - {{name: a, image: {BUSYBOX}}}\n"),
     );
+    // A UID that would name a folder outside the pods dir.
+    node.write_manifest(
+        "baduid.yaml",
+        &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: escape, uid: ../../../escape}}\nspec:\n  containers:\n  - {{name: a, image: {BUSYBOX}}}\n"),
+    );
     node.wait_pod("good", 60, "Running", running);
     node.wait_until(20, "errors logged", || {
         let log = node.log();
@@ -55,6 +60,7 @@ fn broken_manifests_are_reported_and_the_others_run() {
             && log.contains("dup.yaml")
             && log.contains("badname.yaml")
             && log.contains("empty.yaml")
+            && log.contains("baduid.yaml")
     });
     let log = node.log();
     assert!(log.contains("spec.containers: Required value"), "{log}");
@@ -66,7 +72,25 @@ fn broken_manifests_are_reported_and_the_others_run() {
         log.contains("metadata.name: Invalid value: \"Bad_Name\""),
         "{log}"
     );
+    assert!(
+        log.contains("metadata.uid: Invalid value: \"../../../escape\""),
+        "{log}"
+    );
     assert_eq!(node.pods().len(), 1, "only the good pod runs");
+    // The pods dir and the running pod's dir are closed to other users.
+    use std::os::unix::fs::MetadataExt;
+    let pods_dir = node.root.path().join("root/pods");
+    let mut dirs = vec![pods_dir.clone()];
+    dirs.extend(
+        std::fs::read_dir(&pods_dir)
+            .unwrap()
+            .map(|e| e.unwrap().path()),
+    );
+    assert!(dirs.len() >= 2, "the good pod's folder: {dirs:?}");
+    for dir in dirs {
+        let mode = std::fs::metadata(&dir).unwrap().mode() & 0o777;
+        assert_eq!(mode & 0o027, 0, "{} is {mode:o}", dir.display());
+    }
     let mut n = node;
     assert!(
         n.is_running(),

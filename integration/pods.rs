@@ -631,3 +631,42 @@ fn dropping_a_node_whose_agent_was_killed_leaves_no_pod_cgroup() {
         .collect();
     assert!(logs.is_empty(), "log folders left: {logs:?}");
 }
+
+/// A static pod edited in place (same name, new UID): once the old pod is cleaned up, the new
+/// pod's /var/log/containers link is still there (links were removed by name prefix).
+#[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
+fn a_static_pod_edited_in_place_keeps_its_log_link() {
+    let node = Node::start("edit-in-place");
+    node.write_manifest(
+        "web.yaml",
+        &busybox_pod("web", "Always", "echo one; exec sleep 3600"),
+    );
+    let old = node.wait_pod("web", 60, "Running and Ready", running);
+    let old_uid = old["metadata"]["uid"].as_str().unwrap().to_string();
+    node.write_manifest(
+        "web.yaml",
+        &busybox_pod("web", "Always", "echo two; exec sleep 3600"),
+    );
+    let new = node.wait_pod("web", 90, "the edited pod Running", |p| {
+        running(p) && p["metadata"]["uid"] != old_uid.as_str()
+    });
+    // The old pod's folder goes last, after its log links.
+    let old_dir = node.root.path().join("root/pods").join(&old_uid);
+    node.wait_until(60, "the old pod cleaned up", || !old_dir.exists());
+    let cid = container_status(&new, "main")["containerID"]
+        .as_str()
+        .unwrap()
+        .strip_prefix("containerd://")
+        .unwrap()
+        .to_string();
+    let link = format!(
+        "/var/log/containers/{}_default_main-{cid}.log",
+        node.pod_name("web")
+    );
+    assert!(
+        std::fs::symlink_metadata(&link).is_ok(),
+        "{link} is gone\n{}",
+        node.log()
+    );
+}

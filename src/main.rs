@@ -113,8 +113,8 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     for warning in cfg.warnings() {
         tracing::warn!("{warning}");
     }
-    std::fs::create_dir_all(&cfg.root_dir)
-        .with_context(|| format!("creating root dir {}", cfg.root_dir.display()))?;
+    // Owner and group only: pods' secrets, tokens and emptyDirs are below.
+    kubelet_rs::data_dirs::setup_data_dirs(&cfg.root_dir).context("setting up the root dir")?;
 
     let statuses: StatusStore = StatusManager::new();
     // Health first: the healthz port answers while containerd is still coming up.

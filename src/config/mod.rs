@@ -1492,14 +1492,11 @@ fn validate_image_pulls(config: &Config) -> Result<(), ConfigError> {
     }
 }
 
-/// The HTTP source fetches plain http:// URLs only; catching others at start-up gives the
+/// The HTTP source fetches http:// and https:// URLs; catching others at start-up gives the
 /// user an immediate, clear error instead of a log line every period.
 fn check_manifest_url(url: &str) -> Result<(), String> {
-    if url.starts_with("https://") {
-        return Err("HTTPS is not supported yet; use an http:// URL".into());
-    }
-    if !url.starts_with("http://") {
-        return Err("expected an http:// URL".into());
+    if !url.starts_with("http://") && !url.starts_with("https://") {
+        return Err("expected an http:// or https:// URL".into());
     }
     Ok(())
 }

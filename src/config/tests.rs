@@ -356,8 +356,8 @@ fn flag_errors_are_one_line_and_exit_2() {
             "invalid logging.format (--logging-format): \"xml\": must be \"text\" or \"json\"",
         ),
         (
-            &["--manifest-url=https://example.invalid/pods"],
-            "invalid staticPodURL (--manifest-url): https://example.invalid/pods: HTTPS is not supported yet; use an http:// URL",
+            &["--manifest-url=ftp://example.invalid/pods"],
+            "invalid staticPodURL (--manifest-url): ftp://example.invalid/pods: expected an http:// or https:// URL",
         ),
         (&["extra"], "unexpected argument \"extra\": kubelet-rs takes only flags (see --help)"),
     ];

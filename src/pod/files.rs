@@ -42,8 +42,14 @@ impl PodDir {
         self.dir.join("sandbox.json")
     }
 
+    /// The pod's folder (and the pods dir above it), closed to other users: its volumes,
+    /// secrets and tokens are below (see `data_dirs`).
     pub fn create(&self) -> io::Result<()> {
-        std::fs::create_dir_all(&self.dir)
+        if let Some(pods) = self.dir.parent() {
+            crate::data_dirs::ensure_private_dir(pods)?;
+        }
+        crate::data_dirs::ensure_private_dir(&self.dir)?;
+        Ok(())
     }
 
     /// Saves the pod object, so that a pod whose manifest disappears while the agent is
@@ -248,14 +254,35 @@ fn remove_cgroup_tree(dir: &Path) -> bool {
     }
 }
 
-/// Removes the /var/log/containers links of a pod (names start with `<pod>_<ns>_`).
-pub fn remove_log_links(containers_dir: &Path, pod_name: &str, namespace: &str) {
+/// Removes a stopped pod's /var/log/containers links: the link of each of its containers
+/// (`containers`: name and container ID, as the runtime listed them), and any other link of
+/// the pod's name and namespace that points into this pod's own log folder (`pod_log_dir`,
+/// which holds the UID) — one whose record is already gone. A link is never removed for its
+/// name alone: a static pod edited in place has the same name and namespace with a new UID,
+/// and the new pod's links must survive the old one's clean-up. Blocking.
+pub fn remove_log_links(
+    containers_dir: &Path,
+    pod_name: &str,
+    namespace: &str,
+    containers: &[(String, String)],
+    pod_log_dir: &Path,
+) {
+    for (name, id) in containers {
+        let link =
+            crate::logs::container_log_symlink(containers_dir, pod_name, namespace, name, id);
+        let _ = std::fs::remove_file(link);
+    }
     let prefix = format!("{pod_name}_{namespace}_");
-    if let Ok(entries) = std::fs::read_dir(containers_dir) {
-        for e in entries.flatten() {
-            if e.file_name().to_string_lossy().starts_with(&prefix) {
-                let _ = std::fs::remove_file(e.path());
-            }
+    let Ok(entries) = std::fs::read_dir(containers_dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if !e.file_name().to_string_lossy().starts_with(&prefix) {
+            continue;
+        }
+        let points_here = std::fs::read_link(e.path()).is_ok_and(|t| t.starts_with(pod_log_dir));
+        if points_here {
+            let _ = std::fs::remove_file(e.path());
         }
     }
 }
@@ -363,5 +390,57 @@ mod tests {
         d.remove().unwrap();
         assert!(!d.dir.exists());
         d.remove().unwrap();
+    }
+
+    /// A static pod edited in place: the old and the new pod share name and namespace and
+    /// differ in UID and container IDs. Removing the old pod's links keeps the new pod's.
+    #[test]
+    fn removing_a_pods_log_links_keeps_those_of_a_pod_with_the_same_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let links = tmp.path().join("containers");
+        let pods = tmp.path().join("pods");
+        std::fs::create_dir_all(&links).unwrap();
+        let link_for = |uid: &str, container: &str, id: &str| {
+            let log_dir = crate::logs::pod_log_dir(&pods, "ns", "web-node", uid);
+            let target = crate::logs::container_log_path(&log_dir, container, 0);
+            let link = crate::logs::container_log_symlink(&links, "web-node", "ns", container, id);
+            std::os::unix::fs::symlink(&target, &link).unwrap();
+            (log_dir, link)
+        };
+        let (old_dir, old_app) = link_for("uid-old", "app", "aaa111");
+        // The old pod's second container has no record any more, only its link.
+        let (_, old_lost) = link_for("uid-old", "side", "aaa222");
+        let (_, new_app) = link_for("uid-new", "app", "bbb111");
+        let (_, new_side) = link_for("uid-new", "side", "bbb222");
+        remove_log_links(
+            &links,
+            "web-node",
+            "ns",
+            &[("app".to_string(), "aaa111".to_string())],
+            &old_dir,
+        );
+        assert!(std::fs::symlink_metadata(&old_app).is_err());
+        assert!(std::fs::symlink_metadata(&old_lost).is_err());
+        assert!(
+            std::fs::symlink_metadata(&new_app).is_ok(),
+            "the new pod's link went"
+        );
+        assert!(
+            std::fs::symlink_metadata(&new_side).is_ok(),
+            "the new pod's link went"
+        );
+    }
+
+    /// The pods dir and the pod's dir are closed to other users (upstream's 0750).
+    #[test]
+    fn pod_dirs_are_closed_to_other_users() {
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let d = PodDir::new(tmp.path(), "u1");
+        d.create().unwrap();
+        for dir in [tmp.path().join("pods"), d.dir.clone()] {
+            let mode = std::fs::metadata(&dir).unwrap().mode() & 0o7777;
+            assert_eq!(mode & 0o027, 0, "{} is {mode:o}", dir.display());
+        }
     }
 }

@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::{mpsc, watch, Notify};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::events::{EventType, Recorder};
 use crate::node::NodeView;
@@ -138,6 +138,11 @@ impl PodManager {
         match self.shared.rt.all_containers().await {
             Ok(records) => {
                 for r in records {
+                    // Labels that are not plain names never become paths to clean up.
+                    if let Some(problem) = path_problem(&r.pod) {
+                        warn!(container_id = %r.id, uid = %r.pod.uid, "container left alone: its pod's labels: {problem}");
+                        continue;
+                    }
                     self.orphans.entry(r.pod.uid.clone()).or_insert(r.pod);
                 }
             }
@@ -157,11 +162,21 @@ impl PodManager {
                     continue;
                 }
                 let dir = files::PodDir::new(&root_dir, &uid);
-                let r = dir.load_pod().map(|p| pod_ref(&p)).unwrap_or(PodRef {
-                    uid: uid.clone(),
+                // The folder's own name is the UID cleaned up: never one read from a file in
+                // it. Names that cannot be part of a file name are dropped.
+                let mut r = dir.load_pod().map(|p| pod_ref(&p)).unwrap_or(PodRef {
+                    uid: String::new(),
                     name: String::new(),
                     namespace: String::new(),
                 });
+                r.uid = uid.clone();
+                if [&r.name, &r.namespace]
+                    .iter()
+                    .any(|p| crate::data_dirs::breaks_a_file_name(p))
+                {
+                    r.name.clear();
+                    r.namespace.clear();
+                }
                 found.push((uid, r));
             }
             found
@@ -246,6 +261,13 @@ impl PodManager {
         for pods in self.sources.values() {
             for p in pods {
                 if let Some(uid) = &p.metadata.uid {
+                    // The UID, name and namespace name the pod's folders, which go with the
+                    // pod: a pod whose are not plain names never gets a worker (static pods
+                    // are refused earlier, with the file named; the API server's always pass).
+                    if let Some(problem) = path_problem(&pod_ref(p)) {
+                        error!(pod = %pod_ref(p).display(), uid = %uid, "pod refused: {problem}");
+                        continue;
+                    }
                     desired.insert(uid.clone(), p.clone());
                 }
             }
@@ -391,6 +413,21 @@ impl PodManager {
 fn has_ended(pod: &Pod) -> bool {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     matches!(phase, Some("Succeeded" | "Failed")) && pod.metadata.deletion_timestamp.is_none()
+}
+
+/// Why a pod's identity cannot name its folders (`pods/<uid>`, the log folder
+/// `<namespace>_<name>_<uid>`, its log links), which are removed with it; `None` when it can.
+fn path_problem(r: &PodRef) -> Option<String> {
+    if let Some(problem) = crate::data_dirs::uid_problem(&r.uid) {
+        return Some(format!("metadata.uid {problem}"));
+    }
+    if [&r.name, &r.namespace]
+        .iter()
+        .any(|p| crate::data_dirs::breaks_a_file_name(p))
+    {
+        return Some("its name or namespace holds a '/' or a NUL".into());
+    }
+    None
 }
 
 #[cfg(test)]

@@ -280,3 +280,67 @@ async fn refused_or_ended_pods_that_get_deleted_get_a_worker() {
     assert!(m.workers.contains_key("uid-refused"));
     assert!(m.workers.contains_key("uid-ended"));
 }
+
+/// A pod whose UID is not a plain name (it would name a folder the pod's clean-up removes)
+/// never gets a worker, whatever source it came from; the other pods of the set do.
+#[tokio::test(start_paused = true)]
+async fn a_pod_whose_uid_is_not_a_plain_name_gets_no_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = PodManager::new(shared(dir.path()), &[SourceKind::Api]);
+    let good = api_pod("uid-good");
+    let _held = hold_worker(&mut m, &good);
+    let escape = api_pod("../../victim");
+    let empty = api_pod("");
+    m.apply(api_update(&[&good, &escape, &empty])).await;
+    assert!(m.workers.contains_key("uid-good"));
+    assert!(!m.workers.contains_key("../../victim"));
+    assert!(!m.workers.contains_key(""));
+    assert!(m.shared.statuses.get("../../victim").is_none());
+}
+
+/// At start, containers whose pod UID label is not a plain name (or missing: an empty UID
+/// would name the pods dir itself) are not taken as orphans to clean up; the pods dir's own
+/// entries and plain labels are.
+#[tokio::test(start_paused = true)]
+async fn recovery_takes_no_orphan_whose_uid_is_not_a_plain_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let oom_seen = OomSeen::default();
+    let fake = FakeRuntime::new(&["pause", "busybox"], oom_seen.clone());
+    let pod = |uid: &str| PodRef {
+        uid: uid.into(),
+        name: "old".into(),
+        namespace: "default".into(),
+    };
+    fake.leave_running_sandbox(&pod("../../victim"), "sb-escape");
+    fake.leave_running_sandbox(&pod(""), "sb-empty");
+    fake.leave_running_sandbox(&pod("uid-plain"), "sb-plain");
+    fake.leave_running_sandbox(
+        &PodRef {
+            uid: "uid-slash".into(),
+            name: "x".into(),
+            namespace: "../../victim".into(),
+        },
+        "sb-slash",
+    );
+    let shared = worker::tests::test_shared(
+        dir.path(),
+        fake,
+        oom_seen,
+        |_| {},
+        crate::events::Recorder::disabled(),
+    );
+    std::fs::create_dir_all(shared.cfg.root_dir.join("pods/uid-on-disk")).unwrap();
+    // A pod file whose UID differs from its folder's name: the folder's name is taken.
+    let saved = shared.cfg.root_dir.join("pods/uid-saved");
+    std::fs::create_dir_all(&saved).unwrap();
+    let mut other = api_pod("../../elsewhere");
+    other.metadata.namespace = Some("a/b".into());
+    std::fs::write(saved.join("pod.json"), serde_json::to_vec(&other).unwrap()).unwrap();
+    let mut m = PodManager::new(shared, &[SourceKind::Api]);
+    m.recover().await;
+    let mut uids: Vec<&str> = m.orphans.keys().map(String::as_str).collect();
+    uids.sort();
+    assert_eq!(uids, vec!["uid-on-disk", "uid-plain", "uid-saved"]);
+    assert_eq!(m.orphans["uid-saved"].uid, "uid-saved");
+    assert_eq!(m.orphans["uid-saved"].namespace, "");
+}

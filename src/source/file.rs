@@ -366,9 +366,11 @@ impl FileSource {
             }
             Err(message) => return Err(ManifestError::Parse { origin, message }),
         };
+        let name = pod.metadata.name.clone().unwrap_or_default();
         let pod = prepare_static_pod(pod, SourceKind::File, &origin, &self.node_name).map_err(
             |errors| ManifestError::Invalid {
                 origin: origin.clone(),
+                pod: name,
                 errors,
             },
         )?;

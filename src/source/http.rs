@@ -5,16 +5,23 @@
 //! does not validate) keeps the last good set and is logged; the same error repeated is logged
 //! once at error level, then at debug. No update is sent before the first good poll: an empty
 //! set sent for a server that is merely down at start-up would tell the pod layer to stop pods
-//! that an earlier run of the agent started from this URL. Only http:// is fetched for now.
+//! that an earlier run of the agent started from this URL.
+//!
+//! https:// URLs are fetched over rustls and the server's certificate is checked against the
+//! system's CA certificates (as upstream's Go client does): whoever can answer for the URL
+//! decides what runs on the node, so an unverified answer is never taken.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper::{Request, StatusCode, Uri};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
+use rustls::RootCertStore;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -29,9 +36,15 @@ const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
-    #[error("GET {url}: HTTPS is not supported yet; use an http:// URL")]
-    HttpsUnsupported { url: String },
-    #[error("GET {url}: not a valid http:// URL: {reason}")]
+    #[error("GET {url}: the server's certificate is not trusted: {reason} (https:// URLs are checked against the system's CA certificates)")]
+    Certificate { url: String, reason: String },
+    #[error("GET {url}: cannot set up TLS: {source}")]
+    Tls {
+        url: String,
+        #[source]
+        source: rustls::Error,
+    },
+    #[error("GET {url}: not a valid http:// or https:// URL: {reason}")]
     BadUrl { url: String, reason: String },
     #[error("GET {url}: invalid header {name:?}: {reason}")]
     BadHeader {
@@ -50,7 +63,7 @@ pub enum FetchError {
 }
 
 /// Starts the HTTP source. The task ends only when `tx`'s receiver is dropped, or at once (after
-/// an error log) for a URL it can never fetch, such as an https:// one.
+/// an error log) for a URL it can never fetch.
 pub fn spawn_http_source(
     url: String,
     headers: BTreeMap<String, Vec<String>>,
@@ -59,7 +72,21 @@ pub fn spawn_http_source(
     tx: mpsc::Sender<SourceUpdate>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let mut source = HttpSource::new(url, headers, node_name);
+        let roots = if url.starts_with("https://") {
+            // Reading the system's store is file work: off the async runtime.
+            tokio::task::spawn_blocking(system_roots)
+                .await
+                .unwrap_or_else(|_| RootCertStore::empty())
+        } else {
+            RootCertStore::empty()
+        };
+        let mut source = match HttpSource::with_roots(url.clone(), headers, node_name, roots) {
+            Ok(source) => source,
+            Err(err) => {
+                tracing::error!(url = %url, "{err}; the manifest URL source is not running");
+                return;
+            }
+        };
         if let Err(err) = source.check_request() {
             tracing::error!(url = %source.url, "{err}; the manifest URL source is not running");
             return;
@@ -72,23 +99,68 @@ struct HttpSource {
     url: String,
     headers: BTreeMap<String, Vec<String>>,
     node_name: String,
-    client: Client<HttpConnector, Empty<Bytes>>,
+    client: Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
     seen: SeenTimes,
     last_body: Option<Bytes>,
     last_error: Option<String>,
 }
 
+/// The system's CA certificates (the store rustls-native-certs finds: SSL_CERT_FILE /
+/// SSL_CERT_DIR, else the distribution's bundle). Certificates it cannot read are logged and
+/// skipped; an empty store makes every https:// fetch fail verification, with that error.
+fn system_roots() -> RootCertStore {
+    let found = rustls_native_certs::load_native_certs();
+    for err in &found.errors {
+        tracing::warn!("reading the system's CA certificates: {err}");
+    }
+    let mut roots = RootCertStore::empty();
+    let (added, ignored) = roots.add_parsable_certificates(found.certs);
+    if ignored > 0 {
+        tracing::warn!(
+            ignored,
+            "system CA certificates that do not parse were skipped"
+        );
+    }
+    if added == 0 {
+        tracing::warn!(
+            "no system CA certificates found: https:// manifest URLs cannot be verified"
+        );
+    }
+    roots
+}
+
 impl HttpSource {
-    fn new(url: String, headers: BTreeMap<String, Vec<String>>, node_name: String) -> Self {
-        HttpSource {
+    /// A source whose https:// answers are checked against `roots` (the system's store in the
+    /// agent; a test's own CA in tests: there is no flag for extra CAs, as upstream has none).
+    fn with_roots(
+        url: String,
+        headers: BTreeMap<String, Vec<String>>,
+        node_name: String,
+        roots: RootCertStore,
+    ) -> Result<Self, FetchError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|source| FetchError::Tls {
+                url: url.clone(),
+                source,
+            })?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .build();
+        Ok(HttpSource {
             url,
             headers,
             node_name,
-            client: Client::builder(TokioExecutor::new()).build_http(),
+            client: Client::builder(TokioExecutor::new()).build(connector),
             seen: SeenTimes::default(),
             last_body: None,
             last_error: None,
-        }
+        })
     }
 
     async fn run(&mut self, period: Duration, tx: mpsc::Sender<SourceUpdate>) {
@@ -141,19 +213,16 @@ impl HttpSource {
 
     fn check_request(&self) -> Result<Request<Empty<Bytes>>, FetchError> {
         let url = &self.url;
-        if url.starts_with("https://") {
-            return Err(FetchError::HttpsUnsupported { url: url.clone() });
-        }
         let uri: Uri =
             url.parse()
                 .map_err(|e: hyper::http::uri::InvalidUri| FetchError::BadUrl {
                     url: url.clone(),
                     reason: e.to_string(),
                 })?;
-        if uri.scheme_str() != Some("http") || uri.host().is_none() {
+        if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
             return Err(FetchError::BadUrl {
                 url: url.clone(),
-                reason: "expected http://host[:port]/path".into(),
+                reason: "expected http[s]://host[:port]/path".into(),
             });
         }
         let mut request = Request::get(uri);
@@ -180,30 +249,35 @@ impl HttpSource {
     async fn fetch(&self) -> Result<Bytes, FetchError> {
         let request = self.check_request()?;
         let url = &self.url;
-        let exchange = async {
-            let response = self
-                .client
-                .request(request)
-                .await
-                .map_err(|e| FetchError::Request {
-                    url: url.clone(),
-                    reason: error_chain(&e),
+        let exchange =
+            async {
+                let response = self.client.request(request).await.map_err(|e| {
+                    match certificate_problem(&e) {
+                        Some(reason) => FetchError::Certificate {
+                            url: url.clone(),
+                            reason,
+                        },
+                        None => FetchError::Request {
+                            url: url.clone(),
+                            reason: error_chain(&e),
+                        },
+                    }
                 })?;
-            if response.status() != StatusCode::OK {
-                return Err(FetchError::Status {
-                    url: url.clone(),
-                    status: response.status(),
-                });
-            }
-            let body = Limited::new(response.into_body(), MAX_BODY_BYTES)
-                .collect()
-                .await
-                .map_err(|e| FetchError::Request {
-                    url: url.clone(),
-                    reason: format!("reading the body: {e}"),
-                })?;
-            Ok(body.to_bytes())
-        };
+                if response.status() != StatusCode::OK {
+                    return Err(FetchError::Status {
+                        url: url.clone(),
+                        status: response.status(),
+                    });
+                }
+                let body = Limited::new(response.into_body(), MAX_BODY_BYTES)
+                    .collect()
+                    .await
+                    .map_err(|e| FetchError::Request {
+                        url: url.clone(),
+                        reason: format!("reading the body: {e}"),
+                    })?;
+                Ok(body.to_bytes())
+            };
         tokio::time::timeout(REQUEST_TIMEOUT, exchange)
             .await
             .map_err(|_| FetchError::Timeout { url: url.clone() })?
@@ -225,8 +299,10 @@ impl HttpSource {
         pods.into_iter()
             .enumerate()
             .map(|(i, pod)| {
+                let name = pod.metadata.name.clone().unwrap_or_default();
                 let pod = prepare_static_pod(pod, SourceKind::Http, &self.url, &self.node_name)
                     .map_err(|errors| ManifestError::Invalid {
+                        pod: name,
                         origin: if listed {
                             format!("{} items[{i}]", self.url)
                         } else {
@@ -241,6 +317,23 @@ impl HttpSource {
             })
             .collect()
     }
+}
+
+/// The certificate rustls refused somewhere in `err`'s causes, if that is what failed. The
+/// connector reports it as an io::Error holding an io::Error holding the rustls error, and
+/// `source()` skips over what an io::Error holds, so each io::Error's inner error is looked
+/// into as well.
+fn certificate_problem(err: &(dyn std::error::Error + 'static)) -> Option<String> {
+    if let Some(rustls::Error::InvalidCertificate(c)) = err.downcast_ref::<rustls::Error>() {
+        return Some(format!("{c:?}"));
+    }
+    let held = err
+        .downcast_ref::<std::io::Error>()
+        .and_then(|io| io.get_ref());
+    if let Some(found) = held.and_then(|inner| certificate_problem(inner)) {
+        return Some(found);
+    }
+    err.source().and_then(certificate_problem)
 }
 
 /// An error and its causes on one line ("client error (Connect): tcp connect error: ...").

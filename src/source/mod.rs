@@ -64,9 +64,11 @@ pub enum ManifestError {
     },
     #[error("{origin}: cannot parse: {message}")]
     Parse { origin: String, message: String },
-    #[error("{origin}: invalid pod: {errors}")]
+    /// `pod` is the manifest's own metadata.name (empty when it has none).
+    #[error("{origin}: invalid pod {pod:?}: {errors}")]
     Invalid {
         origin: String,
+        pod: String,
         errors: ValidationErrors,
     },
 }

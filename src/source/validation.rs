@@ -4,7 +4,8 @@
 use std::collections::HashSet;
 use std::fmt;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, Probe};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 const DNS1123_LABEL_MAX: usize = 63;
 const DNS1123_SUBDOMAIN_MAX: usize = 253;
@@ -18,6 +19,14 @@ const DNS1123_SUBDOMAIN_MESSAGE: &str = "a lowercase RFC 1123 subdomain must con
 const RESTART_POLICIES: &[&str] = &["Always", "OnFailure", "Never"];
 /// Upstream's message for a port number out of range (validation.IsValidPortNum).
 const PORT_RANGE_MESSAGE: &str = "must be between 1 and 65535, inclusive";
+/// Upstream's messages for numbers that may not be negative or must be positive.
+const NON_NEGATIVE_MESSAGE: &str = "must be greater than or equal to 0";
+const POSITIVE_MESSAGE: &str = "must be greater than 0";
+/// Upstream's bound of activeDeadlineSeconds (1 ..= MaxInt32).
+const ACTIVE_DEADLINE_MESSAGE: &str = "must be between 1 and 2147483647, inclusive";
+/// Upstream's message for a quantity that does not parse.
+const QUANTITY_MESSAGE: &str =
+    "must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FieldErrorKind {
@@ -186,8 +195,51 @@ pub fn validate_pod(pod: &Pod) -> Result<(), ValidationErrors> {
         }
     }
 
+    // The UID names the pod's folder on the node (and is removed with it): a manifest's own
+    // UID is taken only when it is a plain name. (Upstream takes any string here.)
+    if let Some(uid) = pod.metadata.uid.as_deref().filter(|u| !u.is_empty()) {
+        if let Some(problem) = crate::data_dirs::uid_problem(uid) {
+            errors.invalid("metadata.uid", uid, problem);
+        }
+    }
+
     let default_spec = Default::default();
     let spec = pod.spec.as_ref().unwrap_or(&default_spec);
+    if let Some(secs) = spec.active_deadline_seconds {
+        if !(1..=i64::from(i32::MAX)).contains(&secs) {
+            errors.invalid_number(
+                "spec.activeDeadlineSeconds".into(),
+                secs,
+                ACTIVE_DEADLINE_MESSAGE,
+            );
+        }
+    }
+    if let Some(secs) = spec.termination_grace_period_seconds.filter(|s| *s < 0) {
+        errors.invalid_number(
+            "spec.terminationGracePeriodSeconds".into(),
+            secs,
+            NON_NEGATIVE_MESSAGE,
+        );
+    }
+    let mut volume_names = HashSet::new();
+    for (i, volume) in spec.volumes.iter().flatten().enumerate() {
+        let field = format!("spec.volumes[{i}].name");
+        if volume.name.is_empty() {
+            errors.required(field, None);
+            continue;
+        }
+        for problem in dns1123_label_problems(&volume.name) {
+            errors.invalid(&field, &volume.name, problem);
+        }
+        if !volume_names.insert(volume.name.as_str()) {
+            errors.0.push(FieldError {
+                field,
+                kind: FieldErrorKind::Duplicate {
+                    value: volume.name.clone(),
+                },
+            });
+        }
+    }
     let mut names = HashSet::new();
     if spec.containers.is_empty() {
         errors.required("spec.containers", None);
@@ -250,6 +302,96 @@ fn validate_containers(
             Some(_) => {}
         }
         validate_ports(container, &format!("{path}[{i}].ports"), errors);
+        let probes = [
+            ("livenessProbe", &container.liveness_probe),
+            ("readinessProbe", &container.readiness_probe),
+            ("startupProbe", &container.startup_probe),
+        ];
+        for (field, probe) in probes {
+            if let Some(probe) = probe {
+                validate_probe(probe, &format!("{path}[{i}].{field}"), errors);
+            }
+        }
+        let lifecycle = container.lifecycle.as_ref();
+        let hooks = [
+            ("postStart", lifecycle.and_then(|l| l.post_start.as_ref())),
+            ("preStop", lifecycle.and_then(|l| l.pre_stop.as_ref())),
+        ];
+        for (hook, handler) in hooks {
+            if let Some(secs) = handler
+                .and_then(|h| h.sleep.as_ref())
+                .map(|s| s.seconds)
+                .filter(|s| *s < 0)
+            {
+                errors.invalid_number(
+                    format!("{path}[{i}].lifecycle.{hook}.sleep.seconds"),
+                    secs,
+                    NON_NEGATIVE_MESSAGE,
+                );
+            }
+        }
+        validate_resources(container, &format!("{path}[{i}].resources"), errors);
+    }
+}
+
+/// A probe's numbers as upstream checks them: none negative, its own grace period above 0,
+/// and numeric ports in range.
+fn validate_probe(probe: &Probe, path: &str, errors: &mut ValidationErrors) {
+    let numbers = [
+        ("initialDelaySeconds", probe.initial_delay_seconds),
+        ("timeoutSeconds", probe.timeout_seconds),
+        ("periodSeconds", probe.period_seconds),
+        ("successThreshold", probe.success_threshold),
+        ("failureThreshold", probe.failure_threshold),
+    ];
+    for (field, value) in numbers {
+        if let Some(n) = value.filter(|n| *n < 0) {
+            errors.invalid_number(format!("{path}.{field}"), n.into(), NON_NEGATIVE_MESSAGE);
+        }
+    }
+    if let Some(secs) = probe.termination_grace_period_seconds.filter(|s| *s <= 0) {
+        errors.invalid_number(
+            format!("{path}.terminationGracePeriodSeconds"),
+            secs,
+            POSITIVE_MESSAGE,
+        );
+    }
+    let is_port = |n: i32| (1..=65535).contains(&n);
+    let ports = [
+        ("httpGet.port", probe.http_get.as_ref().map(|h| &h.port)),
+        ("tcpSocket.port", probe.tcp_socket.as_ref().map(|t| &t.port)),
+    ];
+    for (field, port) in ports {
+        if let Some(&IntOrString::Int(n)) = port {
+            if !is_port(n) {
+                errors.invalid_number(format!("{path}.{field}"), n.into(), PORT_RANGE_MESSAGE);
+            }
+        }
+    }
+    if let Some(n) = probe.grpc.as_ref().map(|g| g.port).filter(|n| !is_port(*n)) {
+        errors.invalid_number(format!("{path}.grpc.port"), n.into(), PORT_RANGE_MESSAGE);
+    }
+}
+
+/// Requests and limits must be quantities, and none negative, as upstream checks them: the
+/// agent turns them into cgroup limits and admission sums.
+fn validate_resources(container: &Container, path: &str, errors: &mut ValidationErrors) {
+    let Some(resources) = &container.resources else {
+        return;
+    };
+    let lists = [
+        ("limits", resources.limits.as_ref()),
+        ("requests", resources.requests.as_ref()),
+    ];
+    for (list, values) in lists {
+        for (name, value) in values.into_iter().flatten() {
+            let field = format!("{path}.{list}[{name}]");
+            match crate::quantity::Quantity::parse(&value.0) {
+                Err(_) => errors.invalid(&field, &value.0, QUANTITY_MESSAGE),
+                Ok(q) if q.is_negative() => errors.invalid(&field, &value.0, NON_NEGATIVE_MESSAGE),
+                Ok(_) => {}
+            }
+        }
     }
 }
 
@@ -470,5 +612,94 @@ mod tests {
         assert!(dns1123_subdomain_problems("a.b-c.d").is_empty());
         assert!(!dns1123_subdomain_problems("a..b").is_empty());
         assert!(!dns1123_subdomain_problems("").is_empty());
+    }
+
+    #[test]
+    fn a_uid_that_is_not_a_plain_name_is_refused() {
+        for uid in ["../../etc", "a/b", "..", "x\0y"] {
+            let mut p = pod("a", vec![container("app", Some("x"))]);
+            p.metadata.uid = Some(uid.into());
+            let got = messages(&p);
+            assert_eq!(got.len(), 1, "{got:?}");
+            assert!(
+                got[0].starts_with(&format!(
+                    "metadata.uid: Invalid value: {uid:?}: must consist of"
+                )),
+                "{got:?}"
+            );
+        }
+        let mut p = pod("a", vec![container("app", Some("x"))]);
+        p.metadata.uid = Some("9d1f4c0e-2b1a-4c1e-8f00-0123456789ab".into());
+        assert_eq!(validate_pod(&p), Ok(()));
+    }
+
+    #[test]
+    fn out_of_range_durations_are_refused() {
+        let mut p = pod("a", vec![container("app", Some("x"))]);
+        let spec = p.spec.as_mut().unwrap();
+        spec.active_deadline_seconds = Some(i64::MAX);
+        spec.termination_grace_period_seconds = Some(-1);
+        assert_eq!(
+            messages(&p),
+            vec![
+                "spec.activeDeadlineSeconds: Invalid value: 9223372036854775807: must be between 1 and 2147483647, inclusive",
+                "spec.terminationGracePeriodSeconds: Invalid value: -1: must be greater than or equal to 0",
+            ]
+        );
+        p.spec.as_mut().unwrap().active_deadline_seconds = Some(0);
+        p.spec.as_mut().unwrap().termination_grace_period_seconds = Some(0);
+        assert_eq!(
+            messages(&p),
+            vec!["spec.activeDeadlineSeconds: Invalid value: 0: must be between 1 and 2147483647, inclusive"]
+        );
+        p.spec.as_mut().unwrap().active_deadline_seconds = Some(i64::from(i32::MAX));
+        assert_eq!(validate_pod(&p), Ok(()));
+    }
+
+    #[test]
+    fn probes_hooks_and_resources_are_checked() {
+        let app: Container = serde_json::from_value(serde_json::json!({
+            "name": "app", "image": "x",
+            "livenessProbe": {"periodSeconds": -5, "terminationGracePeriodSeconds": 0,
+                              "httpGet": {"port": 70000}},
+            "readinessProbe": {"failureThreshold": -1, "tcpSocket": {"port": "http"}},
+            "startupProbe": {"grpc": {"port": 0}},
+            "lifecycle": {"preStop": {"sleep": {"seconds": -3}}},
+            "resources": {"limits": {"memory": "lots"}, "requests": {"cpu": "-1"}}
+        }))
+        .unwrap();
+        let p = pod("a", vec![app]);
+        assert_eq!(
+            messages(&p),
+            vec![
+                "spec.containers[0].livenessProbe.periodSeconds: Invalid value: -5: must be greater than or equal to 0",
+                "spec.containers[0].livenessProbe.terminationGracePeriodSeconds: Invalid value: 0: must be greater than 0",
+                "spec.containers[0].livenessProbe.httpGet.port: Invalid value: 70000: must be between 1 and 65535, inclusive",
+                "spec.containers[0].readinessProbe.failureThreshold: Invalid value: -1: must be greater than or equal to 0",
+                "spec.containers[0].startupProbe.grpc.port: Invalid value: 0: must be between 1 and 65535, inclusive",
+                "spec.containers[0].lifecycle.preStop.sleep.seconds: Invalid value: -3: must be greater than or equal to 0",
+                &format!("spec.containers[0].resources.limits[memory]: Invalid value: \"lots\": {QUANTITY_MESSAGE}"),
+                "spec.containers[0].resources.requests[cpu]: Invalid value: \"-1\": must be greater than or equal to 0",
+            ]
+        );
+    }
+
+    #[test]
+    fn volume_names_must_be_labels_and_unique() {
+        let mut p = pod("a", vec![container("app", Some("x"))]);
+        p.spec.as_mut().unwrap().volumes = Some(
+            serde_json::from_value(serde_json::json!([
+                {"name": "data"}, {"name": "data"}, {"name": "../x"}, {"name": ""}
+            ]))
+            .unwrap(),
+        );
+        assert_eq!(
+            messages(&p),
+            vec![
+                "spec.volumes[1].name: Duplicate value: \"data\"".to_string(),
+                format!("spec.volumes[2].name: Invalid value: \"../x\": {DNS1123_LABEL_MESSAGE}"),
+                "spec.volumes[3].name: Required value".to_string(),
+            ]
+        );
     }
 }

@@ -385,6 +385,15 @@ fn setup_volume(
         ));
     }
     let volumes_dir = pod_dir.join("volumes");
+    // `<pod>/volumes/<plugin>`, closed to other users as upstream makes them (0750): the
+    // volume folders below are 0777 or hold world-readable secret files.
+    let plugin_dir = |plugin: &str| -> Result<PathBuf, VolumeError> {
+        let dir = volumes_dir.join(plugin);
+        crate::data_dirs::ensure_private_dir(&volumes_dir)
+            .and_then(|()| crate::data_dirs::ensure_private_dir(&dir))
+            .map_err(|e| blame.failed(e.to_string()))?;
+        Ok(dir)
+    };
     let ownership = || {
         ownership::fs_group(pod)
             .map(|fs_group| ownership::Ownership { fs_group })
@@ -407,7 +416,7 @@ fn setup_volume(
     match kinds.first().map(String::as_str).unwrap_or("emptyDir") {
         "emptyDir" => {
             let ed = vol.empty_dir.clone().unwrap_or_default();
-            let dir = volumes_dir.join(EMPTY_DIR_PLUGIN).join(name);
+            let dir = plugin_dir(EMPTY_DIR_PLUGIN)?.join(name);
             match ed.medium.as_deref().unwrap_or("") {
                 "" => {
                     empty_dir::setup_dir(&dir).map_err(|e| {
@@ -473,7 +482,7 @@ fn setup_volume(
             .map_err(|e| blame.files(e))?;
             downward::check_nesting(&payload).map_err(|r| blame.invalid("configMap.items", r))?;
             let own = ownership()?;
-            let dir = volumes_dir.join(CONFIG_MAP_PLUGIN).join(name);
+            let dir = plugin_dir(CONFIG_MAP_PLUGIN)?.join(name);
             empty_dir::setup_dir(&dir)
                 .map_err(|e| blame.failed(format!("cannot create {}: {e}", dir.display())))?;
             write_files(&dir, &payload, own, blame)?;
@@ -504,7 +513,7 @@ fn setup_volume(
             .map_err(|e| blame.files(e))?;
             downward::check_nesting(&payload).map_err(|r| blame.invalid("secret.items", r))?;
             let own = ownership()?;
-            let dir = volumes_dir.join(SECRET_PLUGIN).join(name);
+            let dir = plugin_dir(SECRET_PLUGIN)?.join(name);
             memory(&dir)?;
             write_files(&dir, &payload, own, blame)?;
             Ok(read_only(dir, VolumeKind::Secret))
@@ -522,7 +531,7 @@ fn setup_volume(
             )
             .map_err(|(f, r)| blame.invalid(&f, r))?;
             let own = ownership()?;
-            let dir = volumes_dir.join(DOWNWARD_API_PLUGIN).join(name);
+            let dir = plugin_dir(DOWNWARD_API_PLUGIN)?.join(name);
             memory(&dir)?;
             write_files(&dir, &payload, own, blame)?;
             Ok(read_only(dir, VolumeKind::DownwardApi))
@@ -532,7 +541,7 @@ fn setup_volume(
             let mode = default_mode("projected", src.default_mode)?;
             let own = ownership()?;
             let payload = projected::collect(pod, &src, mode, own, ctx, fetched, blame)?;
-            let dir = volumes_dir.join(PROJECTED_PLUGIN).join(name);
+            let dir = plugin_dir(PROJECTED_PLUGIN)?.join(name);
             memory(&dir)?;
             write_files(&dir, &payload, own, blame)?;
             Ok(read_only(dir, VolumeKind::Projected))

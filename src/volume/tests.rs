@@ -112,6 +112,35 @@ fn every_kind_lands_where_upstream_puts_it() {
     assert_eq!(v.pod(), "web_ns(u-1)");
 }
 
+/// The 0777 emptyDir folders and world-readable files sit below folders other users of the
+/// node cannot enter: the pod's volumes dir and each plugin's dir are 0750, as upstream's,
+/// and one left wider by an older version is tightened.
+#[test]
+fn volume_folders_are_closed_to_other_users() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pod_dir = tmp.path().join("pods/u-1");
+    let host = tmp.path().join("host/data");
+    let m = FakeMounter::default();
+    let p = pod(all_kinds(&host));
+    setup(&p, &pod_dir, &ctx(), &Fetched::default(), &m).unwrap();
+    let vols = pod_dir.join("volumes");
+    let private = |d: &Path| {
+        let mode = mode_of(d);
+        assert_eq!(mode & 0o027, 0, "{} is {mode:o}", d.display());
+    };
+    private(&vols);
+    for plugin in [EMPTY_DIR_PLUGIN, DOWNWARD_API_PLUGIN, PROJECTED_PLUGIN] {
+        private(&vols.join(plugin));
+    }
+    fs::set_permissions(
+        vols.join(EMPTY_DIR_PLUGIN),
+        fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    setup(&p, &pod_dir, &ctx(), &Fetched::default(), &m).unwrap();
+    private(&vols.join(EMPTY_DIR_PLUGIN));
+}
+
 #[test]
 fn setup_again_reuses_and_updates_downward_files() {
     let tmp = tempfile::tempdir().unwrap();

@@ -198,7 +198,19 @@ fn deletion_grace_period(pod: &Pod) -> Duration {
         })
         .unwrap_or(30)
         .max(1);
-    Duration::from_secs(secs as u64)
+    spec_seconds(secs)
+}
+
+/// The longest span taken from a pod's numbers: u32::MAX seconds (136 years, "never" in
+/// practice). The API server bounds few of them (a grace period may be any int64), and a
+/// clock reading plus a larger span overflows: std's and tokio's `Instant + Duration` panic,
+/// as chrono's `Duration::seconds` does past i64::MAX / 1000.
+pub(crate) const MAX_SPEC_SECONDS: i64 = u32::MAX as i64;
+
+/// Seconds from a pod (a grace period, a deadline) as a span the agent can add to a clock
+/// reading: a negative value is 0, a huge one [`MAX_SPEC_SECONDS`].
+pub(crate) fn spec_seconds(secs: i64) -> Duration {
+    Duration::from_secs(secs.clamp(0, MAX_SPEC_SECONDS) as u64)
 }
 
 fn is_deleted(pod: &Pod) -> bool {
@@ -210,9 +222,8 @@ fn grace_period(pod: &Pod) -> Duration {
         .spec
         .as_ref()
         .and_then(|s| s.termination_grace_period_seconds)
-        .unwrap_or(30)
-        .max(0);
-    Duration::from_secs(secs as u64)
+        .unwrap_or(30);
+    spec_seconds(secs)
 }
 
 pub fn pod_ref(pod: &Pod) -> PodRef {

@@ -82,7 +82,7 @@ impl Worker {
             if let Some(f) = failure {
                 let grace = f
                     .grace_period_override
-                    .map(|g| Duration::from_secs(g.max(1) as u64))
+                    .map(|g| super::spec_seconds(g.max(1)))
                     .unwrap_or_else(|| grace_period(pod));
                 let msg = format!("{}; container {} will be restarted", f.message, c.name);
                 // Its Unhealthy events came from the prober, one per failed attempt.

@@ -19,10 +19,13 @@ use crate::runtime::labels::{self, Kind, PodRef};
 use crate::runtime::RuntimeError;
 use crate::volume::{self, Allocatable, DownwardContext};
 
-/// The pod's activeDeadlineSeconds, if it has one.
+/// The pod's activeDeadlineSeconds, if it has one. Bounded as every span from a pod (see
+/// `spec_seconds`): chrono panics on a number of seconds past i64::MAX / 1000.
 fn active_deadline(pod: &Pod) -> Option<chrono::Duration> {
     let secs = pod.spec.as_ref()?.active_deadline_seconds?;
-    Some(chrono::Duration::seconds(secs.max(0)))
+    Some(chrono::Duration::seconds(
+        secs.clamp(0, super::MAX_SPEC_SECONDS),
+    ))
 }
 
 fn should_restart(policy: &str, exit_code: i32) -> bool {
@@ -580,5 +583,29 @@ mod tests {
             reasons.push(e.reason.unwrap_or_default());
         }
         assert_eq!(reasons, ["FailedMount"]);
+    }
+
+    /// activeDeadlineSeconds and grace periods from a pod are bounded before they meet a
+    /// clock: a huge value (the API server lets any int64 grace period through) or a negative
+    /// one never panics a worker.
+    #[test]
+    fn absurd_spans_from_a_pod_do_not_panic() {
+        let mut pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+            "spec": {"containers": [], "activeDeadlineSeconds": i64::MAX,
+                     "terminationGracePeriodSeconds": i64::MAX}
+        }))
+        .unwrap();
+        let deadline = super::active_deadline(&pod).unwrap();
+        let _ = chrono::Utc::now() + deadline;
+        let grace = super::super::grace_period(&pod);
+        let _ = tokio::time::Instant::now() + grace;
+        let _ = std::time::Instant::now() + grace;
+        pod.metadata.deletion_grace_period_seconds = Some(i64::MAX);
+        let _ = std::time::Instant::now() + super::super::deletion_grace_period(&pod);
+        pod.spec.as_mut().unwrap().active_deadline_seconds = Some(i64::MIN);
+        assert_eq!(super::active_deadline(&pod), Some(chrono::Duration::zero()));
+        pod.spec.as_mut().unwrap().termination_grace_period_seconds = Some(-5);
+        assert_eq!(super::super::grace_period(&pod), std::time::Duration::ZERO);
     }
 }

@@ -252,9 +252,20 @@ impl Worker {
             self.pod_ref.uid.clone(),
         );
         let cm = self.shared.cm.clone();
+        let containers: Vec<(String, String)> = records
+            .iter()
+            .filter(|r| r.kind != Kind::Sandbox)
+            .map(|r| (r.name.clone(), r.id.clone()))
+            .collect();
         blocking(move || {
             let _ = std::fs::remove_dir_all(&log_dir);
-            remove_log_links(&cfg.container_logs_dir, &name, &namespace);
+            remove_log_links(
+                &cfg.container_logs_dir,
+                &name,
+                &namespace,
+                &containers,
+                &log_dir,
+            );
             remove_pod_cgroup(cm.as_deref(), &cfg, &uid);
         })
         .await;

@@ -299,3 +299,45 @@ fn pod_list_file_is_refused_by_name_and_the_others_load() {
         .collect();
     assert_eq!(names, vec!["a-n", "z-n"]);
 }
+
+/// A manifest that sets a UID which is not a plain name (it would name the pod's folder) or
+/// an out-of-range deadline is refused with the file, the pod and the field; the other
+/// manifests in the folder still load.
+#[test]
+fn unsafe_uid_and_absurd_numbers_are_refused_and_the_others_load() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.yaml"), manifest("a", "busybox:1")).unwrap();
+    let bad_uid = dir.path().join("b.yaml");
+    let body = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: b\n  uid: ../../../etc\nspec:\n  containers:\n  - name: app\n    image: busybox\n";
+    std::fs::write(&bad_uid, body).unwrap();
+    let deadline = dir.path().join("c.yaml");
+    let body2 = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: c\nspec:\n  activeDeadlineSeconds: 9223372036854775807\n  containers:\n  - name: app\n    image: busybox\n";
+    std::fs::write(&deadline, body2).unwrap();
+
+    let mut source = FileSource::new(dir.path().to_path_buf(), "n".into());
+    let text = source
+        .read_pod(&bad_uid, body.as_bytes())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        text.starts_with(&format!(
+            "{}: invalid pod \"b\": metadata.uid: Invalid value: \"../../../etc\"",
+            bad_uid.display()
+        )),
+        "{text}"
+    );
+    let text = source
+        .read_pod(&deadline, body2.as_bytes())
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        text,
+        format!("{}: invalid pod \"c\": spec.activeDeadlineSeconds: Invalid value: 9223372036854775807: must be between 1 and 2147483647, inclusive", deadline.display())
+    );
+    let pods = source.scan().unwrap();
+    let names: Vec<&str> = pods
+        .iter()
+        .map(|p| p.pod.metadata.name.as_deref().unwrap())
+        .collect();
+    assert_eq!(names, vec!["a-n"]);
+}
