@@ -86,6 +86,45 @@ impl ContainerRecord {
             _ => None,
         }
     }
+
+    /// The signal that asks this container to stop: its image's STOPSIGNAL, else SIGTERM
+    /// (as containerd's CRI plugin stops a container). A signal the agent cannot read is
+    /// logged and SIGTERM sent, so a stop is never skipped.
+    pub fn stop_signal(&self) -> u32 {
+        let Some(text) = self.labels.get(labels::STOP_SIGNAL) else {
+            return libc::SIGTERM as u32;
+        };
+        parse_signal(text).unwrap_or_else(|| {
+            tracing::warn!(container = %self.name, container_id = %self.id, signal = %text, "the image's STOPSIGNAL is not a signal; sending SIGTERM");
+            libc::SIGTERM as u32
+        })
+    }
+}
+
+/// A signal as an image config writes it (moby's ParseSignal): a number, or a name with or
+/// without `SIG`, in any case, including `RTMIN+n` / `RTMAX-n`.
+pub(crate) fn parse_signal(text: &str) -> Option<u32> {
+    let text = text.trim();
+    if let Ok(n) = text.parse::<u32>() {
+        return (1..=libc::SIGRTMAX() as u32).contains(&n).then_some(n);
+    }
+    let upper = text.to_ascii_uppercase();
+    let name = upper.strip_prefix("SIG").unwrap_or(&upper);
+    let realtime = |base: libc::c_int, rest: &str, sign: i32| -> Option<u32> {
+        let offset: i32 = if rest.is_empty() { 0 } else { rest.parse().ok()? };
+        let n = base + sign * offset;
+        (libc::SIGRTMIN()..=libc::SIGRTMAX()).contains(&n).then_some(n as u32)
+    };
+    if let Some(rest) = name.strip_prefix("RTMIN") {
+        return realtime(libc::SIGRTMIN(), rest.strip_prefix('+').unwrap_or(rest), 1);
+    }
+    if let Some(rest) = name.strip_prefix("RTMAX") {
+        return realtime(libc::SIGRTMAX(), rest.strip_prefix('-').unwrap_or(rest), -1);
+    }
+    format!("SIG{name}")
+        .parse::<nix::sys::signal::Signal>()
+        .ok()
+        .map(|s| s as i32 as u32)
 }
 
 /// Where a task's stdio goes.
@@ -140,6 +179,15 @@ impl NewContainer<'_> {
         l.insert(labels::ATTEMPT.into(), self.attempt.to_string());
         l.insert(labels::IMAGE.into(), self.image_spec.into());
         l.insert(labels::IMAGE_REF.into(), self.image.image_ref.clone());
+        if let Some(signal) = self
+            .image
+            .config
+            .stop_signal
+            .as_deref()
+            .filter(|s| !s.trim().is_empty())
+        {
+            l.insert(labels::STOP_SIGNAL.into(), signal.trim().into());
+        }
         l.extend(self.extra_labels.clone());
         l
     }
@@ -737,6 +785,31 @@ pub fn new_container_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stop_signals_are_read_as_image_configs_write_them() {
+        for (text, n) in [
+            ("SIGQUIT", libc::SIGQUIT),
+            ("quit", libc::SIGQUIT),
+            ("SigInt", libc::SIGINT),
+            ("9", libc::SIGKILL),
+            (" SIGUSR1 ", libc::SIGUSR1),
+            ("SIGRTMIN+3", libc::SIGRTMIN() + 3),
+            ("RTMAX-1", libc::SIGRTMAX() - 1),
+            ("SIGRTMIN", libc::SIGRTMIN()),
+        ] {
+            assert_eq!(parse_signal(text), Some(n as u32), "{text}");
+        }
+        for bad in ["", "0", "65", "SIGNOPE", "RTMIN+99", "-1"] {
+            assert_eq!(parse_signal(bad), None, "{bad:?}");
+        }
+        let mut r = record(TaskStatus::Running, 1);
+        assert_eq!(r.stop_signal(), libc::SIGTERM as u32, "no STOPSIGNAL");
+        r.labels.insert(labels::STOP_SIGNAL.into(), "SIGWINCH".into());
+        assert_eq!(r.stop_signal(), libc::SIGWINCH as u32);
+        r.labels.insert(labels::STOP_SIGNAL.into(), "bogus".into());
+        assert_eq!(r.stop_signal(), libc::SIGTERM as u32, "unreadable: SIGTERM");
+    }
 
     fn record(status: TaskStatus, pid: u32) -> ContainerRecord {
         let l: HashMap<String, String> = [

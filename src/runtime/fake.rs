@@ -150,6 +150,13 @@ impl FakeRuntime {
         &self.execs
     }
 
+    /// The STOPSIGNAL of the image the fake holds as `image`.
+    pub(crate) fn set_stop_signal(&self, image: &str, signal: &str) {
+        if let Some(i) = self.lock().images.get_mut(image) {
+            i.config.stop_signal = Some(signal.to_string());
+        }
+    }
+
     /// An image a pull can fetch.
     pub(crate) fn add_to_registry(&self, name: &str) {
         self.lock().registry.insert(name.to_string(), image(name));

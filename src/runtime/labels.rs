@@ -32,6 +32,9 @@ pub const NETNS: &str = "kubelet-rs.io/netns";
 pub const POD_IPS: &str = "kubelet-rs.io/pod-ips";
 pub const HOST_NETWORK: &str = "kubelet-rs.io/host-network";
 pub const CGROUP_PARENT: &str = "kubelet-rs.io/cgroup-parent";
+/// The image's STOPSIGNAL, as its config gave it when the container was created: the
+/// signal that stops the container (containerd's CRI plugin keeps it the same way).
+pub const STOP_SIGNAL: &str = "kubelet-rs.io/stop-signal";
 
 /// The container name upstream gives the sandbox.
 pub const SANDBOX_NAME: &str = "POD";

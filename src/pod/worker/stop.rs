@@ -140,7 +140,7 @@ impl Worker {
             .saturating_sub(started.elapsed())
             .max(Duration::from_secs(2));
         info!(pod = %self.pod_ref.display(), container = %r.name, grace_seconds = remaining.as_secs(), "stopping container");
-        rt.kill(&r.id, libc::SIGTERM as u32).await?;
+        rt.kill(&r.id, r.stop_signal()).await?;
         let status = match rt.wait_exit(&r.id, remaining).await {
             Ok(Some(status)) => status,
             _ => {

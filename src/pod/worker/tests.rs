@@ -469,6 +469,22 @@ async fn a_missing_image_is_pulled_and_a_failed_pull_backs_off() {
     );
 }
 
+/// A container is asked to stop with its image's STOPSIGNAL (here SIGQUIT), kept on its
+/// record from creation; SIGKILL still ends the grace period.
+#[tokio::test(start_paused = true)]
+async fn a_container_is_stopped_with_its_images_stop_signal() {
+    let h = harness();
+    h.fake.set_stop_signal("busybox", "quit");
+    h.fake.script("app", [Script::IgnoreTerm]);
+    let p = pod(&[], &["app"], "Always");
+    let mut w = worker(&h, &p);
+    w.pass(&p).await;
+    w.terminate(Duration::from_secs(5), &|| false)
+        .await
+        .unwrap();
+    assert_eq!(h.fake.calls_of("kill app"), ["kill app#0 3", "kill app#0 9"]);
+}
+
 #[tokio::test(start_paused = true)]
 async fn termination_waits_the_grace_period_then_kills() {
     let h = harness();
