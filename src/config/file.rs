@@ -74,6 +74,7 @@ pub(crate) struct FileSettings {
     pub image_minimum_gc_age: Option<Duration>,
     /// Pointers upstream: an explicit false (or 0) is kept, and 0 fails validation.
     pub serialize_image_pulls: Option<bool>,
+    pub seccomp_default: Option<bool>,
     /// A pointer upstream: an explicit false is kept.
     pub enable_debugging_handlers: Option<bool>,
     pub max_parallel_image_pulls: Option<i32>,
@@ -201,6 +202,7 @@ pub(crate) fn parse_document(
         image_gc_low_threshold_percent: reader.int32("imageGCLowThresholdPercent")?,
         image_minimum_gc_age: reader.duration("imageMinimumGCAge")?,
         serialize_image_pulls: reader.boolean("serializeImagePulls")?,
+        seccomp_default: reader.boolean("seccompDefault")?,
         enable_debugging_handlers: reader.boolean("enableDebuggingHandlers")?,
         max_parallel_image_pulls: reader.int32("maxParallelImagePulls")?,
         register_with_taints: reader.taints("registerWithTaints")?,
