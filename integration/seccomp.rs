@@ -90,10 +90,22 @@ fn profiles_are_enforced_by_the_kernel() {
                 .iter()
                 .all(|c| read_log(p, c, 0).contains("mkdir="))
     });
-    assert!(log_has(&pod, "default", &["Seccomp:\t2", "mkdir=ok"]), "{}", read_log(&pod, "default", 0));
-    assert!(log_has(&pod, "unconfined", &["Seccomp:\t0", "mkdir=ok"]), "{}", read_log(&pod, "unconfined", 0));
     assert!(
-        log_has(&pod, "local", &["Seccomp:\t2", "Operation not permitted", "mkdir=failed"]),
+        log_has(&pod, "default", &["Seccomp:\t2", "mkdir=ok"]),
+        "{}",
+        read_log(&pod, "default", 0)
+    );
+    assert!(
+        log_has(&pod, "unconfined", &["Seccomp:\t0", "mkdir=ok"]),
+        "{}",
+        read_log(&pod, "unconfined", 0)
+    );
+    assert!(
+        log_has(
+            &pod,
+            "local",
+            &["Seccomp:\t2", "Operation not permitted", "mkdir=failed"]
+        ),
         "{}",
         read_log(&pod, "local", 0)
     );
@@ -120,7 +132,12 @@ fn profiles_are_enforced_by_the_kernel() {
         })
         .map(|(_, pid, _)| pid)
         .collect();
-    assert_eq!(pause.len(), 1, "one pause task of the pod: {:?}", node.tasks());
+    assert_eq!(
+        pause.len(),
+        1,
+        "one pause task of the pod: {:?}",
+        node.tasks()
+    );
     assert_eq!(seccomp_mode_of(pause[0]), "2");
 
     // A profile that is not there fails the create, naming the file.
@@ -138,7 +155,9 @@ fn profiles_are_enforced_by_the_kernel() {
         .unwrap()
         .to_string();
     assert!(
-        message.contains(&format!("cannot load seccomp profile \"{absent}\": open {absent}: no such file or directory")),
+        message.contains(&format!(
+            "cannot load seccomp profile \"{absent}\": open {absent}: no such file or directory"
+        )),
         "{message}"
     );
 }
@@ -152,7 +171,10 @@ fn seccomp_default_confines_containers_that_ask_for_nothing() {
         &pod(
             "plain",
             "{}",
-            &[("main", "{}"), ("opted-out", "{seccompProfile: {type: Unconfined}}")],
+            &[
+                ("main", "{}"),
+                ("opted-out", "{seccompProfile: {type: Unconfined}}"),
+            ],
             PROBE,
         ),
     );
@@ -161,6 +183,14 @@ fn seccomp_default_confines_containers_that_ask_for_nothing() {
             .iter()
             .all(|c| read_log(p, c, 0).contains("mkdir="))
     });
-    assert!(log_has(&pod, "main", &["Seccomp:\t2", "mkdir=ok"]), "{}", read_log(&pod, "main", 0));
-    assert!(log_has(&pod, "opted-out", &["Seccomp:\t0"]), "{}", read_log(&pod, "opted-out", 0));
+    assert!(
+        log_has(&pod, "main", &["Seccomp:\t2", "mkdir=ok"]),
+        "{}",
+        read_log(&pod, "main", 0)
+    );
+    assert!(
+        log_has(&pod, "opted-out", &["Seccomp:\t0"]),
+        "{}",
+        read_log(&pod, "opted-out", 0)
+    );
 }

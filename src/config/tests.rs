@@ -618,11 +618,18 @@ fn seccomp_default_from_file_and_flag_is_implemented() {
     let path = format!("--config={}", file.path().display());
     let c = load(&[&path]).unwrap();
     assert!(c.seccomp_default);
-    assert!(!c.unimplemented_config_fields.iter().any(|f| f == "seccompDefault"));
+    assert!(!c
+        .unimplemented_config_fields
+        .iter()
+        .any(|f| f == "seccompDefault"));
 
     let c = load(&["--seccomp-default"]).unwrap();
     assert!(c.seccomp_default);
-    assert!(c.unimplemented_flags.is_empty(), "{:?}", c.unimplemented_flags);
+    assert!(
+        c.unimplemented_flags.is_empty(),
+        "{:?}",
+        c.unimplemented_flags
+    );
     // The flag wins over the file, as every flag does.
     let c = load(&[&path, "--seccomp-default=false"]).unwrap();
     assert!(!c.seccomp_default);

@@ -212,7 +212,9 @@ impl Worker {
             if e.from_runtime() {
                 Waiting::new(
                     "CreateContainerError",
-                    format!("failed to generate container {id:?} spec: failed to generate spec: {e}"),
+                    format!(
+                        "failed to generate container {id:?} spec: failed to generate spec: {e}"
+                    ),
                 )
             } else {
                 Waiting::new("CreateContainerConfigError", e.to_string())

@@ -215,10 +215,11 @@ pub fn load(choice: &Choice, privileged: bool) -> Result<Seccomp, SeccompError> 
                 path: path.clone(),
                 source,
             })?;
-            let profile = serde_json::from_slice(&text).map_err(|source| SeccompError::Invalid {
-                path: path.clone(),
-                source,
-            })?;
+            let profile =
+                serde_json::from_slice(&text).map_err(|source| SeccompError::Invalid {
+                    path: path.clone(),
+                    source,
+                })?;
             Ok(Seccomp::Profile(profile))
         }
     }
@@ -324,7 +325,10 @@ fn default_profile(
     let d = data();
     let mut syscalls: Vec<LinuxSyscall> = Vec::new();
     for rule in &d.rules {
-        let applies = rule.arch.as_ref().is_none_or(|a| a.iter().any(|a| a == arch))
+        let applies = rule
+            .arch
+            .as_ref()
+            .is_none_or(|a| a.iter().any(|a| a == arch))
             && rule
                 .min_kernel
                 .is_none_or(|min| kernel.is_some_and(|k| k >= min))

@@ -32,8 +32,7 @@ fn built(p: &Pod, s: &Settings) -> Result<Spec, SeccompError> {
     let c = &p.spec.as_ref().unwrap().containers[0];
     let ctx = crate::runtime::spec::tests::ctx();
     let env = container_env(p, c, &image(), &ctx, &EnvObjects::default()).unwrap();
-    let mut spec =
-        container_spec(p, c, &image(), &ctx, &env, &[], &Accounts::default()).unwrap();
+    let mut spec = container_spec(p, c, &image(), &ctx, &env, &[], &Accounts::default()).unwrap();
     let privileged = c
         .security_context
         .as_ref()
@@ -51,7 +50,11 @@ fn filter(spec: &Spec) -> Option<LinuxSeccomp> {
 /// The action the filter takes for `name` called with first argument `arg0` (None: the
 /// entries with argument conditions do not count), as libseccomp would pick: an entry
 /// without conditions, else one whose condition holds.
-fn action_for(f: &LinuxSeccomp, name: &str, arg0: Option<u64>) -> (LinuxSeccompAction, Option<u32>) {
+fn action_for(
+    f: &LinuxSeccomp,
+    name: &str,
+    arg0: Option<u64>,
+) -> (LinuxSeccompAction, Option<u32>) {
     for s in f.syscalls().as_ref().unwrap() {
         if !s.names().iter().any(|n| n == name) {
             continue;
@@ -107,7 +110,15 @@ fn runtime_default_allows_the_allowlist_and_fails_the_rest_with_eperm() {
     for allowed in ["read", "write", "execve", "mkdir", "exit_group", "futex"] {
         assert_eq!(action_for(&f, allowed, None), ALLOW, "{allowed}");
     }
-    for denied in ["kexec_load", "mount", "unshare", "setns", "reboot", "init_module", "bpf"] {
+    for denied in [
+        "kexec_load",
+        "mount",
+        "unshare",
+        "setns",
+        "reboot",
+        "init_module",
+        "bpf",
+    ] {
         assert_eq!(action_for(&f, denied, None), EPERM, "{denied}");
     }
     if std::env::consts::ARCH == "x86_64" {
@@ -125,22 +136,53 @@ fn runtime_default_allows_the_allowlist_and_fails_the_rest_with_eperm() {
 
 #[test]
 fn runtime_default_filters_arguments() {
-    let p = pod(json!({"securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-        "containers": [{"name": "c", "image": "i"}]}));
+    let p = pod(
+        json!({"securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [{"name": "c", "image": "i"}]}),
+    );
     let f = filter(&built(&p, &settings(Path::new("/r"), false)).unwrap()).unwrap();
     // personality: the Linux personas and the query only.
     assert_eq!(action_for(&f, "personality", Some(0)), ALLOW);
     assert_eq!(action_for(&f, "personality", Some(0xffff_ffff)), ALLOW);
-    assert_eq!(action_for(&f, "personality", Some(0x0040_0000)), EPERM, "READ_IMPLIES_EXEC");
+    assert_eq!(
+        action_for(&f, "personality", Some(0x0040_0000)),
+        EPERM,
+        "READ_IMPLIES_EXEC"
+    );
     // socket: every family but AF_ALG (38) and AF_VSOCK (40).
-    for (family, want) in [(1, ALLOW), (2, ALLOW), (10, ALLOW), (16, ALLOW), (38, EPERM), (39, ALLOW), (40, EPERM), (44, ALLOW)] {
-        assert_eq!(action_for(&f, "socket", Some(family)), want, "family {family}");
+    for (family, want) in [
+        (1, ALLOW),
+        (2, ALLOW),
+        (10, ALLOW),
+        (16, ALLOW),
+        (38, EPERM),
+        (39, ALLOW),
+        (40, EPERM),
+        (44, ALLOW),
+    ] {
+        assert_eq!(
+            action_for(&f, "socket", Some(family)),
+            want,
+            "family {family}"
+        );
     }
     if std::env::consts::ARCH != "s390x" {
         // clone without CAP_SYS_ADMIN: a thread or a fork, never a namespace.
-        assert_eq!(action_for(&f, "clone", Some(0x0001_0f00)), ALLOW, "a thread");
-        assert_eq!(action_for(&f, "clone", Some(0x0002_0000 | 17)), EPERM, "CLONE_NEWNS");
-        assert_eq!(action_for(&f, "clone", Some(0x1000_0000)), EPERM, "CLONE_NEWUSER");
+        assert_eq!(
+            action_for(&f, "clone", Some(0x0001_0f00)),
+            ALLOW,
+            "a thread"
+        );
+        assert_eq!(
+            action_for(&f, "clone", Some(0x0002_0000 | 17)),
+            EPERM,
+            "CLONE_NEWNS"
+        );
+        assert_eq!(
+            action_for(&f, "clone", Some(0x1000_0000)),
+            EPERM,
+            "CLONE_NEWUSER"
+        );
     }
     // clone3 fails with ENOSYS so C libraries fall back to clone.
     assert_eq!(
@@ -162,14 +204,37 @@ fn runtime_default_follows_the_containers_capabilities() {
     let ptrace = with(json!({"add": ["CAP_SYS_PTRACE", "SYS_TIME"]}));
     let no_chroot = with(json!({"drop": ["SYS_CHROOT"]}));
 
-    assert_eq!(action_for(&plain, "chroot", None), ALLOW, "in the default set");
+    assert_eq!(
+        action_for(&plain, "chroot", None),
+        ALLOW,
+        "in the default set"
+    );
     assert_eq!(action_for(&no_chroot, "chroot", None), EPERM);
 
-    for call in ["mount", "umount2", "unshare", "setns", "sethostname", "clone3"] {
-        assert_eq!(action_for(&plain, call, None).0, LinuxSeccompAction::ScmpActErrno, "{call}");
-        assert_eq!(action_for(&admin, call, None), ALLOW, "{call} with SYS_ADMIN");
+    for call in [
+        "mount",
+        "umount2",
+        "unshare",
+        "setns",
+        "sethostname",
+        "clone3",
+    ] {
+        assert_eq!(
+            action_for(&plain, call, None).0,
+            LinuxSeccompAction::ScmpActErrno,
+            "{call}"
+        );
+        assert_eq!(
+            action_for(&admin, call, None),
+            ALLOW,
+            "{call} with SYS_ADMIN"
+        );
     }
-    assert_eq!(action_for(&admin, "clone", Some(0x1000_0000)), ALLOW, "namespaces");
+    assert_eq!(
+        action_for(&admin, "clone", Some(0x1000_0000)),
+        ALLOW,
+        "namespaces"
+    );
     assert!(
         !admin
             .syscalls()
@@ -184,7 +249,11 @@ fn runtime_default_follows_the_containers_capabilities() {
     // (ptrace itself is allowed to all on kernels from 4.8.)
     for call in ["kcmp", "pidfd_getfd", "process_madvise"] {
         assert_eq!(action_for(&plain, call, None), EPERM, "{call}");
-        assert_eq!(action_for(&ptrace, call, None), ALLOW, "{call} with SYS_PTRACE");
+        assert_eq!(
+            action_for(&ptrace, call, None),
+            ALLOW,
+            "{call} with SYS_PTRACE"
+        );
     }
     assert_eq!(action_for(&plain, "settimeofday", None), EPERM);
     assert_eq!(action_for(&ptrace, "settimeofday", None), ALLOW);
@@ -221,13 +290,17 @@ fn ptrace_on_an_old_kernel_needs_the_capability() {
 #[test]
 fn the_container_wins_over_the_pod_and_unconfined_sets_nothing() {
     let s = settings(Path::new("/r"), false);
-    let p = pod(json!({"securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+    let p = pod(
+        json!({"securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [{"name": "c", "image": "i",
-            "securityContext": {"seccompProfile": {"type": "Unconfined"}}}]}));
+            "securityContext": {"seccompProfile": {"type": "Unconfined"}}}]}),
+    );
     assert_eq!(filter(&built(&p, &s).unwrap()), None);
-    let p = pod(json!({"securityContext": {"seccompProfile": {"type": "Unconfined"}},
+    let p = pod(
+        json!({"securityContext": {"seccompProfile": {"type": "Unconfined"}},
         "containers": [{"name": "c", "image": "i",
-            "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}}}]}));
+            "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}}}]}),
+    );
     assert!(filter(&built(&p, &s).unwrap()).is_some());
     // Nothing asked, no seccompDefault: unconfined, as upstream.
     let p = pod(json!({"containers": [{"name": "c", "image": "i"}]}));
@@ -243,7 +316,10 @@ fn the_deprecated_annotations_are_not_read() {
         "spec": {"containers": [{"name": "c", "image": "i"}]}
     }))
     .unwrap();
-    assert_eq!(filter(&built(&p, &settings(Path::new("/r"), false)).unwrap()), None);
+    assert_eq!(
+        filter(&built(&p, &settings(Path::new("/r"), false)).unwrap()),
+        None
+    );
 }
 
 #[test]
@@ -301,9 +377,11 @@ fn localhost_profiles_are_read_from_the_seccomp_root() {
     );
     assert_eq!(f.architectures().clone().unwrap(), [Arch::ScmpArchX86_64]);
     // The pod's Localhost profile applies to a container without one.
-    let p = pod(json!({"securityContext": {"seccompProfile": {"type": "Localhost",
+    let p = pod(
+        json!({"securityContext": {"seccompProfile": {"type": "Localhost",
             "localhostProfile": "profiles/no-mkdir.json"}},
-        "containers": [{"name": "c", "image": "i"}]}));
+        "containers": [{"name": "c", "image": "i"}]}),
+    );
     assert!(filter(&built(&p, &s).unwrap()).is_some());
 }
 
@@ -312,7 +390,11 @@ fn a_missing_or_invalid_localhost_profile_names_the_file() {
     let root = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(root.path().join("seccomp")).unwrap();
     std::fs::write(root.path().join("seccomp/bad.json"), "{not json").unwrap();
-    std::fs::write(root.path().join("seccomp/no-action.json"), r#"{"syscalls": []}"#).unwrap();
+    std::fs::write(
+        root.path().join("seccomp/no-action.json"),
+        r#"{"syscalls": []}"#,
+    )
+    .unwrap();
     let s = settings(root.path(), false);
     let with = |name: &str| {
         pod(json!({"containers": [{"name": "c", "image": "i",
@@ -333,8 +415,10 @@ fn a_missing_or_invalid_localhost_profile_names_the_file() {
         assert!(e.from_runtime());
         let path = root.path().join("seccomp").join(name);
         assert!(
-            e.to_string()
-                .starts_with(&format!("decoding seccomp profile failed \"{}\": ", path.display())),
+            e.to_string().starts_with(&format!(
+                "decoding seccomp profile failed \"{}\": ",
+                path.display()
+            )),
             "{e}"
         );
     }
@@ -384,18 +468,25 @@ fn the_sandbox_follows_the_pod_level_profile_unless_a_container_is_privileged() 
         apply(&mut spec, &seccomp).unwrap();
         filter(&spec)
     };
-    let p = pod(json!({"securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-        "containers": [{"name": "c", "image": "i"}]}));
+    let p = pod(
+        json!({"securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [{"name": "c", "image": "i"}]}),
+    );
     let f = sandbox(&p, &s).expect("RuntimeDefault for the pause container");
     assert_eq!(action_for(&f, "kexec_load", None), EPERM);
     // A container's own profile is not the sandbox's.
     let p = pod(json!({"containers": [{"name": "c", "image": "i",
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}}}]}));
     assert_eq!(sandbox(&p, &s), None);
-    assert!(sandbox(&p, &settings(Path::new("/r"), true)).is_some(), "seccompDefault");
+    assert!(
+        sandbox(&p, &settings(Path::new("/r"), true)).is_some(),
+        "seccompDefault"
+    );
     // A privileged init container makes the sandbox privileged.
-    let p = pod(json!({"securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+    let p = pod(
+        json!({"securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "initContainers": [{"name": "i", "image": "i", "securityContext": {"privileged": true}}],
-        "containers": [{"name": "c", "image": "i"}]}));
+        "containers": [{"name": "c", "image": "i"}]}),
+    );
     assert_eq!(sandbox(&p, &s), None);
 }
