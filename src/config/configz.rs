@@ -143,6 +143,7 @@ pub fn configz_json(config: &Config) -> Value {
         json!(config.image_gc_low_threshold_percent),
     );
     put("serializeImagePulls", json!(config.serialize_image_pulls));
+    put("seccompDefault", json!(config.seccomp_default));
     put(
         "enableDebuggingHandlers",
         json!(config.enable_debugging_handlers),

@@ -75,6 +75,7 @@ pub(crate) struct FileSettings {
     pub image_maximum_gc_age: Option<Duration>,
     /// Pointers upstream: an explicit false (or 0) is kept, and 0 fails validation.
     pub serialize_image_pulls: Option<bool>,
+    pub seccomp_default: Option<bool>,
     /// A pointer upstream: an explicit false is kept.
     pub enable_debugging_handlers: Option<bool>,
     pub enable_server: Option<bool>,
@@ -204,6 +205,7 @@ pub(crate) fn parse_document(
         image_minimum_gc_age: reader.duration("imageMinimumGCAge")?,
         image_maximum_gc_age: reader.duration("imageMaximumGCAge")?,
         serialize_image_pulls: reader.boolean("serializeImagePulls")?,
+        seccomp_default: reader.boolean("seccompDefault")?,
         enable_debugging_handlers: reader.boolean("enableDebuggingHandlers")?,
         enable_server: reader.boolean("enableServer")?,
         max_parallel_image_pulls: reader.int32("maxParallelImagePulls")?,

@@ -156,6 +156,10 @@ pub struct Config {
     pub enable_server: bool,
     /// --serialize-image-pulls / serializeImagePulls: one image pull at a time.
     pub serialize_image_pulls: bool,
+    /// --seccomp-default / seccompDefault: a container (and the pod sandbox) whose pod and
+    /// container set no seccompProfile runs with the runtime's default profile rather than
+    /// unconfined.
+    pub seccomp_default: bool,
     /// maxParallelImagePulls (file only, as upstream has no flag): with serialized pulls
     /// off, at most this many at once; None is no limit.
     pub max_parallel_image_pulls: Option<i32>,
@@ -354,6 +358,7 @@ impl Config {
             image_gc_period: DEFAULT_IMAGE_GC_PERIOD,
             image_fs_path: PathBuf::from(DEFAULT_IMAGE_FS_PATH),
             serialize_image_pulls: true,
+            seccomp_default: false,
             enable_debugging_handlers: true,
             enable_server: true,
             max_parallel_image_pulls: None,
@@ -576,6 +581,7 @@ fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError
         image_minimum_gc_age,
         image_maximum_gc_age,
         serialize_image_pulls,
+        seccomp_default,
         enable_debugging_handlers,
         enable_server,
         max_parallel_image_pulls,
@@ -682,6 +688,7 @@ fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError
     // file says otherwise, so one setting is enough.
     config.serialize_image_pulls =
         serialize_image_pulls.unwrap_or_else(|| max_parallel_image_pulls.is_none_or(|n| n < 2));
+    set(&mut config.seccomp_default, seccomp_default);
     set(&mut config.register_with_taints, register_with_taints);
     set(&mut config.register_node, register_node);
     set(&mut config.kube_reserved, kube_reserved);
@@ -905,6 +912,9 @@ fn apply_flags(config: &mut Config, given: &[FlagValue]) -> Result<(), ConfigErr
                 config.enable_debugging_handlers = flags::parse_bool(v).map_err(|r| bad(&r))?
             }
             "enable-server" => config.enable_server = flags::parse_bool(v).map_err(|r| bad(&r))?,
+            "seccomp-default" => {
+                config.seccomp_default = flags::parse_bool(v).map_err(|r| bad(&r))?
+            }
             "serialize-image-pulls" => {
                 config.serialize_image_pulls = flags::parse_bool(v).map_err(|r| bad(&r))?
             }

@@ -447,7 +447,7 @@ pub(crate) const FIELDS: &[Field] = &[
     ),
     p("enableProfilingHandler", Kind::Bool, Preset::Bool(true)),
     p("enableDebugFlagsHandler", Kind::Bool, Preset::Bool(true)),
-    p("seccompDefault", Kind::Bool, Preset::Bool(false)),
+    done("seccompDefault"),
     p(
         "memoryThrottlingFactor",
         Kind::Float {

@@ -630,6 +630,32 @@ fn image_gc_mistakes_are_one_line_usage_errors() {
 }
 
 #[test]
+fn seccomp_default_from_file_and_flag_is_implemented() {
+    assert!(!load(&[]).unwrap().seccomp_default);
+
+    let file = config_file(&format!("{HEADER}seccompDefault: true\n"));
+    let path = format!("--config={}", file.path().display());
+    let c = load(&[&path]).unwrap();
+    assert!(c.seccomp_default);
+    assert!(!c
+        .unimplemented_config_fields
+        .iter()
+        .any(|f| f == "seccompDefault"));
+
+    let c = load(&["--seccomp-default"]).unwrap();
+    assert!(c.seccomp_default);
+    assert!(
+        c.unimplemented_flags.is_empty(),
+        "{:?}",
+        c.unimplemented_flags
+    );
+    // The flag wins over the file, as every flag does.
+    let c = load(&[&path, "--seccomp-default=false"]).unwrap();
+    assert!(!c.seccomp_default);
+    assert!(c.warnings().is_empty(), "{:?}", c.warnings());
+}
+
+#[test]
 fn image_pull_settings_defaults_file_and_flags() {
     let c = load(&[]).unwrap();
     assert!(c.serialize_image_pulls);

@@ -31,6 +31,7 @@ use crate::quantity::Quantity;
 use crate::volume::Allocatable;
 
 mod env;
+pub mod seccomp;
 mod service_env;
 
 pub use env::{container_env, env_references, expand, EnvError, EnvObjects, EnvReferences};

@@ -19,7 +19,7 @@ use crate::pod::qos::qos_class;
 use crate::runtime::containers::TaskIo;
 use crate::runtime::containers::{new_container_id, ContainerRecord, NewContainer, State};
 use crate::runtime::labels::{self, Kind};
-use crate::runtime::spec::{self, PodContext};
+use crate::runtime::spec::{self, seccomp, PodContext};
 use crate::runtime::RuntimeError;
 
 /// Errors while building or tearing down a pod's sandbox.
@@ -38,6 +38,8 @@ pub enum SandboxError {
     /// The pod's hostname cannot be the sandbox's (upstream's wording).
     #[error("{0}")]
     Hostname(String),
+    #[error("seccomp: {0}")]
+    Seccomp(#[from] crate::runtime::spec::seccomp::SeccompError),
     #[error("pod directory {dir}: {source}")]
     Files {
         dir: PathBuf,
@@ -177,6 +179,13 @@ impl Worker {
             }
             let ctx = self.pod_context(pod, &id, netns_path.clone(), 0, &ips, &uts_hostname);
             let mut spec = spec::sandbox_spec(&ctx, &pause.config)?;
+            // containerd's CRI gives the pause container the pod-level profile (none when a
+            // container of the pod is privileged, which makes the sandbox privileged).
+            let settings = seccomp::Settings::new(&cfg.root_dir, cfg.seccomp_default);
+            let choice = seccomp::choose(pod, None, &settings)?;
+            let privileged = seccomp::pod_has_privileged(pod);
+            let loaded = blocking(move || seccomp::load(&choice, privileged)).await?;
+            seccomp::apply(&mut spec, &loaded)?;
             spec::set_cgroup_leaf(&mut spec, &ctx.cgroup_parent, &id);
             let mut extra = HashMap::from([
                 (labels::POD_IPS.to_string(), ips.join(",")),

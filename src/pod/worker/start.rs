@@ -26,7 +26,7 @@ use crate::runtime::containers::{format_time, new_container_id, NewContainer, Ta
 use crate::runtime::images::ImageInfo;
 use crate::runtime::labels::{self, Kind};
 use crate::runtime::pull::credentials::{parse_docker_config, CredentialError, RegistryCredential};
-use crate::runtime::spec;
+use crate::runtime::spec::{self, seccomp};
 use crate::runtime::RuntimeError;
 use crate::volume;
 
@@ -189,6 +189,44 @@ impl Worker {
         }
     }
 
+    /// The container's seccomp filter: the kubelet's choice (a bad field is the
+    /// container's config error), then the runtime's (a Localhost profile it cannot read or
+    /// decode fails the create, in containerd's words).
+    async fn set_seccomp(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        id: &str,
+        oci: &mut oci_spec::runtime::Spec,
+    ) -> Result<(), Waiting> {
+        let cfg = &self.shared.cfg;
+        let settings = seccomp::Settings::new(&cfg.root_dir, cfg.seccomp_default);
+        let privileged = c
+            .security_context
+            .as_ref()
+            .and_then(|s| s.privileged)
+            .unwrap_or(false);
+        let failed = |e: seccomp::SeccompError| {
+            warn!(pod = %self.pod_ref.display(), container = %c.name, error = %e,
+                  "seccomp profile refused");
+            if e.from_runtime() {
+                Waiting::new(
+                    "CreateContainerError",
+                    format!(
+                        "failed to generate container {id:?} spec: failed to generate spec: {e}"
+                    ),
+                )
+            } else {
+                Waiting::new("CreateContainerConfigError", e.to_string())
+            }
+        };
+        let choice = seccomp::choose(pod, Some(c), &settings).map_err(failed)?;
+        let loaded = blocking(move || seccomp::load(&choice, privileged))
+            .await
+            .map_err(failed)?;
+        seccomp::apply(oci, &loaded).map_err(failed)
+    }
+
     async fn try_start(
         &mut self,
         pod: &Pod,
@@ -259,6 +297,7 @@ impl Worker {
             _ => config_error(e.to_string()),
         })?;
         let id = new_container_id();
+        self.set_seccomp(pod, c, &id, &mut oci).await?;
         spec::set_cgroup_leaf(&mut oci, &ctx.cgroup_parent, &id);
 
         let cfg = self.shared.cfg.clone();
