@@ -34,6 +34,7 @@ mod mounts;
 mod object_files;
 mod ownership;
 mod projected;
+mod subpath;
 mod teardown;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -105,6 +106,8 @@ pub struct HostVolume {
 pub struct PodVolumes {
     /// The pod as errors name it (`name_namespace(uid)`).
     pod: String,
+    /// The pod's dir: subPath mounts are bound under its `volume-subpaths`.
+    pod_dir: PathBuf,
     volumes: BTreeMap<String, HostVolume>,
     /// Volumes set up earlier whose refresh failed this time (their object deleted or
     /// unreadable, a key gone): they keep their last content, as upstream keeps a mounted
@@ -123,9 +126,10 @@ pub struct StaleVolume {
 }
 
 impl PodVolumes {
-    pub fn new(pod: impl Into<String>) -> Self {
+    pub fn new(pod: impl Into<String>, pod_dir: impl Into<PathBuf>) -> Self {
         PodVolumes {
             pod: pod.into(),
+            pod_dir: pod_dir.into(),
             volumes: BTreeMap::new(),
             stale: Vec::new(),
         }
@@ -148,6 +152,9 @@ impl PodVolumes {
     }
     pub fn pod(&self) -> &str {
         &self.pod
+    }
+    pub fn pod_dir(&self) -> &Path {
+        &self.pod_dir
     }
 }
 
@@ -303,7 +310,7 @@ pub(crate) fn setup(
     m: &dyn Mounter,
 ) -> Result<PodVolumes, VolumeError> {
     let pod_name = pod_display(pod);
-    let mut out = PodVolumes::new(pod_name.clone());
+    let mut out = PodVolumes::new(pod_name.clone(), pod_dir);
     let mut seen = BTreeSet::new();
     for (i, vol) in pod
         .spec
