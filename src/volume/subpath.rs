@@ -399,6 +399,18 @@ mod tests {
             .collect()
     }
 
+    /// Whether the mount on top at `point` is read-only (mountinfo's options).
+    fn read_only_at(point: &Path) -> bool {
+        let point = fs::canonicalize(point).unwrap();
+        fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .filter(|l| l.split(' ').nth(4).map(PathBuf::from) == Some(point.clone()))
+            .last()
+            .and_then(|l| l.split(' ').nth(5))
+            .is_some_and(|o| o.split(',').any(|o| o == "ro"))
+    }
+
     #[test]
     fn a_symlink_leading_outside_is_refused_at_any_component() {
         let (tmp, vol, host) = volume_and_host();
@@ -495,6 +507,16 @@ mod tests {
         nix::unistd::geteuid().is_root()
     }
 
+    /// Tears the pod's subPath mounts down however the test ends, so a failed assertion
+    /// leaks no mount into the host's table.
+    struct TearDownOnDrop(PathBuf);
+
+    impl Drop for TearDownOnDrop {
+        fn drop(&mut self) {
+            let _ = super::super::teardown::teardown(&self.0, &SysMounter);
+        }
+    }
+
     /// resolve+open, then the directory is swapped for a symlink to a host dir, then the
     /// descriptor is bind-mounted: the mount shows the original directory.
     #[test]
@@ -503,6 +525,7 @@ mod tests {
         assert!(is_root(), "bind mounts need root");
         let (tmp, vol, host) = volume_and_host();
         let pod_dir = tmp.path().join("pod");
+        let _guard = TearDownOnDrop(pod_dir.clone());
         let fd = open_sub_path(&vol, "x").unwrap();
         swap_for_link(&vol.join("x"), &host);
         let target = target_path(&pod_dir, "v", "c", 0);
@@ -514,7 +537,7 @@ mod tests {
             .collect();
         super::super::teardown::teardown(&pod_dir, &SysMounter).unwrap();
         assert_eq!(seen, vec![OsString::from("inside")], "the volume's x");
-        // Checked the same way the other way round: what a path string would have given.
+        // What the path the check saw leads to now: a mount of it would show the host.
         assert!(vol.join("x/host-marker").exists());
     }
 
@@ -526,16 +549,31 @@ mod tests {
         assert!(is_root(), "bind mounts need root");
         let (tmp, vol, _) = volume_and_host();
         let pod_dir = tmp.path().join("pod");
+        let _guard = TearDownOnDrop(pod_dir.clone());
         let sys = SysMounter;
         let dir_target = target_path(&pod_dir, "v", "c", 0);
         let file_target = target_path(&pod_dir, "v", "c", 1);
         bind_sub_path(&vol, "x", &dir_target, &sys).unwrap();
         bind_sub_path(&vol, "x/inside", &file_target, &sys).unwrap();
         assert_eq!(fs::read_to_string(file_target.clone()).unwrap(), "volume");
+        // Marked (read-only) to tell the mount kept from one made again.
+        nix::mount::mount(
+            None::<&str>,
+            &dir_target,
+            None::<&str>,
+            nix::mount::MsFlags::MS_REMOUNT
+                | nix::mount::MsFlags::MS_BIND
+                | nix::mount::MsFlags::MS_RDONLY,
+            None::<&str>,
+        )
+        .unwrap();
+        assert!(read_only_at(&dir_target));
         // Again, as a restarted container (or a restarted agent) does.
         bind_sub_path(&vol, "x", &dir_target, &sys).unwrap();
         bind_sub_path(&vol, "x/inside", &file_target, &sys).unwrap();
-        assert_eq!(mounts_at_or_below(&pod_dir).len(), 2, "reused, not stacked");
+        let reused = read_only_at(&dir_target);
+        assert_eq!(mounts_at_or_below(&pod_dir).len(), 2, "nothing stacked");
+        assert!(reused, "the mount in place was reused");
         // The file now is another inode (a configMap's new version): rebound.
         fs::remove_file(vol.join("x/inside")).unwrap();
         fs::write(vol.join("x/inside"), "new").unwrap();
