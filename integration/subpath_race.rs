@@ -107,9 +107,24 @@ fn a_swapped_sub_path_never_leads_to_the_host() {
         let name = format!("race-{pods}");
         let file = format!("{name}.yaml");
         node.write_manifest(&file, &race_pod(&name, &host, &report, 4));
-        node.wait_pod(&name, 120, "every container ran", |p| {
+        let p = node.wait_pod(&name, 120, "every container ran", |p| {
             p["status"]["phase"] == "Succeeded" || p["status"]["phase"] == "Failed"
         });
+        // A checker whose directory the swapper had just deleted fails in runc (a deleted
+        // directory cannot be bind-mounted): a failed start, not a look; counted below
+        // from the reports.
+        let ended: Vec<String> = (0..CHECKERS)
+            .map(|i| {
+                let c = container_status(&p, &format!("check-{i}"));
+                let s = &c["state"];
+                s["terminated"]["reason"]
+                    .as_str()
+                    .or(s["waiting"]["reason"].as_str())
+                    .unwrap_or("?")
+                    .to_string()
+            })
+            .collect();
+        eprintln!("{name}: checkers {ended:?}");
         node.remove_manifest(&file);
         node.wait_gone(&name, 60);
         pods += 1;
