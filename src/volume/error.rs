@@ -69,8 +69,9 @@ pub enum VolumeError {
         volume: String,
         /// `subPath` or `subPathExpr`.
         field: &'static str,
+        /// Boxed: it names two paths, and every volume result carries this enum.
         #[source]
-        source: super::subpath::SubPathError,
+        source: Box<super::subpath::SubPathError>,
     },
 
     /// Tearing a pod's volumes down failed; the caller retries.

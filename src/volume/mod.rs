@@ -14,7 +14,9 @@
 //! a volume (atomically, by the `..data` symlink swap) only when its content, modes or owners
 //! changed, so ConfigMap and Secret changes and renewed tokens reach running containers.
 //! A subPath mount is bound to the file (or directory) of the version current when its
-//! container started (see `mounts`), so, as upstream, it does not follow updates.
+//! container started (see `mounts` and `subpath`: the agent opens it without following
+//! symlinks and bind-mounts the descriptor under `<pod_dir>/volume-subpaths`), so, as
+//! upstream, it does not follow updates.
 //! [`container_mounts`] for each container's spec, [`teardown_pod_volumes`] once the pod's
 //! containers are gone.
 //!
@@ -187,8 +189,8 @@ async fn setup_with(
         .map_err(|e| VolumeError::Worker(e.to_string()))?
 }
 
-/// Unmounts the pod's memory-backed volumes (and anything else mounted under its volumes
-/// dir) and removes `<pod_dir>/volumes`, never following a symlink or crossing a mount, so
+/// Unmounts the pod's subPath bind mounts (`<pod_dir>/volume-subpaths`), its memory-backed
+/// volumes (and anything else mounted under its volumes dir) and removes both dirs, never following a symlink or crossing a mount, so
 /// hostPath content is never touched. Idempotent; an error means "retry later" and leaves
 /// whatever could not be unmounted in place.
 pub async fn teardown_pod_volumes(pod_dir: &Path) -> Result<(), VolumeError> {

@@ -68,7 +68,7 @@ pub(crate) fn container_mounts_with(
                     index: i,
                     volume: m.name.clone(),
                     field,
-                    source,
+                    source: Box::new(source),
                 },
             })
         })

@@ -405,8 +405,8 @@ mod tests {
         fs::read_to_string("/proc/self/mountinfo")
             .unwrap()
             .lines()
-            .filter(|l| l.split(' ').nth(4).map(PathBuf::from) == Some(point.clone()))
-            .last()
+            .rev()
+            .find(|l| l.split(' ').nth(4).map(PathBuf::from) == Some(point.clone()))
             .and_then(|l| l.split(' ').nth(5))
             .is_some_and(|o| o.split(',').any(|o| o == "ro"))
     }
