@@ -58,6 +58,22 @@ pub enum VolumeError {
         reason: String,
     },
 
+    /// A volumeMount's subPath (or subPathExpr) cannot be opened inside its volume or bound
+    /// for the container: it leads outside, was swapped for a symlink meanwhile, or the
+    /// node failed.
+    #[error("pod {pod}: container {container:?}: volumeMounts[{index}] (volume {volume:?}): {field}: {source}")]
+    SubPath {
+        pod: String,
+        container: String,
+        index: usize,
+        volume: String,
+        /// `subPath` or `subPathExpr`.
+        field: &'static str,
+        /// Boxed: it names two paths, and every volume result carries this enum.
+        #[source]
+        source: Box<super::subpath::SubPathError>,
+    },
+
     /// Tearing a pod's volumes down failed; the caller retries.
     #[error("tearing down volumes: {op} {path}: {source}")]
     TearDown {
@@ -108,7 +124,8 @@ impl VolumeError {
     /// volumeMount is the container's own CreateContainerConfigError.
     pub fn waiting_reason(&self) -> &'static str {
         match self {
-            VolumeError::Mount { .. } => "CreateContainerConfigError",
+            // Upstream's makeMounts fails the container's config for a subPath too.
+            VolumeError::Mount { .. } | VolumeError::SubPath { .. } => "CreateContainerConfigError",
             _ => "ContainerCreating",
         }
     }

@@ -14,7 +14,9 @@
 //! a volume (atomically, by the `..data` symlink swap) only when its content, modes or owners
 //! changed, so ConfigMap and Secret changes and renewed tokens reach running containers.
 //! A subPath mount is bound to the file (or directory) of the version current when its
-//! container started (see `mounts`), so, as upstream, it does not follow updates.
+//! container started (see `mounts` and `subpath`: the agent opens it without following
+//! symlinks and bind-mounts the descriptor under `<pod_dir>/volume-subpaths`), so, as
+//! upstream, it does not follow updates.
 //! [`container_mounts`] for each container's spec, [`teardown_pod_volumes`] once the pod's
 //! containers are gone.
 //!
@@ -34,6 +36,7 @@ mod mounts;
 mod object_files;
 mod ownership;
 mod projected;
+mod subpath;
 mod teardown;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -105,6 +108,8 @@ pub struct HostVolume {
 pub struct PodVolumes {
     /// The pod as errors name it (`name_namespace(uid)`).
     pod: String,
+    /// The pod's dir: subPath mounts are bound under its `volume-subpaths`.
+    pod_dir: PathBuf,
     volumes: BTreeMap<String, HostVolume>,
     /// Volumes set up earlier whose refresh failed this time (their object deleted or
     /// unreadable, a key gone): they keep their last content, as upstream keeps a mounted
@@ -123,9 +128,10 @@ pub struct StaleVolume {
 }
 
 impl PodVolumes {
-    pub fn new(pod: impl Into<String>) -> Self {
+    pub fn new(pod: impl Into<String>, pod_dir: impl Into<PathBuf>) -> Self {
         PodVolumes {
             pod: pod.into(),
+            pod_dir: pod_dir.into(),
             volumes: BTreeMap::new(),
             stale: Vec::new(),
         }
@@ -148,6 +154,9 @@ impl PodVolumes {
     }
     pub fn pod(&self) -> &str {
         &self.pod
+    }
+    pub fn pod_dir(&self) -> &Path {
+        &self.pod_dir
     }
 }
 
@@ -180,8 +189,8 @@ async fn setup_with(
         .map_err(|e| VolumeError::Worker(e.to_string()))?
 }
 
-/// Unmounts the pod's memory-backed volumes (and anything else mounted under its volumes
-/// dir) and removes `<pod_dir>/volumes`, never following a symlink or crossing a mount, so
+/// Unmounts the pod's subPath bind mounts (`<pod_dir>/volume-subpaths`), its memory-backed
+/// volumes (and anything else mounted under its volumes dir) and removes both dirs, never following a symlink or crossing a mount, so
 /// hostPath content is never touched. Idempotent; an error means "retry later" and leaves
 /// whatever could not be unmounted in place.
 pub async fn teardown_pod_volumes(pod_dir: &Path) -> Result<(), VolumeError> {
@@ -303,7 +312,7 @@ pub(crate) fn setup(
     m: &dyn Mounter,
 ) -> Result<PodVolumes, VolumeError> {
     let pod_name = pod_display(pod);
-    let mut out = PodVolumes::new(pod_name.clone());
+    let mut out = PodVolumes::new(pod_name.clone(), pod_dir);
     let mut seen = BTreeSet::new();
     for (i, vol) in pod
         .spec

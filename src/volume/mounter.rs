@@ -14,6 +14,8 @@ pub trait Mounter: Send + Sync {
     /// Mounts a new tmpfs at `path` with the given `-o` options (comma separated).
     fn mount_tmpfs(&self, path: &Path, options: &[String]) -> io::Result<()>;
     fn unmount(&self, path: &Path) -> io::Result<()>;
+    /// Bind-mounts `source` (not recursively, as upstream's subPath mounts) onto `target`.
+    fn bind(&self, source: &Path, target: &Path) -> io::Result<()>;
     /// Every mount point at or below `dir`.
     fn mounts_under(&self, dir: &Path) -> io::Result<Vec<PathBuf>>;
 }
@@ -63,6 +65,17 @@ impl Mounter for SysMounter {
 
     fn unmount(&self, path: &Path) -> io::Result<()> {
         umount2(path, MntFlags::UMOUNT_NOFOLLOW).map_err(io::Error::from)
+    }
+
+    fn bind(&self, source: &Path, target: &Path) -> io::Result<()> {
+        mount(
+            Some(source),
+            target,
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .map_err(io::Error::from)
     }
 
     fn mounts_under(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {
@@ -134,6 +147,8 @@ fn unescape(s: &str) -> String {
 pub struct FakeMounter {
     pub mounted: std::sync::Mutex<std::collections::HashSet<PathBuf>>,
     pub calls: std::sync::Mutex<Vec<(PathBuf, Vec<String>)>>,
+    /// Each bind: the path the source resolved to when bound, and the target.
+    pub binds: std::sync::Mutex<Vec<(PathBuf, PathBuf)>>,
 }
 
 #[cfg(test)]
@@ -156,6 +171,16 @@ impl Mounter for FakeMounter {
     }
     fn unmount(&self, p: &Path) -> io::Result<()> {
         self.mounted.lock().unwrap().remove(p);
+        Ok(())
+    }
+    fn bind(&self, source: &Path, target: &Path) -> io::Result<()> {
+        // What a `/proc/self/fd/N` source stands for, read now, while the fd is open.
+        let resolved = std::fs::read_link(source).unwrap_or_else(|_| source.to_path_buf());
+        self.binds
+            .lock()
+            .unwrap()
+            .push((resolved, target.to_path_buf()));
+        self.mounted.lock().unwrap().insert(target.to_path_buf());
         Ok(())
     }
     fn mounts_under(&self, d: &Path) -> io::Result<Vec<PathBuf>> {

@@ -1,32 +1,42 @@
-//! A container's volumeMounts as OCI bind mounts: readOnly, subPath and subPathExpr
-//! (created inside the volume when missing, never leading out of it), mount propagation
-//! and recursiveReadOnly.
+//! A container's volumeMounts as OCI bind mounts: readOnly, subPath and subPathExpr, mount
+//! propagation and recursiveReadOnly.
 //!
-//! Upstream closes the window between checking a subPath and the runtime mounting it by
-//! bind-mounting an fd it opened into `volume-subpaths/`. Here the checked path is handed
-//! to runc fully resolved (no symlink left in it), which leaves only a narrow race: a
-//! container that swaps a directory of its own volume for a symlink between this check
-//! and its sibling's start. Closing it needs the fd bind mount, not built yet.
+//! A subPath is never handed to runc as a path into the volume, which a container writing
+//! the volume could swap for a symlink between the check and runc's mount (the
+//! CVE-2017-1002101 and CVE-2021-25741 class): `subpath` opens it component by component
+//! without following symlinks (making missing directories inside the volume) and
+//! bind-mounts the opened descriptor onto the agent's own
+//! `<pod_dir>/volume-subpaths/<volume>/<container>/<index>`, and runc gets that path.
+//! Mounting blocks: callers run this on a blocking thread.
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::fs;
-use std::io;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-use std::path::{Component, Path, PathBuf};
+use std::os::unix::fs::DirBuilderExt;
 
 use k8s_openapi::api::core::v1::{Container, VolumeMount};
 use oci_spec::runtime::Mount;
 
+use super::mounter::{Mounter, SysMounter};
+use super::subpath::{self, SubPathError};
 use super::{PodVolumes, VolumeError, VolumeKind};
 use crate::runtime::spec::{bind_mount, expand};
 
 /// The bind mounts for one container's volumeMounts, in their order. `env` is the
-/// container's final environment (for subPathExpr).
+/// container's final environment (for subPathExpr). Blocking (subPath bind mounts).
 pub fn container_mounts(
     c: &Container,
     vols: &PodVolumes,
     env: &[(String, String)],
+) -> Result<Vec<Mount>, VolumeError> {
+    container_mounts_with(c, vols, env, &SysMounter)
+}
+
+pub(crate) fn container_mounts_with(
+    c: &Container,
+    vols: &PodVolumes,
+    env: &[(String, String)],
+    mounter: &dyn Mounter,
 ) -> Result<Vec<Mount>, VolumeError> {
     let privileged = c
         .security_context
@@ -38,28 +48,62 @@ pub fn container_mounts(
         .flatten()
         .enumerate()
         .map(|(i, m)| {
-            one_mount(m, vols, env, privileged).map_err(|(field, reason)| VolumeError::Mount {
-                pod: vols.pod.clone(),
-                container: c.name.clone(),
+            let at = Target {
+                container: &c.name,
                 index: i,
-                volume: m.name.clone(),
-                field,
-                reason,
+                mounter,
+            };
+            one_mount(m, vols, env, privileged, &at).map_err(|e| match e {
+                MountErr::Spec(field, reason) => VolumeError::Mount {
+                    pod: vols.pod.clone(),
+                    container: c.name.clone(),
+                    index: i,
+                    volume: m.name.clone(),
+                    field,
+                    reason,
+                },
+                MountErr::SubPath(field, source) => VolumeError::SubPath {
+                    pod: vols.pod.clone(),
+                    container: c.name.clone(),
+                    index: i,
+                    volume: m.name.clone(),
+                    field,
+                    source: Box::new(source),
+                },
             })
         })
         .collect()
 }
 
-type MountErr = (&'static str, String);
+enum MountErr {
+    /// The field at fault and why.
+    Spec(&'static str, String),
+    /// `subPath` or `subPathExpr`, and what opening or binding it met.
+    SubPath(&'static str, SubPathError),
+}
+
+impl From<(&'static str, String)> for MountErr {
+    fn from((field, reason): (&'static str, String)) -> Self {
+        MountErr::Spec(field, reason)
+    }
+}
+
+/// Which volumeMount is being made, for its subPath's bind target.
+struct Target<'a> {
+    container: &'a str,
+    index: usize,
+    mounter: &'a dyn Mounter,
+}
 
 fn one_mount(
     m: &VolumeMount,
     vols: &PodVolumes,
     env: &[(String, String)],
     privileged: bool,
+    at: &Target<'_>,
 ) -> Result<Mount, MountErr> {
     if !m.mount_path.starts_with('/') {
-        return Err((
+        return Err(MountErr::Spec(
             "mountPath",
             format!("{:?} must be an absolute path", m.mount_path),
         ));
@@ -79,7 +123,7 @@ fn one_mount(
         m.sub_path_expr.as_deref().filter(|s| !s.is_empty()),
     ) {
         (Some(_), Some(_)) => {
-            return Err((
+            return Err(MountErr::Spec(
                 "subPathExpr",
                 "subPath and subPathExpr are mutually exclusive".into(),
             ))
@@ -108,41 +152,36 @@ fn one_mount(
                 )
             })?;
     }
-    let source = match &sub_path {
-        Some(sub) => resolve_sub_path(&vol.path, sub).map_err(|r| (field, r))?,
-        None => fs::canonicalize(&vol.path).map_err(|e| {
-            (
-                "name",
-                format!("volume path {} is not usable: {e}", vol.path.display()),
-            )
-        })?,
-    };
-
     let read_only = m.read_only.unwrap_or(false) || vol.read_only;
     let propagation = match m.mount_propagation.as_deref().unwrap_or("None") {
         "None" | "" => "rprivate",
         "HostToContainer" => "rslave",
         "Bidirectional" if privileged => "rshared",
         "Bidirectional" => {
-            return Err((
+            return Err(MountErr::Spec(
                 "mountPropagation",
                 "Bidirectional mount propagation is available only to privileged containers".into(),
             ))
         }
-        other => return Err(("mountPropagation", format!("unknown mode {other:?}"))),
+        other => {
+            return Err(MountErr::Spec(
+                "mountPropagation",
+                format!("unknown mode {other:?}"),
+            ))
+        }
     };
     let mut options = vec![propagation, if read_only { "ro" } else { "rw" }];
     match m.recursive_read_only.as_deref().unwrap_or("Disabled") {
         "Disabled" | "" => {}
         rro @ ("Enabled" | "IfPossible") => {
             if !m.read_only.unwrap_or(false) {
-                return Err((
+                return Err(MountErr::Spec(
                     "recursiveReadOnly",
                     format!("{rro} requires readOnly: true"),
                 ));
             }
             if propagation != "rprivate" {
-                return Err((
+                return Err(MountErr::Spec(
                     "recursiveReadOnly",
                     format!("{rro} requires mountPropagation None"),
                 ));
@@ -153,9 +192,29 @@ fn one_mount(
                 options.push("rro");
             }
         }
-        other => return Err(("recursiveReadOnly", format!("unknown mode {other:?}"))),
+        other => {
+            return Err(MountErr::Spec(
+                "recursiveReadOnly",
+                format!("unknown mode {other:?}"),
+            ))
+        }
     }
-    bind_mount(&m.mount_path, source, &options).map_err(|e| ("mountPath", e.to_string()))
+    // Last, once the spec is known good: a subPath is bind-mounted here.
+    let source = match &sub_path {
+        Some(sub) => {
+            let target = subpath::target_path(&vols.pod_dir, &m.name, at.container, at.index);
+            subpath::bind_sub_path(&vol.path, sub, &target, at.mounter)
+                .map_err(|e| MountErr::SubPath(field, e))?
+        }
+        None => fs::canonicalize(&vol.path).map_err(|e| {
+            (
+                "name",
+                format!("volume path {} is not usable: {e}", vol.path.display()),
+            )
+        })?,
+    };
+    bind_mount(&m.mount_path, source, &options)
+        .map_err(|e| MountErr::Spec("mountPath", e.to_string()))
 }
 
 /// `$(VAR)` expansion of subPathExpr; like upstream, a variable that is unset or empty is an
@@ -183,70 +242,29 @@ fn expand_sub_path(expr: &str, env: &[(String, String)]) -> Result<String, Strin
     }
 }
 
-/// `base/sub`, resolved and checked to stay inside `base`; missing directories are made
-/// with the volume root's mode (so a group-writable volume stays so), as upstream does.
-pub fn resolve_sub_path(base: &Path, sub: &str) -> Result<PathBuf, String> {
-    if sub.starts_with('/') {
-        return Err(format!("{sub:?} must not be an absolute path"));
-    }
-    let rel = Path::new(sub);
-    if rel.components().any(|c| c == Component::ParentDir) {
-        return Err(format!("{sub:?} must not contain '..'"));
-    }
-    let base_real = fs::canonicalize(base)
-        .map_err(|e| format!("volume path {} is not usable: {e}", base.display()))?;
-    let base_mode = fs::metadata(&base_real)
-        .map_err(|e| format!("cannot read volume path {}: {e}", base_real.display()))?
-        .permissions()
-        .mode()
-        & 0o7777;
-    let parts: Vec<_> = rel
-        .components()
-        .filter_map(|c| match c {
-            Component::Normal(s) => Some(s),
-            _ => None,
-        })
-        .collect();
-    let mut cur = base_real.clone();
-    for (i, part) in parts.iter().enumerate() {
-        let next = cur.join(part);
-        match fs::symlink_metadata(&next) {
-            Ok(_) => {
-                let real = fs::canonicalize(&next)
-                    .map_err(|e| format!("{sub:?}: cannot resolve {}: {e}", next.display()))?;
-                if !real.starts_with(&base_real) {
-                    return Err(format!(
-                        "{sub:?} leads outside the volume (through {})",
-                        next.display()
-                    ));
-                }
-                if i + 1 < parts.len() && !real.is_dir() {
-                    return Err(format!("{sub:?}: {} is not a directory", next.display()));
-                }
-                cur = real;
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                // mkdir does not follow a symlink planted meanwhile: it fails instead.
-                fs::DirBuilder::new()
-                    .mode(base_mode)
-                    .create(&next)
-                    .map_err(|e| format!("{sub:?}: cannot create {}: {e}", next.display()))?;
-                fs::set_permissions(&next, fs::Permissions::from_mode(base_mode))
-                    .map_err(|e| format!("{sub:?}: cannot set mode of {}: {e}", next.display()))?;
-                cur = next;
-            }
-            Err(e) => return Err(format!("{sub:?}: cannot read {}: {e}", next.display())),
-        }
-    }
-    Ok(cur)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::volume::mounter::FakeMounter;
     use crate::volume::HostVolume;
     use serde_json::{json, Value};
-    use std::os::unix::fs::symlink;
+    use std::os::unix::fs::{symlink, PermissionsExt};
+    use std::path::{Path, PathBuf};
+
+    /// The mounts with subPaths bound by a fake mounter (no root needed), and that mounter.
+    fn mounts(
+        c: &Container,
+        v: &PodVolumes,
+        env: &[(String, String)],
+    ) -> (Result<Vec<Mount>, VolumeError>, FakeMounter) {
+        let m = FakeMounter::default();
+        (container_mounts_with(c, v, env, &m), m)
+    }
+
+    /// What the fake bound: (the path the opened fd stood for, the target).
+    fn binds(m: &FakeMounter) -> Vec<(PathBuf, PathBuf)> {
+        m.binds.lock().unwrap().clone()
+    }
 
     /// The mounts as the JSON runc reads.
     fn as_json(m: &[Mount]) -> Vec<Value> {
@@ -254,7 +272,7 @@ mod tests {
     }
 
     fn vols(dir: &Path) -> PodVolumes {
-        let mut v = PodVolumes::new("p_ns(u)");
+        let mut v = PodVolumes::new("p_ns(u)", dir.join("pod"));
         fs::create_dir_all(dir.join("data")).unwrap();
         fs::create_dir_all(dir.join("info")).unwrap();
         v.insert(
@@ -358,14 +376,28 @@ mod tests {
         let v = vols(tmp.path());
         fs::set_permissions(tmp.path().join("data"), fs::Permissions::from_mode(0o777)).unwrap();
         let c = container(json!([{"name": "data", "mountPath": "/x", "subPath": "a/b"}]));
-        let m = as_json(&container_mounts(&c, &v, &[]).unwrap());
+        let (got, fake) = mounts(&c, &v, &[]);
+        let m = as_json(&got.unwrap());
         let made = tmp.path().join("data/a/b");
         assert!(made.is_dir());
+        for dir in [tmp.path().join("data/a"), made.clone()] {
+            assert_eq!(
+                fs::metadata(&dir).unwrap().permissions().mode() & 0o7777,
+                0o777,
+                "{dir:?} has the volume root's mode, whatever the umask"
+            );
+        }
+        let target = tmp.path().join("pod/volume-subpaths/data/c/0");
         assert_eq!(
-            fs::metadata(&made).unwrap().permissions().mode() & 0o777,
-            0o777
+            m[0]["source"],
+            json!(target),
+            "runc gets the agent's target"
         );
-        assert_eq!(m[0]["source"], json!(fs::canonicalize(made).unwrap()));
+        assert_eq!(
+            binds(&fake),
+            vec![(fs::canonicalize(made).unwrap(), target.clone())]
+        );
+        assert!(target.is_dir(), "a directory target for a directory");
     }
 
     #[test]
@@ -387,18 +419,27 @@ mod tests {
             "a/../../x",
         ] {
             let c = container(json!([{"name": "data", "mountPath": "/x", "subPath": sub}]));
-            let e = container_mounts(&c, &v, &[]).unwrap_err().to_string();
-            assert!(e.contains("subPath"), "{sub}: {e}");
+            let (got, fake) = mounts(&c, &v, &[]);
+            let e = got.unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    VolumeError::SubPath {
+                        field: "subPath",
+                        ..
+                    }
+                ),
+                "{sub}: {e}"
+            );
+            assert_eq!(e.waiting_reason(), "CreateContainerConfigError");
+            assert!(binds(&fake).is_empty(), "{sub}: nothing bound");
         }
         assert!(!outside.join("x").exists(), "nothing created outside");
         let c = container(json!([{"name": "data", "mountPath": "/x", "subPath": "good"}]));
-        let m = as_json(&container_mounts(&c, &v, &[]).unwrap());
+        let (got, fake) = mounts(&c, &v, &[]);
+        got.unwrap();
         let inner = fs::canonicalize(tmp.path().join("data/inner")).unwrap();
-        assert_eq!(
-            m[0]["source"],
-            json!(inner),
-            "a link staying inside is fine"
-        );
+        assert_eq!(binds(&fake)[0].0, inner, "a link staying inside is fine");
     }
 
     #[test]
@@ -411,19 +452,23 @@ mod tests {
         ];
         let c =
             container(json!([{"name": "data", "mountPath": "/x", "subPathExpr": "logs/$(POD)"}]));
-        container_mounts(&c, &v, &env).unwrap();
+        mounts(&c, &v, &env).0.unwrap();
         assert!(tmp.path().join("data/logs/web-1").is_dir());
         let c = container(
             json!([{"name": "data", "mountPath": "/x", "subPathExpr": "$(NOPE)/$(EMPTY)"}]),
         );
-        let e = container_mounts(&c, &v, &env).unwrap_err().to_string();
+        let e = mounts(&c, &v, &env).0.unwrap_err().to_string();
         assert!(
             e.contains("subPathExpr: missing value for EMPTY, NOPE"),
             "{e}"
         );
         let c =
             container(json!([{"name": "data", "mountPath": "/x", "subPathExpr": "$(POD)/../.."}]));
-        assert!(container_mounts(&c, &v, &env).is_err());
+        let e = mounts(&c, &v, &env).0.unwrap_err().to_string();
+        assert!(
+            e.contains("subPathExpr: \"web-1/../..\" must not contain '..'"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -1,7 +1,10 @@
-//! Removing a gone pod's volumes: unmount what is mounted under `<pod_dir>/volumes` (the
-//! memory-backed volumes, and anything a container propagated there), then delete the
-//! tree without ever crossing into another filesystem or following a symlink, so neither
-//! a hostPath nor a mount left behind can lose data.
+//! Removing a gone pod's volumes: unmount the subPath bind mounts under
+//! `<pod_dir>/volume-subpaths`, then what is mounted under `<pod_dir>/volumes` (the
+//! memory-backed volumes, and anything a container propagated there), and delete both
+//! trees without ever crossing into another filesystem or following a symlink, so neither
+//! a hostPath nor a mount left behind can lose data. A tree is removed only once nothing
+//! is mounted under it any more: a subPath bound from a disk-backed emptyDir is on the
+//! same device as the pod dir, so the device check alone would not stop the removal.
 
 use std::fs;
 use std::io;
@@ -11,6 +14,7 @@ use std::path::Path;
 use tracing::info;
 
 use super::mounter::Mounter;
+use super::subpath::SUBPATHS_DIR;
 use super::VolumeError;
 
 /// How many rounds of unmounting before giving up (mounts stacked on one point need one
@@ -23,7 +27,14 @@ fn err(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> VolumeError {
 }
 
 pub fn teardown(pod_dir: &Path, m: &dyn Mounter) -> Result<(), VolumeError> {
-    let root = pod_dir.join("volumes");
+    // The subPath binds first: they hold views into the volumes.
+    unmount_and_remove(&pod_dir.join(SUBPATHS_DIR), m)?;
+    unmount_and_remove(&pod_dir.join("volumes"), m)
+}
+
+/// Unmounts everything at or below `root` (deepest first), then removes `root`.
+fn unmount_and_remove(root: &Path, m: &dyn Mounter) -> Result<(), VolumeError> {
+    let root = root.to_path_buf();
     match fs::symlink_metadata(&root) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(err("stat", &root)(e)),
@@ -129,6 +140,9 @@ mod tests {
             }
             fn unmount(&self, _: &Path) -> io::Result<()> {
                 Err(io::Error::from_raw_os_error(libc::EBUSY))
+            }
+            fn bind(&self, _: &Path, _: &Path) -> io::Result<()> {
+                Ok(())
             }
             fn mounts_under(&self, d: &Path) -> io::Result<Vec<std::path::PathBuf>> {
                 Ok(vec![d.join("kubernetes.io~empty-dir/m")])

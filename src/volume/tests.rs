@@ -591,9 +591,15 @@ async fn sub_path_mounts_keep_the_version_they_started_with() {
             {"name": "cfg", "mountPath": "/etc/cfg"},
             {"name": "cfg", "mountPath": "/etc/app.conf", "subPath": "app.conf"}]}))
     .unwrap();
-    let mounts = container_mounts(&c, &v, &[]).unwrap();
+    let mounts = mounts::container_mounts_with(&c, &v, &[], &*m).unwrap();
     let whole = PathBuf::from(mounts[0].source().as_ref().unwrap());
-    let sub = PathBuf::from(mounts[1].source().as_ref().unwrap());
+    let target = PathBuf::from(mounts[1].source().as_ref().unwrap());
+    assert_eq!(
+        target,
+        tmp.path().join("volume-subpaths/cfg/c/1"),
+        "runc gets the agent's bind target"
+    );
+    let sub = m.binds.lock().unwrap()[0].0.clone();
     let version = fs::read_link(v.get("cfg").unwrap().path.join("..data")).unwrap();
     assert_eq!(
         whole,
@@ -603,7 +609,7 @@ async fn sub_path_mounts_keep_the_version_they_started_with() {
         sub.starts_with(whole.join(&version)),
         "{sub:?} in {version:?}"
     );
-    // What the runtime binds: an open file, as a bind mount holds it.
+    // What the bind mount holds: the open file of that version.
     let bound = fs::File::open(&sub).unwrap();
 
     objects.put_config_map(config_map("cfg", json!({"app.conf": "x=2", "extra": "e"})));
