@@ -17,6 +17,7 @@ pub mod evictions;
 pub mod files;
 pub mod mirror;
 pub mod qos;
+pub(crate) mod sidecar;
 pub mod status;
 pub mod status_manager;
 pub mod status_sync;

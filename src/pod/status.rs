@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::qos::qos_class;
+use super::sidecar::is_sidecar;
 use crate::runtime::containers::{ContainerRecord, ExitInfo, State};
 use crate::runtime::labels::Kind;
 
@@ -183,9 +184,10 @@ fn container_status(
     if s.last_state.is_none() {
         s.last_state = Some(ContainerState::default());
     }
-    // An init container (not a sidecar: those are not run yet) is ready once it has
-    // succeeded, never while it runs (upstream's prober manager); the e2e specs check both.
-    if kind == Kind::Init {
+    // A regular init container is ready once it has succeeded, never while it runs
+    // (upstream's prober manager); the e2e specs check both. A sidecar is started and
+    // ready as an app container is, from its probes.
+    if kind == Kind::Init && !is_sidecar(c) {
         s.ready = s
             .state
             .as_ref()
@@ -232,8 +234,8 @@ fn unready_gates(pod: &Pod) -> Vec<String> {
         .collect()
 }
 
-/// upstream getPhase; `terminal`: the pod's containers will not be restarted (its
-/// podIsTerminal).
+/// upstream getPhase (1.34, with sidecars); `terminal`: the pod's containers will not be
+/// restarted (its podIsTerminal).
 pub fn phase(
     pod: &Pod,
     init: &[ContainerStatus],
@@ -244,9 +246,20 @@ pub fn phase(
     let policy = spec
         .and_then(|s| s.restart_policy.as_deref())
         .unwrap_or("Always");
+    let init_specs = spec
+        .and_then(|s| s.init_containers.as_deref())
+        .unwrap_or(&[]);
+    let sidecar =
+        |s: &ContainerStatus| init_specs.iter().any(|c| c.name == s.name && is_sidecar(c));
+    let ended = |s: &ContainerStatus| {
+        s.last_state
+            .as_ref()
+            .and_then(|l| l.terminated.as_ref())
+            .is_some()
+    };
     let mut pending_init = 0;
     let mut failed_init = 0;
-    for s in init {
+    for s in init.iter().filter(|s| !sidecar(s)) {
         let st = s.state.as_ref();
         if st.and_then(|x| x.running.as_ref()).is_some() {
             pending_init += 1;
@@ -265,6 +278,27 @@ pub fn phase(
         }
     }
     let (mut unknown, mut running, mut waiting_n, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
+    // Sidecars count as running containers while they run; how one ended never counts
+    // (the main containers decide how the pod ends).
+    let mut pending_sidecars = 0;
+    for s in init.iter().filter(|s| sidecar(s)) {
+        let st = s.state.as_ref();
+        if st.and_then(|x| x.running.as_ref()).is_some() {
+            if s.started != Some(true) {
+                pending_sidecars += 1;
+            }
+            running += 1;
+        } else if st.and_then(|x| x.terminated.as_ref()).is_some() {
+        } else if st.and_then(|x| x.waiting.as_ref()).is_some() {
+            if !ended(s) {
+                pending_sidecars += 1;
+                waiting_n += 1;
+            }
+        } else {
+            pending_sidecars += 1;
+            unknown += 1;
+        }
+    }
     for s in app {
         let st = s.state.as_ref();
         if st.and_then(|x| x.running.as_ref()).is_some() {
@@ -275,11 +309,7 @@ pub fn phase(
                 succeeded += 1;
             }
         } else if st.and_then(|x| x.waiting.as_ref()).is_some() {
-            if s.last_state
-                .as_ref()
-                .and_then(|l| l.terminated.as_ref())
-                .is_some()
-            {
+            if ended(s) {
                 stopped += 1;
             } else {
                 waiting_n += 1;
@@ -291,7 +321,11 @@ pub fn phase(
     if failed_init > 0 && policy == "Never" {
         return "Failed";
     }
-    if pending_init > 0 || failed_init > 0 {
+    // Sidecars restarting once a main container ran do not make the pod Pending again.
+    if pending_init > 0 || (pending_sidecars > 0 && !any_main_started(app)) {
+        return "Pending";
+    }
+    if failed_init > 0 {
         return "Pending";
     }
     if waiting_n > 0 {
@@ -321,6 +355,16 @@ pub fn phase(
         return "Running";
     }
     "Pending"
+}
+
+/// A main container runs or ran (upstream's HasAnyRegularContainerStarted): the pod was
+/// initialized once.
+fn any_main_started(app: &[ContainerStatus]) -> bool {
+    app.iter().any(|s| {
+        s.state
+            .as_ref()
+            .is_some_and(|x| x.running.is_some() || x.terminated.is_some())
+    })
 }
 
 fn condition(
@@ -367,16 +411,31 @@ pub fn compute(input: &StatusInput) -> PodStatus {
                 input.records,
                 input.waiting.get(&c.name),
                 "PodInitializing",
-                None,
+                // Sidecars are probed; other init containers have no probes.
+                input.probes.get(&c.name).filter(|_| is_sidecar(c)),
             )
         })
         .collect();
-    let initialized = init.iter().all(|s| {
-        s.state
-            .as_ref()
-            .and_then(|x| x.terminated.as_ref())
-            .is_some_and(|t| t.exit_code == 0)
+    // upstream's GeneratePodInitializedCondition: every regular init container completed
+    // and every sidecar started; or a main container ran already (sidecars restarting
+    // later do not undo it).
+    let incomplete: Vec<&str> = init_specs
+        .iter()
+        .zip(&init)
+        .filter(|(c, s)| !init_done(c, s))
+        .map(|(c, _)| c.name.as_str())
+        .collect();
+    // As its status will show it: running, or terminated (not waiting for a restart).
+    let app_ran = app_specs.iter().any(|c| {
+        attempts(input.records, &c.name, Kind::App)
+            .first()
+            .is_some_and(|r| match r.state {
+                State::Running { .. } => true,
+                State::Exited { .. } => !input.waiting.contains_key(&c.name),
+                State::Created => false,
+            })
     });
+    let initialized = incomplete.is_empty() || app_ran;
     let app_default = if initialized {
         "ContainerCreating"
     } else {
@@ -430,19 +489,16 @@ pub fn compute(input: &StatusInput) -> PodStatus {
     }
     let terminal = is_terminal(phase);
 
-    let unready: Vec<&str> = app
+    // Sidecars' readiness counts with the main containers' (upstream's
+    // GenerateContainersReadyCondition), sidecars first.
+    let sidecars = init_specs
         .iter()
+        .zip(&init)
+        .filter(|(c, _)| is_sidecar(c))
+        .map(|(_, s)| s);
+    let unready: Vec<&str> = sidecars
+        .chain(&app)
         .filter(|s| !s.ready)
-        .map(|s| s.name.as_str())
-        .collect();
-    let incomplete: Vec<&str> = init
-        .iter()
-        .filter(|s| {
-            s.state
-                .as_ref()
-                .and_then(|x| x.terminated.as_ref())
-                .is_none_or(|t| t.exit_code != 0)
-        })
         .map(|s| s.name.as_str())
         .collect();
     let containers_ready = unready.is_empty();
@@ -541,6 +597,18 @@ pub fn compute(input: &StatusInput) -> PodStatus {
         message: input.failure.map(|f| f.message.clone()),
         ..Default::default()
     }
+}
+
+/// An init container counts as done for the Initialized condition (upstream's
+/// isInitContainerInitialized): a sidecar once it has started, another once it succeeded.
+fn init_done(c: &Container, s: &ContainerStatus) -> bool {
+    if is_sidecar(c) {
+        return s.started == Some(true);
+    }
+    s.state
+        .as_ref()
+        .and_then(|x| x.terminated.as_ref())
+        .is_some_and(|t| t.exit_code == 0)
 }
 
 fn is_terminal(phase: &str) -> bool {

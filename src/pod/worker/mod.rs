@@ -7,21 +7,26 @@
 //! acts, so starting, stopping and publishing read what the pass itself did instead of
 //! asking the runtime again. The files split the pass by concern:
 //! - `reconcile`: the pass (what to start, restart or leave, in init-then-app order);
+//! - `init`: which init containers a pass starts (regular ones to completion, sidecars
+//!   kept running);
 //! - `sandbox`: the pod sandbox and its network;
 //! - `start` / `stop`: one container's start (image, spec, hooks) and stop (grace, preStop),
-//!   and the pod's termination;
+//!   and the pod's termination; `termination_order`: sidecars stop after the main
+//!   containers, in reverse order;
 //! - `exits`: recording how containers ended, and container GC;
 //! - `probes`: the probe workers of running containers;
 //! - `publish`: the status for the status manager and what the stats collector samples.
 
 mod events;
 mod exits;
+mod init;
 mod probes;
 mod publish;
 mod reconcile;
 mod sandbox;
 mod start;
 mod stop;
+mod termination_order;
 #[cfg(test)]
 pub(crate) mod tests;
 

@@ -1,6 +1,7 @@
-//! The probe workers of a pod's running containers: started when a container with probes
-//! runs, dropped when it is gone, and a failed liveness (or startup) probe kills the
-//! container so the restart policy applies as for any exit.
+//! The probe workers of a pod's running containers (app containers and sidecars): started
+//! when a container with probes runs, dropped when it is gone, and a failed liveness (or
+//! startup) probe kills the container so the restart policy applies as for any exit (a
+//! sidecar is always restarted).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use tracing::{debug, warn};
 
 use super::{events, grace_period, Sandbox, Worker};
+use crate::pod::sidecar::is_sidecar;
 use crate::pod::status;
 use crate::prober::{ContainerProbes, ProbeEvents, ProbeOptions, ProbeTarget};
 use crate::runtime::containers::{ContainerRecord, State};
@@ -30,24 +32,31 @@ impl Worker {
             .view
             .iter()
             .flatten()
-            .filter(|r| r.kind == Kind::App && r.is_running())
+            .filter(|r| matches!(r.kind, Kind::App | Kind::Init) && r.is_running())
             .cloned()
             .collect();
         self.probes
             .retain(|id, _| running.iter().any(|r| &r.id == id));
-        let specs = pod
+        // Sidecars are probed as app containers are (upstream's prober runs their probes;
+        // other init containers have none, the API refuses them).
+        let specs: Vec<(Kind, &Container)> = pod
             .spec
-            .as_ref()
-            .map(|s| s.containers.as_slice())
-            .unwrap_or(&[]);
-        for c in specs {
+            .iter()
+            .flat_map(|s| {
+                let sidecars = s.init_containers.iter().flatten().filter(|c| is_sidecar(c));
+                sidecars
+                    .map(|c| (Kind::Init, c))
+                    .chain(s.containers.iter().map(|c| (Kind::App, c)))
+            })
+            .collect();
+        for (kind, c) in specs {
             if c.liveness_probe.is_none()
                 && c.readiness_probe.is_none()
                 && c.startup_probe.is_none()
             {
                 continue;
             }
-            let Some(r) = running.iter().find(|r| r.name == c.name) else {
+            let Some(r) = running.iter().find(|r| r.kind == kind && r.name == c.name) else {
                 continue;
             };
             if !self.probes.contains_key(&r.id) {
@@ -69,7 +78,7 @@ impl Worker {
                         events: Some(ProbeEvents {
                             recorder: self.shared.recorder.clone(),
                             pod: Arc::new(pod.clone()),
-                            field_path: events::field_path(Kind::App, &c.name).unwrap_or_default(),
+                            field_path: events::field_path(kind, &c.name).unwrap_or_default(),
                         }),
                     },
                 );
@@ -87,18 +96,22 @@ impl Worker {
                 let msg = format!("{}; container {} will be restarted", f.message, c.name);
                 // Its Unhealthy events came from the prober, one per failed attempt.
                 warn!(pod = %self.pod_ref.display(), container = %c.name, reason = events::UNHEALTHY, message = %f.message, "probe failed; killing container");
-                // upstream's computePodActions words for the kill.
-                let killing = format!(
-                    "Container {} failed {} probe, will be restarted",
-                    c.name,
-                    f.kind.to_ascii_lowercase()
-                );
+                // upstream's computePodActions (computeInitContainerActions for a sidecar)
+                // words for the kill.
+                let probe = f.kind.to_ascii_lowercase();
+                let killing = match kind {
+                    Kind::Init => format!("Init container {} failed {probe} probe", c.name),
+                    _ => format!(
+                        "Container {} failed {probe} probe, will be restarted",
+                        c.name
+                    ),
+                };
                 let set = HashMap::from([(labels::MESSAGE.to_string(), msg)]);
                 self.shared.rt.set_labels(&r.id, set.clone()).await?;
                 self.label_record(&r.id, set);
                 self.probes.remove(&r.id);
                 let (id, status) = self
-                    .stop_one(Some(pod), r, grace, &sandbox.ips, Some(killing))
+                    .stop_one(Some(pod), r, grace, &sandbox.ips, Some(killing), None)
                     .await?;
                 self.saw_exit(&id, status);
                 debug!(pod = %self.pod_ref.display(), container = %c.name, container_id = %id, "container stopped after a failed probe");

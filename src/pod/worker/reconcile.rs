@@ -1,18 +1,22 @@
 //! One pass of the level-triggered loop: list the pod's containers once, record exits,
-//! collect old records, make sure the sandbox and volumes exist, then walk the init
-//! containers in order and the app containers under the restart policy.
+//! collect old records, make sure the sandbox and volumes exist, then start the init
+//! containers the init plan names (`init`: in order, sidecars kept running) and, once the
+//! pod is initialized, the app containers under the restart policy. A pod with sidecars
+//! whose app containers all ended for good has its sidecars stopped, and ends.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus};
 use tracing::{error, info, warn};
 
+use super::init;
 use super::sandbox::latest_sandbox;
 use super::{events, grace_period, policy, resync_interval, Worker, RETRY};
 use crate::events::EventType;
 use crate::pod::ephemeral;
+use crate::pod::sidecar::{self, has_sidecars, is_sidecar};
 use crate::pod::status::{self, attempts, PodFailure, StatusInput, Waiting};
 use crate::runtime::containers::{ContainerRecord, State};
 use crate::runtime::labels::{self, Kind, PodRef};
@@ -93,6 +97,9 @@ impl Worker {
 
         self.check_eviction();
         self.check_active_deadline(pod);
+        if self.failure.is_none() && self.main_containers_ended(pod) {
+            self.stop_sidecars(pod).await?;
+        }
 
         // A pod that reached Succeeded or Failed stays there: what still runs of it (a pod
         // failed as a whole) is stopped within its grace period, then its sandbox.
@@ -216,28 +223,9 @@ impl Worker {
             next = next.min(self.waiting_retry(&c.name));
         }
 
-        let never = policy(pod) == "Never";
-        for c in spec.init_containers.iter().flatten() {
-            let tries = attempts(self.records(), &c.name, Kind::Init);
-            let step = step_for(&tries, |code| code != 0 && !never);
-            match step {
-                Step::Running => return Ok(next),
-                Step::Done => {
-                    let succeeded = tries[0].exit().is_some_and(|e| e.exit_code == 0);
-                    self.waiting.remove(&c.name);
-                    if succeeded {
-                        continue;
-                    }
-                    // Failed for good (restartPolicy Never): the pod fails, nothing follows.
-                    return Ok(next);
-                }
-                _ => {}
-            }
-            // Init containers run one at a time: whatever happened, this pass ends here.
-            if let Some(wait) = self.take_step(pod, c, Kind::Init, step, &sandbox).await? {
-                return Ok(wait.min(next));
-            }
-            return Ok(next.min(self.waiting_retry(&c.name)));
+        if let Some(wait) = self.sync_init_containers(pod, &spec, &sandbox).await? {
+            // Not initialized yet: the main containers wait.
+            return self.end_pass(pod, &sandbox, next.min(wait)).await;
         }
 
         for c in &spec.containers {
@@ -247,7 +235,8 @@ impl Worker {
                 .filter(|r| r.is_running() && labels::spec_changed(&r.labels, c))
                 .map(|r| (*r).clone());
             if let Some(r) = changed {
-                self.restart_changed(pod, c, &r, &sandbox).await?;
+                self.restart_changed(pod, c, Kind::App, &r, &sandbox)
+                    .await?;
                 continue;
             }
             let step = step_for(&tries, |code| should_restart(policy(pod), code));
@@ -260,7 +249,18 @@ impl Worker {
             }
             next = next.min(self.waiting_retry(&c.name));
         }
-        self.manage_probes(pod, &sandbox).await?;
+        self.end_pass(pod, &sandbox, next).await
+    }
+
+    /// What every pass that reached its containers does last: the probes of what runs,
+    /// and a look again when the active deadline passes.
+    async fn end_pass(
+        &mut self,
+        pod: &Pod,
+        sandbox: &super::Sandbox,
+        mut next: Duration,
+    ) -> Result<Duration, RuntimeError> {
+        self.manage_probes(pod, sandbox).await?;
         if let Some(left) = self.until_active_deadline(pod) {
             // Look again when the deadline passes (a little after, so it has).
             next = next.min(left + Duration::from_millis(50));
@@ -268,25 +268,148 @@ impl Worker {
         Ok(next)
     }
 
+    /// Starts the init containers the plan names (`init::plan`): the next regular one when
+    /// the one before completed, the next one after a sidecar once it has started, and
+    /// every sidecar that does not run (restarted under back-off, whatever the restart
+    /// policy). A running sidecar whose definition changed is restarted first. Returns when
+    /// to look again while the pod is not initialized yet, `None` once it is.
+    async fn sync_init_containers(
+        &mut self,
+        pod: &Pod,
+        spec: &PodSpec,
+        sandbox: &super::Sandbox,
+    ) -> Result<Option<Duration>, RuntimeError> {
+        let init_specs = spec.init_containers.as_deref().unwrap_or(&[]);
+        for c in init_specs.iter().filter(|c| is_sidecar(c)) {
+            let changed = attempts(self.records(), &c.name, Kind::Init)
+                .first()
+                .filter(|r| r.is_running() && labels::spec_changed(&r.labels, c))
+                .map(|r| (*r).clone());
+            if let Some(r) = changed {
+                self.restart_changed(pod, c, Kind::Init, &r, sandbox)
+                    .await?;
+            }
+        }
+        let plan = init::plan(spec, self.records(), |r| self.sidecar_started(spec, r));
+        if plan.failed {
+            // A regular init container failed for good (restartPolicy Never): the pod
+            // fails and nothing more starts. The next pass finds it terminal and stops
+            // what still runs (its sidecars, its sandbox), so it comes at once.
+            return Ok(Some(Duration::ZERO));
+        }
+        let never = policy(pod) == "Never";
+        let mut next = Duration::MAX;
+        let mut look_again = false;
+        for i in plan.start {
+            let c = &init_specs[i];
+            let sidecar = is_sidecar(c);
+            let tries = attempts(self.records(), &c.name, Kind::Init);
+            let step = step_for(&tries, |code| sidecar || (code != 0 && !never));
+            let backoff = self.take_step(pod, c, Kind::Init, step, sandbox).await?;
+            let failed = backoff.is_some() || self.waiting.contains_key(&c.name);
+            next = next.min(backoff.unwrap_or_else(|| self.waiting_retry(&c.name)));
+            if failed && !sidecar {
+                // As upstream's SyncPod: a regular init container that could not start
+                // holds back the rest; a sidecar that could not does not.
+                break;
+            }
+            // A sidecar without a startupProbe has started once it runs: the next init
+            // container may follow at once (nothing else would wake the worker for it).
+            look_again |= !failed && sidecar && c.startup_probe.is_none();
+        }
+        if plan.initialized {
+            return Ok(None);
+        }
+        Ok(Some(if look_again { Duration::ZERO } else { next }))
+    }
+
+    /// A running sidecar has started: it has no startupProbe, or that probe succeeded (its
+    /// postStart hook ran within its start). Until its probe worker reports, it has not.
+    fn sidecar_started(&self, spec: &PodSpec, r: &ContainerRecord) -> bool {
+        let has_startup_probe = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .any(|c| c.name == r.name && c.startup_probe.is_some());
+        !has_startup_probe || self.probes.get(&r.id).is_some_and(|p| p.status().started)
+    }
+
+    /// In a pod with sidecars whose restart policy is not Always, every main container
+    /// ended and none is to be restarted: the pod is done (upstream's computePodActions
+    /// kills it then, sidecars included, and starts no init container again).
+    fn main_containers_ended(&self, pod: &Pod) -> bool {
+        let Some(spec) = pod.spec.as_ref().filter(|s| has_sidecars(s)) else {
+            return false;
+        };
+        !spec.containers.is_empty()
+            && spec.containers.iter().all(|c| {
+                let tries = attempts(self.records(), &c.name, Kind::App);
+                matches!(
+                    step_for(&tries, |code| should_restart(policy(pod), code)),
+                    Step::Done
+                )
+            })
+    }
+
+    /// Stops the sidecars of a pod whose main containers ended (`main_containers_ended`),
+    /// in reverse order within the pod's grace period; their exits do not decide the
+    /// phase, so the pod then ends Succeeded or Failed as its main containers did.
+    async fn stop_sidecars(&mut self, pod: &Pod) -> Result<(), RuntimeError> {
+        let sidecars: Vec<ContainerRecord> = self
+            .records()
+            .iter()
+            .filter(|r| r.kind == Kind::Init && r.is_running())
+            .filter(|r| sidecar::is_sidecar_named(pod, &r.name))
+            .cloned()
+            .collect();
+        // Those waiting for a restart are not restarted any more.
+        for c in pod
+            .spec
+            .iter()
+            .flat_map(|s| s.init_containers.iter().flatten())
+        {
+            if is_sidecar(c) {
+                self.waiting.remove(&c.name);
+            }
+        }
+        if sidecars.is_empty() {
+            return Ok(());
+        }
+        info!(pod = %self.pod_ref.display(), sidecars = sidecars.len(), "main containers ended; stopping the sidecars");
+        self.stop_containers(Some(pod), &sidecars, grace_period(pod))
+            .await
+    }
+
     /// A running container whose spec changed (its image, as the API allows) is killed and
     /// started again at once, whatever the restart policy, as upstream's computePodActions:
     /// the new definition is not a crash, so no back-off applies.
+    /// (Sidecars too, with upstream's words for them.)
     async fn restart_changed(
         &mut self,
         pod: &Pod,
         c: &Container,
+        kind: Kind,
         r: &ContainerRecord,
         sandbox: &super::Sandbox,
     ) -> Result<(), RuntimeError> {
         info!(pod = %self.pod_ref.display(), container = %c.name, container_id = %r.id, "container definition changed; restarting it");
         self.probes.remove(&r.id);
-        let msg = format!("Container {} definition changed, will be restarted", c.name);
+        let msg = match kind {
+            Kind::Init => format!("Init container {} definition changed", c.name),
+            _ => format!("Container {} definition changed, will be restarted", c.name),
+        };
         let (id, status) = self
-            .stop_one(Some(pod), r, grace_period(pod), &sandbox.ips, Some(msg))
+            .stop_one(
+                Some(pod),
+                r,
+                grace_period(pod),
+                &sandbox.ips,
+                Some(msg),
+                None,
+            )
             .await?;
         self.saw_exit(&id, status);
-        self.start(pod, c, Kind::App, r.attempt + 1, sandbox, None)
-            .await;
+        self.start(pod, c, kind, r.attempt + 1, sandbox, None).await;
         Ok(())
     }
 

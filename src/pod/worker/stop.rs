@@ -9,6 +9,7 @@ use tracing::{info, warn};
 
 use super::events;
 use super::sandbox::{latest_sandbox, split_ips, SandboxError};
+use super::termination_order::TerminationOrder;
 use super::{blocking, Worker};
 use crate::events::EventType;
 use crate::pod::files::{remove_log_links, remove_pod_cgroups};
@@ -19,8 +20,11 @@ use crate::runtime::RuntimeError;
 use crate::volume;
 
 impl Worker {
-    /// Stops every running non-sandbox container in parallel, each as `stop_one` does.
-    /// `pod` gives the containers' hooks; without it, the pod as the sandbox saved it.
+    /// Stops every running non-sandbox container in parallel, each as `stop_one` does; in a
+    /// pod with sidecars, the sidecars are sent their stop signal only after the main
+    /// containers ended, in reverse order (`TerminationOrder`), within the same grace
+    /// period. `pod` gives the containers' hooks and the order; without it, the pod as the
+    /// sandbox saved it.
     pub(super) async fn stop_containers(
         &mut self,
         pod: Option<&Pod>,
@@ -36,10 +40,20 @@ impl Worker {
         };
         let pod = pod.or(saved.as_ref());
         let ips = split_ips(latest_sandbox(records).and_then(|s| s.labels.get(labels::POD_IPS)));
-        let running = records
+        let running: Vec<&ContainerRecord> = records
             .iter()
-            .filter(|r| r.kind != Kind::Sandbox && r.is_running());
-        let stops = running.map(|r| self.stop_one(pod, r, grace, &ips, None));
+            .filter(|r| r.kind != Kind::Sandbox && r.is_running())
+            .collect();
+        let order = pod.and_then(|p| p.spec.as_ref()).and_then(|s| {
+            let names = running
+                .iter()
+                .filter(|r| matches!(r.kind, Kind::App | Kind::Init))
+                .map(|r| r.name.as_str());
+            TerminationOrder::new(s, names)
+        });
+        let stops = running
+            .iter()
+            .map(|r| self.stop_one(pod, r, grace, &ips, None, order.as_ref()));
         let ended = futures::future::join_all(stops).await;
         for (id, status) in ended.into_iter().collect::<Result<Vec<_>, _>>()? {
             self.saw_exit(&id, status);
@@ -80,9 +94,9 @@ impl Worker {
     }
 
     /// Stops one container as upstream's killContainer: the Killing event (`message`, or
-    /// "Stopping container <name>"), its preStop hook within the grace period, then the
-    /// stop signal, then SIGKILL when what is left of the grace period (at least 2 s) ends.
-    /// Returns the container's id and exit status.
+    /// "Stopping container <name>"), its preStop hook within the grace period, then (with
+    /// an `order`) its turn, then the stop signal, then SIGKILL when what is left of the
+    /// grace period (at least 2 s) ends. Returns the container's id and exit status.
     pub(super) async fn stop_one(
         &self,
         pod: Option<&Pod>,
@@ -90,6 +104,7 @@ impl Worker {
         grace: Duration,
         pod_ips: &[String],
         message: Option<String>,
+        order: Option<&TerminationOrder>,
     ) -> Result<(String, u32), RuntimeError> {
         let rt = &self.shared.rt;
         let spec = pod.and_then(|p| p.spec.as_ref()).and_then(|s| {
@@ -136,6 +151,12 @@ impl Worker {
                 }
             }
         }
+        if let Some(order) = order {
+            // A sidecar waits for the containers it outlives, within the grace period.
+            order
+                .wait_turn(&r.name, grace.saturating_sub(started.elapsed()))
+                .await;
+        }
         let remaining = grace
             .saturating_sub(started.elapsed())
             .max(Duration::from_secs(2));
@@ -151,6 +172,9 @@ impl Worker {
                     .unwrap_or(128 + libc::SIGKILL as u32)
             }
         };
+        if let Some(order) = order {
+            order.ended(&r.name);
+        }
         Ok((r.id.clone(), status))
     }
 
