@@ -79,6 +79,8 @@ struct FakeState {
     registry: HashMap<String, ImageInfo>,
     /// Per container name, what its next starts do (front first); `Run` once empty.
     scripts: HashMap<String, VecDeque<Script>>,
+    /// Per container name, the exit code of execs in it (probes, hooks); 0 when unset.
+    exec_exits: HashMap<String, i32>,
     /// Operations that answer with a timeout until cleared.
     hung: HashSet<&'static str>,
     calls: Vec<String>,
@@ -143,6 +145,11 @@ impl FakeRuntime {
             .entry(name.to_string())
             .or_default()
             .extend(scripts);
+    }
+
+    /// Execs (probes, hooks) in the container named `name` exit with `code` from now on.
+    pub(crate) fn exec_exits(&self, name: &str, code: i32) {
+        self.lock().exec_exits.insert(name.to_string(), code);
     }
 
     /// What the next `exec_stdio` calls do and what each was asked (see `ExecScript`).
@@ -396,19 +403,26 @@ impl ExecRunner for FakeRuntime {
                     super::client::CALL_TIMEOUT
                 )));
             }
-            let running = rt
-                .lock()
-                .containers
-                .get(&container_id)
-                .and_then(|c| c.task.as_ref())
-                .is_some_and(|t| t.state == TaskState::Running);
+            let (running, exit_code) = {
+                let st = rt.lock();
+                let c = st.containers.get(&container_id);
+                let running = c
+                    .and_then(|c| c.task.as_ref())
+                    .is_some_and(|t| t.state == TaskState::Running);
+                let code = c
+                    .and_then(|c| c.labels.get(labels::CONTAINER_NAME))
+                    .and_then(|name| st.exec_exits.get(name))
+                    .copied()
+                    .unwrap_or(0);
+                (running, code)
+            };
             if !running {
                 return Err(ExecError::Failed(format!(
                     "container {container_id} is not running"
                 )));
             }
             Ok(ExecResult {
-                exit_code: 0,
+                exit_code,
                 stdout: Vec::new(),
                 stderr: Vec::new(),
             })

@@ -431,3 +431,5 @@ fn a_terminal_phase_stays() {
         Some("Running")
     );
 }
+
+mod sidecars;

@@ -223,9 +223,11 @@ impl Worker {
             next = next.min(self.waiting_retry(&c.name));
         }
 
-        if let Some(wait) = self.sync_init_containers(pod, &spec, &sandbox).await? {
-            // Not initialized yet: the main containers wait.
-            return self.end_pass(pod, &sandbox, next.min(wait)).await;
+        let (initialized, wait) = self.sync_init_containers(pod, &spec, &sandbox).await?;
+        next = next.min(wait);
+        if !initialized {
+            // The main containers wait.
+            return self.end_pass(pod, &sandbox, next).await;
         }
 
         for c in &spec.containers {
@@ -271,14 +273,15 @@ impl Worker {
     /// Starts the init containers the plan names (`init::plan`): the next regular one when
     /// the one before completed, the next one after a sidecar once it has started, and
     /// every sidecar that does not run (restarted under back-off, whatever the restart
-    /// policy). A running sidecar whose definition changed is restarted first. Returns when
-    /// to look again while the pod is not initialized yet, `None` once it is.
+    /// policy). A running sidecar whose definition changed is restarted first. Returns
+    /// whether the pod is initialized (its main containers may run), and when to look again
+    /// for the init containers' sake.
     async fn sync_init_containers(
         &mut self,
         pod: &Pod,
         spec: &PodSpec,
         sandbox: &super::Sandbox,
-    ) -> Result<Option<Duration>, RuntimeError> {
+    ) -> Result<(bool, Duration), RuntimeError> {
         let init_specs = spec.init_containers.as_deref().unwrap_or(&[]);
         for c in init_specs.iter().filter(|c| is_sidecar(c)) {
             let changed = attempts(self.records(), &c.name, Kind::Init)
@@ -295,7 +298,7 @@ impl Worker {
             // A regular init container failed for good (restartPolicy Never): the pod
             // fails and nothing more starts. The next pass finds it terminal and stops
             // what still runs (its sidecars, its sandbox), so it comes at once.
-            return Ok(Some(Duration::ZERO));
+            return Ok((false, Duration::ZERO));
         }
         let never = policy(pod) == "Never";
         let mut next = Duration::MAX;
@@ -317,10 +320,10 @@ impl Worker {
             // container may follow at once (nothing else would wake the worker for it).
             look_again |= !failed && sidecar && c.startup_probe.is_none();
         }
-        if plan.initialized {
-            return Ok(None);
+        if look_again && !plan.initialized {
+            next = Duration::ZERO;
         }
-        Ok(Some(if look_again { Duration::ZERO } else { next }))
+        Ok((plan.initialized, next))
     }
 
     /// A running sidecar has started: it has no startupProbe, or that probe succeeded (its
