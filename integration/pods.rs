@@ -670,3 +670,63 @@ fn a_static_pod_edited_in_place_keeps_its_log_link() {
         node.log()
     );
 }
+
+/// A job with a sidecar: the sidecar (an init container with `restartPolicy: Always`) feeds
+/// a shared emptyDir; its startup probe holds the job back until the first write is there;
+/// the job reads it and exits 0. Under restartPolicy Never the pod then ends Succeeded with
+/// the sidecar stopped: its own exit (1, from its TERM trap) does not decide the phase.
+#[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
+fn a_sidecar_feeds_a_job_through_an_empty_dir_and_is_stopped_when_the_job_ends() {
+    let node = Node::start("sidecar");
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: fed}}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 5
+  volumes: [{{name: shared, emptyDir: {{}}}}]
+  initContainers:
+  - name: feeder
+    image: {BUSYBOX}
+    restartPolicy: Always
+    command: ["sh", "-c", "trap 'exit 1' TERM; while true; do echo fed > /shared/tmp && mv /shared/tmp /shared/food; sleep 1 & wait $!; done"]
+    startupProbe:
+      exec: {{command: ["test", "-s", "/shared/food"]}}
+      periodSeconds: 1
+    volumeMounts: [{{name: shared, mountPath: /shared}}]
+  containers:
+  - name: job
+    image: {BUSYBOX}
+    command: ["sh", "-c", "grep -q fed /shared/food && echo ate"]
+    volumeMounts: [{{name: shared, mountPath: /shared}}]
+"#
+    );
+    node.write_manifest("fed.yaml", &manifest);
+    let p = node.wait_pod("fed", 90, "Succeeded", |p| {
+        p["status"]["phase"] == "Succeeded"
+    });
+    let job = &container_status(&p, "job")["state"]["terminated"];
+    assert_eq!(job["exitCode"], 0, "{p:#}");
+    let feeder = &p["status"]["initContainerStatuses"][0];
+    assert_eq!(feeder["name"], "feeder");
+    let stopped = &feeder["state"]["terminated"];
+    assert_eq!(stopped["exitCode"], 1, "stopped by SIGTERM: {feeder:#}");
+    assert_eq!(feeder["restartCount"], 0, "not restarted once the job ended");
+    assert_eq!(feeder["ready"], false);
+    // It stopped after the job ended, and the job started after it had.
+    assert!(job["finishedAt"].as_str().unwrap() <= stopped["finishedAt"].as_str().unwrap());
+    assert!(stopped["startedAt"].as_str().unwrap() <= job["startedAt"].as_str().unwrap());
+    assert_eq!(condition(&p, "Initialized")["status"], "True");
+    assert_eq!(condition(&p, "Ready")["reason"], "PodCompleted");
+    node.wait_until(10, "the job's output in its log", || {
+        read_log(&p, "job", 0)
+            .lines()
+            .any(|l| l.splitn(4, ' ').nth(3) == Some("ate"))
+    });
+    // Nothing of the pod runs any more (its sandbox was stopped too).
+    node.wait_until(30, "every task of the pod ended", || {
+        node.tasks().iter().all(|(_, _, status)| status != "RUNNING")
+    });
+}
