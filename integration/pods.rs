@@ -713,7 +713,10 @@ spec:
     assert_eq!(feeder["name"], "feeder");
     let stopped = &feeder["state"]["terminated"];
     assert_eq!(stopped["exitCode"], 1, "stopped by SIGTERM: {feeder:#}");
-    assert_eq!(feeder["restartCount"], 0, "not restarted once the job ended");
+    assert_eq!(
+        feeder["restartCount"], 0,
+        "not restarted once the job ended"
+    );
     assert_eq!(feeder["ready"], false);
     // It stopped after the job ended, and the job started after it had.
     assert!(job["finishedAt"].as_str().unwrap() <= stopped["finishedAt"].as_str().unwrap());
@@ -727,6 +730,8 @@ spec:
     });
     // Nothing of the pod runs any more (its sandbox was stopped too).
     node.wait_until(30, "every task of the pod ended", || {
-        node.tasks().iter().all(|(_, _, status)| status != "RUNNING")
+        node.tasks()
+            .iter()
+            .all(|(_, _, status)| status != "RUNNING")
     });
 }

@@ -1,7 +1,7 @@
 //! Pod features this agent does not implement yet, refused at admission instead of being
-//! ignored: a pod that asks for user namespaces, DRA claims, image volumes, sidecar
-//! containers, a RuntimeClass or an unmasked /proc would otherwise run without what it
-//! asked for (or sit in a state that never ends) and nobody would be told.
+//! ignored: a pod that asks for user namespaces, DRA claims, image volumes, a
+//! RuntimeClass or an unmasked /proc would otherwise run without what it asked for (or sit
+//! in a state that never ends) and nobody would be told.
 //!
 //! Upstream refuses a pod whose features its node cannot serve in the same place: its
 //! declared-features admit handler (reason `PodFeatureUnsupported`, "Pod requires node
@@ -92,9 +92,6 @@ fn wanted(spec: &PodSpec) -> Vec<Wanted> {
     for (group, containers) in groups {
         for (i, c) in containers.iter().enumerate() {
             let at = format!("spec.{group}[{i}]");
-            if group == "initContainers" && c.restart_policy.as_deref() == Some("Always") {
-                want("SidecarContainers", format!("{at}.restartPolicy: Always"));
-            }
             container_wants(c, &at, &mut want);
         }
     }
@@ -163,8 +160,11 @@ mod tests {
         spec["hostUsers"] = json!(true);
         spec["runtimeClassName"] = json!("");
         spec["securityContext"] = json!({"supplementalGroupsPolicy": "Merge"});
-        spec["initContainers"] =
-            json!([{"name": "init", "image": "busybox", "restartPolicy": "Never"}]);
+        // Sidecars (pod::sidecar) run now.
+        spec["initContainers"] = json!([
+            {"name": "init", "image": "busybox", "restartPolicy": "Never"},
+            {"name": "side", "image": "busybox", "restartPolicy": "Always"},
+        ]);
         assert_eq!(check(&pod(spec)), Ok(()));
     }
 
@@ -186,10 +186,6 @@ mod tests {
             (
                 json!({"volumes": [{"name": "v", "emptyDir": {}}, {"name": "img", "image": {"reference": "x"}}]}),
                 "ImageVolume (spec.volumes[1].image)",
-            ),
-            (
-                json!({"initContainers": [{"name": "side", "image": "b", "restartPolicy": "Always"}]}),
-                "SidecarContainers (spec.initContainers[0].restartPolicy: Always)",
             ),
         ];
         for (extra, named) in cases {
