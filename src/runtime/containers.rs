@@ -111,9 +111,15 @@ pub(crate) fn parse_signal(text: &str) -> Option<u32> {
     let upper = text.to_ascii_uppercase();
     let name = upper.strip_prefix("SIG").unwrap_or(&upper);
     let realtime = |base: libc::c_int, rest: &str, sign: i32| -> Option<u32> {
-        let offset: i32 = if rest.is_empty() { 0 } else { rest.parse().ok()? };
+        let offset: i32 = if rest.is_empty() {
+            0
+        } else {
+            rest.parse().ok()?
+        };
         let n = base + sign * offset;
-        (libc::SIGRTMIN()..=libc::SIGRTMAX()).contains(&n).then_some(n as u32)
+        (libc::SIGRTMIN()..=libc::SIGRTMAX())
+            .contains(&n)
+            .then_some(n as u32)
     };
     if let Some(rest) = name.strip_prefix("RTMIN") {
         return realtime(libc::SIGRTMIN(), rest.strip_prefix('+').unwrap_or(rest), 1);
@@ -805,7 +811,8 @@ mod tests {
         }
         let mut r = record(TaskStatus::Running, 1);
         assert_eq!(r.stop_signal(), libc::SIGTERM as u32, "no STOPSIGNAL");
-        r.labels.insert(labels::STOP_SIGNAL.into(), "SIGWINCH".into());
+        r.labels
+            .insert(labels::STOP_SIGNAL.into(), "SIGWINCH".into());
         assert_eq!(r.stop_signal(), libc::SIGWINCH as u32);
         r.labels.insert(labels::STOP_SIGNAL.into(), "bogus".into());
         assert_eq!(r.stop_signal(), libc::SIGTERM as u32, "unreadable: SIGTERM");

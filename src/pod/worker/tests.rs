@@ -482,7 +482,10 @@ async fn a_container_is_stopped_with_its_images_stop_signal() {
     w.terminate(Duration::from_secs(5), &|| false)
         .await
         .unwrap();
-    assert_eq!(h.fake.calls_of("kill app"), ["kill app#0 3", "kill app#0 9"]);
+    assert_eq!(
+        h.fake.calls_of("kill app"),
+        ["kill app#0 3", "kill app#0 9"]
+    );
 }
 
 #[tokio::test(start_paused = true)]
