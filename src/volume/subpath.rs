@@ -91,18 +91,21 @@ pub(crate) fn bind_sub_path(
     Ok(target.to_path_buf())
 }
 
+/// Maps an I/O error of `op` on `path` while resolving `sub`.
+fn io_error(sub: &str, op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> SubPathError {
+    let (sub, path) = (sub.to_string(), path.to_path_buf());
+    move |source| SubPathError::Io {
+        sub,
+        op,
+        path,
+        source,
+    }
+}
+
 /// `base/sub` opened without following any symlink that was not checked to stay inside
 /// `base`; missing directories are made (mode of `base`, umask ignored, as upstream).
 pub(crate) fn open_sub_path(base: &Path, sub: &str) -> Result<OwnedFd, SubPathError> {
-    let io_err = |op: &'static str, path: &Path| {
-        let (sub, path) = (sub.to_string(), path.to_path_buf());
-        move |source: io::Error| SubPathError::Io {
-            sub,
-            op,
-            path,
-            source,
-        }
-    };
+    let io_err = |op: &'static str, path: &Path| io_error(sub, op, path);
     if sub.starts_with('/') {
         return Err(SubPathError::Absolute { sub: sub.into() });
     }
@@ -129,15 +132,7 @@ fn open_evaluated(
     to_create: &[OsString],
     sub: &str,
 ) -> Result<OwnedFd, SubPathError> {
-    let io_err = |op: &'static str, path: &Path| {
-        let (sub, path) = (sub.to_string(), path.to_path_buf());
-        move |source: io::Error| SubPathError::Io {
-            sub,
-            op,
-            path,
-            source,
-        }
-    };
+    let io_err = |op: &'static str, path: &Path| io_error(sub, op, path);
     // The volume root itself is the agent's (or the pod spec's hostPath): no container
     // can swap it, but it is opened without following a last-moment link anyway.
     let mut cur = open(
@@ -277,15 +272,7 @@ fn evaluate(base_real: &Path, sub: &str) -> Result<(PathBuf, Vec<OsString>), Sub
 /// Binds what `fd` refers to onto `target` (made as a file or directory to match), reusing
 /// a mount already there when it shows the same inode.
 fn bind_fd(fd: &OwnedFd, sub: &str, target: &Path, m: &dyn Mounter) -> Result<(), SubPathError> {
-    let io_err = |op: &'static str, path: &Path| {
-        let (sub, path) = (sub.to_string(), path.to_path_buf());
-        move |source: io::Error| SubPathError::Io {
-            sub,
-            op,
-            path,
-            source,
-        }
-    };
+    let io_err = |op: &'static str, path: &Path| io_error(sub, op, path);
     if !target.is_absolute() {
         return Err(io_err("bind onto", target)(io::Error::other(
             "the bind target must be an absolute path (the pod's dir is unknown)",

@@ -10,7 +10,7 @@
 //! `status.features`), `SupplementalGroupsPolicyNotSupported`. Each entry here names the
 //! upstream feature and the pod field that asks for it, so the event says what to change.
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, SecurityContext};
 
 use super::Rejection;
 
@@ -97,18 +97,23 @@ fn wanted(spec: &PodSpec) -> Vec<Wanted> {
     }
     for (i, e) in spec.ephemeral_containers.iter().flatten().enumerate() {
         let at = format!("spec.ephemeralContainers[{i}]");
-        if e.security_context
-            .as_ref()
-            .and_then(|s| s.proc_mount.as_deref())
-            == Some("Unmasked")
-        {
-            want(
-                "ProcMountType",
-                format!("{at}.securityContext.procMount: Unmasked"),
-            );
-        }
+        unmasked_proc(e.security_context.as_ref(), &at, &mut want);
     }
     out
+}
+
+/// procMount Unmasked, in a container's or an ephemeral container's securityContext.
+fn unmasked_proc(
+    sc: Option<&SecurityContext>,
+    at: &str,
+    want: &mut impl FnMut(&'static str, String),
+) {
+    if sc.and_then(|s| s.proc_mount.as_deref()) == Some("Unmasked") {
+        want(
+            "ProcMountType",
+            format!("{at}.securityContext.procMount: Unmasked"),
+        );
+    }
 }
 
 fn container_wants(c: &Container, at: &str, want: &mut impl FnMut(&'static str, String)) {
@@ -122,16 +127,7 @@ fn container_wants(c: &Container, at: &str, want: &mut impl FnMut(&'static str, 
             format!("{at}.resources.claims"),
         );
     }
-    if c.security_context
-        .as_ref()
-        .and_then(|s| s.proc_mount.as_deref())
-        == Some("Unmasked")
-    {
-        want(
-            "ProcMountType",
-            format!("{at}.securityContext.procMount: Unmasked"),
-        );
-    }
+    unmasked_proc(c.security_context.as_ref(), at, want);
     if !c.volume_devices.as_deref().unwrap_or_default().is_empty() {
         want("BlockVolume", format!("{at}.volumeDevices"));
     }
