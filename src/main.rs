@@ -113,6 +113,8 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     for warning in cfg.warnings() {
         tracing::warn!("{warning}");
     }
+    // Upstream's container manager refuses to start with swap on unless told otherwise.
+    kubelet_rs::cm::swap::check_node(cfg.fail_swap_on)?;
     // Owner and group only: pods' secrets, tokens and emptyDirs are below.
     kubelet_rs::data_dirs::setup_data_dirs(&cfg.root_dir).context("setting up the root dir")?;
 
@@ -442,6 +444,9 @@ fn start_stats(
     };
     let mut c = CollectorConfig::new(cfg.node_name.clone());
     c.housekeeping_interval = cfg.housekeeping_interval;
+    // Upstream measures volumes every volumeStatsAggPeriod; writable layers and logs are
+    // walked on the same cadence here (containerd's own usage scan is no cheaper).
+    c.disk_usage_interval = cfg.volume_stats_agg_period;
     c.node_fs_dir = cfg.root_dir.clone();
     // The `pods` system container is kubepods wherever cgroupRoot and the driver put it.
     let layout = kubelet_rs::cm::Layout::from_config(cfg);

@@ -343,6 +343,87 @@ impl<'a> Sum<&'a Quantity> for Quantity {
     }
 }
 
+/// How upstream writes a quantity back out (`resource.Format`): the kind of suffix it was
+/// parsed with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// "1e3", "5E-3"
+    DecimalExponent,
+    /// "1Ki", "128Mi"
+    BinarySi,
+    /// "500m", "1k", "2", "3G"
+    DecimalSi,
+}
+
+impl Format {
+    /// The format upstream's `ParseQuantity` gives `text` (DecimalSI when it does not parse).
+    pub fn of(text: &str) -> Format {
+        match scan(text.trim())
+            .ok()
+            .and_then(|s| Some((s.suffix, interpret(s.suffix)?)))
+        {
+            Some((_, (Base::Two, _))) => Format::BinarySi,
+            // "E" alone is exa; "E3" or "e-3" an exponent.
+            Some((suffix, _)) if suffix.len() > 1 && suffix.starts_with(['e', 'E']) => {
+                Format::DecimalExponent
+            }
+            _ => Format::DecimalSi,
+        }
+    }
+}
+
+impl Quantity {
+    /// Upstream's canonical text of the value in `format` (`Quantity.String()`): binary
+    /// values as the largest exact power-of-1024 suffix ("1536Mi"; below 1024 or fractional
+    /// they are written as DecimalSI), decimal ones with an exponent that is a multiple of 3
+    /// ("1500k", "100m"), past the SI suffixes in e-notation.
+    pub fn canonical(&self, format: Format) -> String {
+        if self.nanos == 0 {
+            return "0".to_string();
+        }
+        let whole = self.nanos % NANOS_PER_UNIT == 0;
+        let small = self.nanos.abs() < 1024 * NANOS_PER_UNIT;
+        if format == Format::BinarySi && whole && !small {
+            let mut value = self.nanos / NANOS_PER_UNIT;
+            let mut power = 0;
+            while value % 1024 == 0 && power < 6 {
+                value /= 1024;
+                power += 1;
+            }
+            let suffix = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"][power];
+            return format!("{value}{suffix}");
+        }
+        // value = mantissa × 10^exponent, the exponent lowered to a multiple of 3.
+        let mut mantissa = self.nanos;
+        let mut exponent: i32 = -9;
+        while mantissa % 10 == 0 {
+            mantissa /= 10;
+            exponent += 1;
+        }
+        let lower = exponent.rem_euclid(3);
+        mantissa *= 10i128.pow(lower as u32);
+        exponent -= lower;
+        let si = match exponent {
+            -9 => Some("n"),
+            -6 => Some("u"),
+            -3 => Some("m"),
+            0 => Some(""),
+            3 => Some("k"),
+            6 => Some("M"),
+            9 => Some("G"),
+            12 => Some("T"),
+            15 => Some("P"),
+            18 => Some("E"),
+            _ => None,
+        };
+        match (format, si) {
+            (_, _) if exponent == 0 => format!("{mantissa}"),
+            (Format::DecimalExponent, _) | (_, None) => format!("{mantissa}e{exponent}"),
+            (_, Some(suffix)) => format!("{mantissa}{suffix}"),
+        }
+    }
+}
+
 /// The exact value in plain decimal notation ("0.5", "1073741824", "-0.000000001").
 impl fmt::Display for Quantity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -558,5 +639,35 @@ mod tests {
         use k8s_openapi::apimachinery::pkg::api::resource::Quantity as Api;
         assert_eq!(Quantity::from_api(&Api(" 1Gi\n".into())).unwrap(), q("1Gi"));
         assert!(Quantity::from_api(&Api("1 Gi".into())).is_err());
+    }
+
+    #[test]
+    fn canonical_text_is_upstreams_string() {
+        let c = |text: &str| q(text).canonical(Format::of(text));
+        // Binary: the largest exact power of 1024; fractional or below 1024 goes decimal.
+        assert_eq!(c("1024Ki"), "1Mi");
+        assert_eq!(c("1536Mi"), "1536Mi");
+        assert_eq!(c("1048576Ki"), "1Gi");
+        assert_eq!(c("0.5Ki"), "512");
+        assert_eq!(c("1.5Ki"), "1536");
+        assert_eq!(c("0Mi"), "0");
+        // Decimal SI: an exponent that is a multiple of 3.
+        assert_eq!(c("1500000"), "1500k");
+        assert_eq!(c("2000000"), "2M");
+        assert_eq!(c("0.1"), "100m");
+        assert_eq!(c("1.5"), "1500m");
+        assert_eq!(c("100M"), "100M");
+        assert_eq!(c("1000M"), "1G");
+        assert_eq!(c("123"), "123");
+        // Decimal exponent keeps the e-notation.
+        assert_eq!(c("1e6"), "1e6");
+        assert_eq!(c("15e5"), "1500e3");
+        // A sum written in the first addend's format, as upstream's Add keeps it.
+        let sum = q("1Mi") + q("1Gi");
+        assert_eq!(sum.canonical(Format::BinarySi), "1025Mi");
+        assert_eq!(Format::of("5G"), Format::DecimalSi);
+        assert_eq!(Format::of("5Gi"), Format::BinarySi);
+        assert_eq!(Format::of("5E3"), Format::DecimalExponent);
+        assert_eq!(Format::of("5E"), Format::DecimalSi, "exa");
     }
 }

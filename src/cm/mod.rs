@@ -17,6 +17,7 @@ pub mod cgroupfs;
 pub mod names;
 pub(crate) mod pod;
 pub(crate) mod qos;
+pub mod swap;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;

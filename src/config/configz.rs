@@ -164,6 +164,19 @@ pub fn configz_json(config: &Config) -> Value {
         json!(config.node_lease_duration_seconds),
     );
     put("registerNode", json!(config.register_node));
+    put("failSwapOn", json!(config.fail_swap_on));
+    put(
+        "memorySwap",
+        json!({"swapBehavior": config.swap_behavior.as_str()}),
+    );
+    put(
+        "localStorageCapacityIsolation",
+        json!(config.local_storage_capacity_isolation),
+    );
+    put(
+        "volumeStatsAggPeriod",
+        json!(format_duration(config.volume_stats_agg_period)),
+    );
     if !config.register_with_taints.is_empty() {
         put("registerWithTaints", json!(config.register_with_taints));
     }

@@ -18,7 +18,7 @@ use super::duration::parse_duration;
 use super::error::ConfigError;
 use super::node::{self, EvictionThresholds};
 use super::schema;
-use super::AuthorizationMode;
+use super::{AuthorizationMode, SwapBehavior};
 use crate::quantity::Quantity;
 use k8s_openapi::api::core::v1::Taint;
 
@@ -108,6 +108,11 @@ pub(crate) struct FileSettings {
     pub pod_pids_limit: Option<i64>,
     pub kube_reserved_cgroup: Option<String>,
     pub system_reserved_cgroup: Option<String>,
+    pub fail_swap_on: Option<bool>,
+    /// memorySwap.swapBehavior ("" is upstream's NoSwap).
+    pub swap_behavior: Option<SwapBehavior>,
+    pub local_storage_capacity_isolation: Option<bool>,
+    pub volume_stats_agg_period: Option<Duration>,
 }
 
 #[cfg(test)]
@@ -249,8 +254,25 @@ pub(crate) fn parse_document(
         pod_pids_limit: reader.int_in("podPidsLimit", i64::MIN, i64::MAX)?,
         kube_reserved_cgroup: reader.string("kubeReservedCgroup")?,
         system_reserved_cgroup: reader.string("systemReservedCgroup")?,
+        fail_swap_on: reader.boolean("failSwapOn")?,
+        local_storage_capacity_isolation: reader.boolean("localStorageCapacityIsolation")?,
+        // Not a pointer upstream: 0 means the default.
+        volume_stats_agg_period: reader
+            .duration("volumeStatsAggPeriod")?
+            .filter(|d| !d.is_zero()),
         ..FileSettings::default()
     };
+    if let Some(swap) = reader.block("memorySwap")? {
+        if let Some(text) = swap.string("swapBehavior")? {
+            settings.swap_behavior = Some(SwapBehavior::parse(&text).ok_or_else(|| {
+                swap.bad(
+                    "swapBehavior",
+                    &Value::String(text.clone()),
+                    "expected NoSwap or LimitedSwap",
+                )
+            })?);
+        }
+    }
     read_authentication(&reader, &mut settings)?;
     read_authorization(&reader, &mut settings)?;
     // Non-pointer fields upstream: their zero value means "default". healthzPort and
@@ -641,7 +663,7 @@ pub(crate) mod tests {
     fn unimplemented_fields_are_checked_and_listed_when_not_default() {
         let s = parse(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             kubeAPIQPS: 50\noomScoreAdj: -500\nfailSwapOn: true\nfeatureGates:\n  A: true\n\
+             kubeAPIQPS: 50\noomScoreAdj: -500\nprotectKernelDefaults: false\nfeatureGates:\n  A: true\n\
              streamingConnectionIdleTimeout: 4h\nvolumeStatsAggPeriod: 0s\nenableServer: false\n\
              logging:\n  flushFrequency: 5000000000\n  vmodule:\n  - filePattern: x\n    verbosity: 2\n",
         )
@@ -657,7 +679,11 @@ pub(crate) mod tests {
                 "must be between -1000 and 1000",
             ),
             ("kubeAPIQPS: -1", "kubeAPIQPS", "must be between 0 and"),
-            ("failSwapOn: maybe", "failSwapOn", "expected true or false"),
+            (
+                "protectKernelDefaults: maybe",
+                "protectKernelDefaults",
+                "expected true or false",
+            ),
             (
                 "hairpinMode: bridge",
                 "hairpinMode",

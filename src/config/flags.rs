@@ -188,6 +188,9 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
     value("node-labels", "K=V[,K=V]", "labels added to the Node at registration; kubernetes.io/k8s.io keys only from the kubelet's allowed set"),
     value("register-with-taints", "K=V:EFFECT[,...]", "taints the Node is registered with (registerWithTaints)"),
     value("node-ip", "IP", "the node's InternalIP (default: the address of the default route's interface)"),
+    bool_flag("fail-swap-on", "refuse to start while the node has swap on (failSwapOn, default true)"),
+    bool_flag("local-storage-capacity-isolation", "evict pods past their emptyDir sizeLimit or ephemeral-storage limits (localStorageCapacityIsolation, default true)"),
+    value("volume-stats-agg-period", "DURATION", "how long a measured directory usage (volumes, writable layers, logs) is reused before it is measured again (volumeStatsAggPeriod, default 1m0s)"),
     bool_flag("register-node", "register the Node with the API server (registerNode, default true)"),
     value("kube-reserved", "NAME=QUANTITY[,...]", "cpu, memory, ephemeral-storage, pid held back for Kubernetes daemons (kubeReserved)"),
     value("system-reserved", "NAME=QUANTITY[,...]", "cpu, memory, ephemeral-storage, pid held back for the OS (systemReserved)"),
@@ -247,7 +250,6 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
     not_yet("experimental-allocatable-ignore-eviction", ValueType::Bool),
     not_yet("experimental-mounter-path", ValueType::Str),
     not_yet("fail-cgroupv1", ValueType::Bool),
-    not_yet("fail-swap-on", ValueType::Bool),
     not_yet("feature-gates", ValueType::BoolMap),
     not_yet("global-housekeeping-interval", ValueType::Duration),
     not_yet("hairpin-mode", ValueType::Choice(&["promiscuous-bridge", "hairpin-veth", "none"])),
@@ -259,7 +261,6 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
     not_yet("kube-api-content-type", ValueType::Str),
     not_yet("kube-api-qps", NON_NEGATIVE_INT32),
     not_yet("kubelet-cgroups", ValueType::Str),
-    not_yet("local-storage-capacity-isolation", ValueType::Bool),
     not_yet("lock-file", ValueType::Str),
     not_yet("log-cadvisor-usage", ValueType::Bool),
     not_yet("log-flush-frequency", ValueType::Duration),
@@ -302,7 +303,6 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
     not_yet("topology-manager-scope", ValueType::Choice(&["container", "pod"])),
     not_yet("vmodule", ValueType::Vmodule),
     not_yet("volume-plugin-dir", ValueType::Str),
-    not_yet("volume-stats-agg-period", ValueType::Duration),
 ];
 
 /// The table entry of a parsed flag.

@@ -226,6 +226,44 @@ pub struct Config {
     pub kube_reserved_cgroup: String,
     /// --system-reserved-cgroup / systemReservedCgroup.
     pub system_reserved_cgroup: String,
+    /// --fail-swap-on / failSwapOn (default true): refuse to start while the node has swap
+    /// on (`cm::swap`).
+    pub fail_swap_on: bool,
+    /// memorySwap.swapBehavior: what swap containers may use.
+    pub swap_behavior: SwapBehavior,
+    /// --local-storage-capacity-isolation / localStorageCapacityIsolation (default true):
+    /// the eviction manager enforces emptyDir sizeLimits and ephemeral-storage limits.
+    pub local_storage_capacity_isolation: bool,
+    /// --volume-stats-agg-period / volumeStatsAggPeriod (default 1m): how long a measured
+    /// directory usage (volumes, writable layers, logs) is reused before it is walked again.
+    pub volume_stats_agg_period: Duration,
+}
+
+/// memorySwap.swapBehavior (upstream's kubelet types.SwapBehavior).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SwapBehavior {
+    /// No container swaps (upstream's default, also for "").
+    #[default]
+    NoSwap,
+    /// Burstable pods' containers may swap in proportion to their memory request.
+    LimitedSwap,
+}
+
+impl SwapBehavior {
+    pub(crate) fn parse(text: &str) -> Option<SwapBehavior> {
+        match text {
+            "" | "NoSwap" => Some(SwapBehavior::NoSwap),
+            "LimitedSwap" => Some(SwapBehavior::LimitedSwap),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SwapBehavior::NoSwap => "NoSwap",
+            SwapBehavior::LimitedSwap => "LimitedSwap",
+        }
+    }
 }
 
 /// How requests to the main server are authorized (authorization.mode).
@@ -388,6 +426,10 @@ impl Config {
             pod_pids_limit: -1,
             kube_reserved_cgroup: String::new(),
             system_reserved_cgroup: String::new(),
+            fail_swap_on: true,
+            swap_behavior: SwapBehavior::NoSwap,
+            local_storage_capacity_isolation: true,
+            volume_stats_agg_period: Duration::from_secs(60),
         }
     }
 }
@@ -608,6 +650,10 @@ fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError
         pod_pids_limit,
         kube_reserved_cgroup,
         system_reserved_cgroup,
+        fail_swap_on,
+        swap_behavior,
+        local_storage_capacity_isolation,
+        volume_stats_agg_period,
     } = file;
     fn set<T>(target: &mut T, value: Option<T>) {
         if let Some(v) = value {
@@ -746,6 +792,13 @@ fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError
     set(&mut config.pod_pids_limit, pod_pids_limit);
     set(&mut config.kube_reserved_cgroup, kube_reserved_cgroup);
     set(&mut config.system_reserved_cgroup, system_reserved_cgroup);
+    set(&mut config.fail_swap_on, fail_swap_on);
+    set(&mut config.swap_behavior, swap_behavior);
+    set(
+        &mut config.local_storage_capacity_isolation,
+        local_storage_capacity_isolation,
+    );
+    set(&mut config.volume_stats_agg_period, volume_stats_agg_period);
     Ok(())
 }
 
@@ -1015,6 +1068,14 @@ fn apply_flags(config: &mut Config, given: &[FlagValue]) -> Result<(), ConfigErr
             }
             "kube-reserved-cgroup" => config.kube_reserved_cgroup = v.to_string(),
             "system-reserved-cgroup" => config.system_reserved_cgroup = v.to_string(),
+            "fail-swap-on" => config.fail_swap_on = flags::parse_bool(v).map_err(|r| bad(&r))?,
+            "local-storage-capacity-isolation" => {
+                config.local_storage_capacity_isolation =
+                    flags::parse_bool(v).map_err(|r| bad(&r))?
+            }
+            "volume-stats-agg-period" => {
+                config.volume_stats_agg_period = parse_duration(v).map_err(|r| bad(&r))?
+            }
             "node-status-update-frequency" => {
                 config.node_status_update_frequency = parse_duration(v).map_err(|r| bad(&r))?
             }

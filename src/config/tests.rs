@@ -159,7 +159,7 @@ fn config_file_then_flags_win() {
     let file = config_file(&format!(
         "{HEADER}staticPodPath: /from/file\nmaxPods: 50\nsyncFrequency: 2m\n\
          containerRuntimeEndpoint: unix:///file.sock\nlogging:\n  format: json\n  verbosity: 2\n\
-         staticPodURLHeader:\n  X-File: [f]\nfailSwapOn: false\n"
+         staticPodURLHeader:\n  X-File: [f]\nprotectKernelDefaults: true\n"
     ));
     let path = file.path().to_str().unwrap();
     let c = load(&["--config", path]).unwrap();
@@ -177,7 +177,7 @@ fn config_file_then_flags_win() {
     assert_eq!(c.config_file.as_deref(), Some(file.path()));
     assert_eq!(
         c.unimplemented_config_fields,
-        vec!["failSwapOn".to_string()]
+        vec!["protectKernelDefaults".to_string()]
     );
     assert_eq!(c.static_pod_url_header["X-File"], vec!["f"]);
 
@@ -1153,13 +1153,7 @@ fn node_e2e_warning_names_exactly_what_is_not_implemented() {
     let c = load_from_args(node_e2e_args(&config, &dropins)).unwrap();
     assert_eq!(c.unimplemented_flags, vec!["--runtime-cgroups"]);
     // Set in the file to something other than upstream's default, and not acted on.
-    let fields = [
-        "failSwapOn",
-        "kubeletCgroups",
-        "podCIDR",
-        "systemCgroups",
-        "volumeStatsAggPeriod",
-    ];
+    let fields = ["kubeletCgroups", "podCIDR", "systemCgroups"];
     assert_eq!(c.unimplemented_config_fields, fields);
     assert_eq!(
         c.warnings(),
@@ -1220,8 +1214,8 @@ fn malformed_values_of_not_implemented_flags_are_refused_naming_the_flag() {
         ),
         ("--kube-api-qps=-1", "--kube-api-qps", "between 0 and"),
         (
-            "--fail-swap-on=maybe",
-            "--fail-swap-on",
+            "--cpu-cfs-quota=maybe",
+            "--cpu-cfs-quota",
             "expected true or false",
         ),
         (
@@ -1503,4 +1497,63 @@ fn enable_server_from_the_file_and_the_flag() {
     assert!(!c.enable_server);
     assert!(!c.unimplemented_flags.iter().any(|f| f == "--enable-server"));
     assert!(load(&["--enable-server=maybe"]).is_err());
+}
+
+#[test]
+fn swap_local_storage_and_volume_stats_settings_from_the_file_and_the_flags() {
+    let c = load(&[]).unwrap();
+    assert!(c.fail_swap_on, "upstream's default");
+    assert_eq!(c.swap_behavior, SwapBehavior::NoSwap);
+    assert!(c.local_storage_capacity_isolation);
+    assert_eq!(c.volume_stats_agg_period, Duration::from_secs(60));
+
+    let file = config_file(&format!(
+        "{HEADER}failSwapOn: false\nmemorySwap:\n  swapBehavior: LimitedSwap\n\
+         localStorageCapacityIsolation: false\nvolumeStatsAggPeriod: 5s\n"
+    ));
+    let path = file.path().to_str().unwrap();
+    let c = load(&["--config", path]).unwrap();
+    assert!(!c.fail_swap_on);
+    assert_eq!(c.swap_behavior, SwapBehavior::LimitedSwap);
+    assert!(!c.local_storage_capacity_isolation);
+    assert_eq!(c.volume_stats_agg_period, Duration::from_secs(5));
+    assert!(
+        c.unimplemented_config_fields.is_empty(),
+        "{:?}",
+        c.unimplemented_config_fields
+    );
+    let k = &configz_json(&c)["kubeletconfig"];
+    assert_eq!(k["failSwapOn"], false);
+    assert_eq!(k["memorySwap"]["swapBehavior"], "LimitedSwap");
+    assert_eq!(k["localStorageCapacityIsolation"], false);
+    assert_eq!(k["volumeStatsAggPeriod"], "5s");
+
+    let c = load(&[
+        "--config",
+        path,
+        "--fail-swap-on=true",
+        "--local-storage-capacity-isolation=true",
+        "--volume-stats-agg-period=2s",
+    ])
+    .unwrap();
+    assert!(c.fail_swap_on && c.local_storage_capacity_isolation);
+    assert_eq!(c.volume_stats_agg_period, Duration::from_secs(2));
+    assert!(
+        c.unimplemented_flags.is_empty(),
+        "{:?}",
+        c.unimplemented_flags
+    );
+
+    // As upstream's v1beta1 defaulting: a zero period in the file is the default.
+    let zero = config_file(&format!(
+        "{HEADER}volumeStatsAggPeriod: 0s\nmemorySwap: {{}}\n"
+    ));
+    let c = load(&["--config", zero.path().to_str().unwrap()]).unwrap();
+    assert_eq!(c.volume_stats_agg_period, Duration::from_secs(60));
+    assert_eq!(c.swap_behavior, SwapBehavior::NoSwap);
+
+    let bad = config_file(&format!("{HEADER}memorySwap:\n  swapBehavior: Unlimited\n"));
+    let err = load(&["--config", bad.path().to_str().unwrap()]).unwrap_err();
+    assert!(err.to_string().contains("memorySwap.swapBehavior"), "{err}");
+    assert!(err.to_string().contains("NoSwap or LimitedSwap"), "{err}");
 }

@@ -9,6 +9,7 @@
 //! while the node is under pressure, as upstream's does.
 
 mod admit;
+mod local_storage;
 mod rank;
 mod signals;
 pub mod sources;
@@ -81,6 +82,9 @@ pub struct Eviction {
     pub message: String,
     /// How long its containers get to stop.
     pub grace_period: Duration,
+    /// The pod's status carries a DisruptionTarget condition: evictions under node
+    /// pressure; upstream's local-storage limit evictions set none.
+    pub disruption: bool,
 }
 
 /// The pods as the eviction manager sees and acts on them.
@@ -115,6 +119,9 @@ pub struct EvictionManager {
     transition: Duration,
     max_pod_grace_seconds: i32,
     tracker: Tracker,
+    /// localStorageCapacityIsolation: emptyDir sizeLimits and ephemeral-storage limits are
+    /// enforced (`local_storage`).
+    local_storage_isolation: bool,
     stats: Arc<dyn SummarySource>,
     pods: Arc<dyn PodControl>,
     reclaim: Option<Arc<dyn NodeReclaim>>,
@@ -139,6 +146,7 @@ impl EvictionManager {
             transition: cfg.eviction_pressure_transition_period,
             max_pod_grace_seconds: cfg.eviction_max_pod_grace_period,
             tracker: Tracker::default(),
+            local_storage_isolation: cfg.local_storage_capacity_isolation,
             stats,
             pods,
             reclaim,
@@ -149,7 +157,7 @@ impl EvictionManager {
         (manager, view)
     }
 
-    /// Runs until the task is dropped: a pass every 10 s, or at once after an evicted pod
+    /// Runs until the task is dropped: a pass every 10 s, or at once after the evicted pods
     /// stopped (or did not within 30 s).
     pub async fn run(mut self) {
         info!(
@@ -158,31 +166,29 @@ impl EvictionManager {
         );
         let mut fresh = false;
         loop {
-            match self.synchronize(fresh).await {
-                Some(uid) => {
-                    self.wait_stopped(&uid).await;
-                    // The collector's last sample may predate the pod's end: the next
-                    // pass samples again, or it would evict for memory already freed.
-                    fresh = true;
-                }
-                None => {
-                    fresh = false;
-                    tokio::time::sleep(MONITORING_INTERVAL).await
-                }
+            let evicted = self.synchronize(fresh).await;
+            if evicted.is_empty() {
+                fresh = false;
+                tokio::time::sleep(MONITORING_INTERVAL).await;
+            } else {
+                self.wait_stopped(&evicted).await;
+                // The collector's last sample may predate the pods' end: the next pass
+                // samples again, or it would evict for usage already freed.
+                fresh = true;
             }
         }
     }
 
-    async fn wait_stopped(&self, uid: &str) {
+    async fn wait_stopped(&self, uids: &[String]) {
         let deadline = tokio::time::Instant::now() + CLEANUP_TIMEOUT;
         while tokio::time::Instant::now() < deadline {
-            if self.pods.is_stopped(uid) {
-                info!(pod_uid = %uid, "eviction manager: the evicted pod has stopped");
+            if uids.iter().all(|uid| self.pods.is_stopped(uid)) {
+                info!(pod_uids = ?uids, "eviction manager: the evicted pods have stopped");
                 return;
             }
             tokio::time::sleep(CLEANUP_POLL).await;
         }
-        warn!(pod_uid = %uid, "eviction manager: timed out waiting for the evicted pod to stop");
+        warn!(pod_uids = ?uids, "eviction manager: timed out waiting for the evicted pods to stop");
     }
 
     fn publish(&self, pressure: Pressure) {
@@ -201,18 +207,79 @@ impl EvictionManager {
         });
     }
 
-    /// One pass, on the collector's last sample or (`fresh`) one taken now; returns the UID
-    /// of the pod it evicted.
-    pub(crate) async fn synchronize(&mut self, fresh: bool) -> Option<String> {
-        if self.thresholds.is_empty() {
-            return None;
+    /// One pass, on the collector's last sample or (`fresh`) one taken now; returns the UIDs
+    /// of the pods it evicted.
+    pub(crate) async fn synchronize(&mut self, fresh: bool) -> Vec<String> {
+        if self.thresholds.is_empty() && !self.local_storage_isolation {
+            return Vec::new();
         }
         let stats = self.stats.clone();
-        let summary =
+        let Some(summary) =
             tokio::task::spawn_blocking(move || if fresh { stats.fresh() } else { stats.latest() })
                 .await
                 .ok()
-                .flatten()?;
+                .flatten()
+        else {
+            return Vec::new();
+        };
+        self.act_on(summary).await
+    }
+
+    /// The pods past their local-storage limits, each evicted at once (upstream's
+    /// localStorageEviction, which goes before and instead of the thresholds' eviction).
+    fn local_storage_evictions(&self, summary: &Summary) -> Vec<String> {
+        if !self.local_storage_isolation {
+            return Vec::new();
+        }
+        let dedicated_image_fs = signals::dedicated_image_fs(summary);
+        let mut evicted = Vec::new();
+        for pod in self.pods.active_pods() {
+            let Some(stats) = summary
+                .pods
+                .iter()
+                .find(|s| Some(&s.pod_ref.uid) == pod.metadata.uid.as_ref())
+            else {
+                continue;
+            };
+            let Some(violation) = local_storage::check(&pod, stats, dedicated_image_fs) else {
+                continue;
+            };
+            let shown = crate::pod::worker::pod_ref(&pod).display();
+            if admit::is_critical(&pod) {
+                warn!(pod = %shown, "eviction manager: cannot evict a critical pod");
+                continue;
+            }
+            warn!(
+                pod = %shown,
+                signal = violation.signal,
+                message = %violation.message,
+                "evicting pod past its local storage limit"
+            );
+            crate::metrics::eviction(violation.signal);
+            self.recorder.pod(
+                &pod,
+                None,
+                EventType::Warning,
+                REASON_EVICTED,
+                violation.message.clone(),
+            );
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            self.pods.evict(
+                &uid,
+                Eviction {
+                    message: violation.message,
+                    grace_period: HARD_EVICTION_GRACE,
+                    disruption: false,
+                },
+            );
+            evicted.push(uid);
+        }
+        evicted
+    }
+
+    /// A pass on `summary`: the pressure conditions, the local-storage limits, then for
+    /// the first threshold to act on node-level reclaim and one pod's eviction.
+    async fn act_on(&mut self, summary: Summary) -> Vec<String> {
         let observations = signals::observe(&summary);
         let decision = self.tracker.step(
             &self.thresholds,
@@ -221,11 +288,17 @@ impl EvictionManager {
             Instant::now(),
         );
         self.publish(Pressure::from_conditions(&decision.conditions));
-        let index = thresholds::first_to_act(&self.thresholds, &decision.act_on)?;
+        let evicted = self.local_storage_evictions(&summary);
+        if !evicted.is_empty() {
+            return evicted;
+        }
+        let Some(index) = thresholds::first_to_act(&self.thresholds, &decision.act_on) else {
+            return Vec::new();
+        };
         let sample = summary.node.memory.as_ref().map(|m| m.time.0);
         if sample.is_some() && sample == self.last_acted_sample {
             debug!("eviction manager: no new stats since the last eviction");
-            return None;
+            return Vec::new();
         }
         let threshold = self.thresholds[index];
         let resource = threshold.signal.resource();
@@ -243,7 +316,7 @@ impl EvictionManager {
             format!("Attempting to reclaim {}", resource.name()),
         );
         if self.reclaim_node_level(threshold.signal, &summary).await {
-            return None;
+            return Vec::new();
         }
         let active = self.pods.active_pods();
         if active.is_empty() {
@@ -251,7 +324,7 @@ impl EvictionManager {
                 signal = threshold.signal.name(),
                 "eviction thresholds have been met, but no pods are active to evict"
             );
-            return None;
+            return Vec::new();
         }
         let mut candidates: Vec<rank::Candidate<'_>> = active
             .iter()
@@ -298,13 +371,14 @@ impl EvictionManager {
                 Eviction {
                     message,
                     grace_period,
+                    disruption: true,
                 },
             );
             self.last_acted_sample = sample;
-            return Some(uid);
+            return vec![uid];
         }
         warn!("eviction manager: unable to evict any pods from the node");
-        None
+        Vec::new()
     }
 
     /// Node-level reclaim for disk signals (the dead containers of ended pods, then unused

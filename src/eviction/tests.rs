@@ -151,7 +151,7 @@ async fn memory_pressure_evicts_the_pod_over_its_request_and_spares_guaranteed_a
             ("hog", 300 * MIB),
         ],
     ));
-    assert_eq!(m.synchronize(false).await.as_deref(), Some("hog"));
+    assert_eq!(m.synchronize(false).await, ["hog"]);
     assert!(view.borrow().memory && !view.borrow().disk);
     let evicted = fakes.evicted.lock().unwrap().clone();
     assert_eq!(evicted.len(), 1);
@@ -169,7 +169,7 @@ async fn memory_pressure_evicts_the_pod_over_its_request_and_spares_guaranteed_a
 
     // The same sample again: no second eviction on stale stats.
     *fakes.pods.lock().unwrap() = vec![pod("guaranteed", Some("500Mi"), json!({}))];
-    assert_eq!(m.synchronize(false).await, None);
+    assert_eq!(m.synchronize(false).await, Vec::<String>::new());
     // A new sample still under pressure: the Guaranteed pod is next (static pods never).
     *fakes.latest.lock().unwrap() = Some(summary(
         10,
@@ -177,11 +177,11 @@ async fn memory_pressure_evicts_the_pod_over_its_request_and_spares_guaranteed_a
         900 * MIB,
         &[("guaranteed", 100 * MIB)],
     ));
-    assert_eq!(m.synchronize(false).await.as_deref(), Some("guaranteed"));
+    assert_eq!(m.synchronize(false).await, ["guaranteed"]);
 
     // Relieved: no eviction, and the condition stays for the transition period (5 min).
     *fakes.latest.lock().unwrap() = Some(summary(20, 900 * MIB, 900 * MIB, &[]));
-    assert_eq!(m.synchronize(false).await, None);
+    assert_eq!(m.synchronize(false).await, Vec::<String>::new());
     assert!(view.borrow().memory);
 }
 
@@ -197,7 +197,7 @@ async fn only_critical_pods_left_means_no_eviction() {
     );
     *fakes.pods.lock().unwrap() = vec![critical];
     *fakes.latest.lock().unwrap() = Some(summary(0, 10 * MIB, 900 * MIB, &[("dns", 500 * MIB)]));
-    assert_eq!(m.synchronize(false).await, None);
+    assert_eq!(m.synchronize(false).await, Vec::<String>::new());
     assert!(fakes.evicted.lock().unwrap().is_empty());
 }
 
@@ -207,13 +207,17 @@ async fn disk_pressure_removes_unused_images_first_and_evicts_only_if_that_was_n
     *fakes.pods.lock().unwrap() = vec![pod("filler", None, json!({}))];
     *fakes.latest.lock().unwrap() = Some(summary(0, 900 * MIB, 50 * MIB, &[("filler", MIB)]));
     *fakes.fresh.lock().unwrap() = Some(summary(1, 900 * MIB, 200 * MIB, &[("filler", MIB)]));
-    assert_eq!(m.synchronize(false).await, None, "the images freed enough");
+    assert_eq!(
+        m.synchronize(false).await,
+        Vec::<String>::new(),
+        "the images freed enough"
+    );
     assert_eq!(*fakes.reclaims.lock().unwrap(), 1);
     assert!(view.borrow().disk && !view.borrow().memory);
 
     *fakes.latest.lock().unwrap() = Some(summary(10, 900 * MIB, 50 * MIB, &[("filler", MIB)]));
     *fakes.fresh.lock().unwrap() = Some(summary(11, 900 * MIB, 60 * MIB, &[("filler", MIB)]));
-    assert_eq!(m.synchronize(false).await.as_deref(), Some("filler"));
+    assert_eq!(m.synchronize(false).await, ["filler"]);
     assert_eq!(*fakes.reclaims.lock().unwrap(), 2);
     let evicted = fakes.evicted.lock().unwrap().clone();
     assert!(
@@ -239,7 +243,11 @@ async fn a_soft_threshold_waits_its_grace_period_and_gives_the_pods_their_own() 
     });
     *fakes.pods.lock().unwrap() = vec![pod("hog", None, json!({}))];
     *fakes.latest.lock().unwrap() = Some(summary(0, 500 * MIB, 900 * MIB, &[("hog", MIB)]));
-    assert_eq!(m.synchronize(false).await, None, "within the grace period");
+    assert_eq!(
+        m.synchronize(false).await,
+        Vec::<String>::new(),
+        "within the grace period"
+    );
     assert!(view.borrow().memory, "the condition is set at once");
 }
 
@@ -281,7 +289,7 @@ async fn the_pass_after_an_eviction_samples_again() {
         900 * MIB,
         &[("hog", 300 * MIB), ("next", MIB)],
     ));
-    assert_eq!(m.synchronize(false).await.as_deref(), Some("hog"));
+    assert_eq!(m.synchronize(false).await, ["hog"]);
     // The collector's cache still holds a sample from before the hog ended; the one taken
     // now does not see the pressure any more.
     *fakes.pods.lock().unwrap() = vec![pod("next", None, json!({}))];
@@ -292,6 +300,93 @@ async fn the_pass_after_an_eviction_samples_again() {
         &[("hog", 300 * MIB), ("next", MIB)],
     ));
     *fakes.fresh.lock().unwrap() = Some(summary(3, 400 * MIB, 900 * MIB, &[("next", MIB)]));
-    assert_eq!(m.synchronize(true).await, None);
+    assert_eq!(m.synchronize(true).await, Vec::<String>::new());
     assert_eq!(fakes.evicted.lock().unwrap().len(), 1);
+}
+
+/// A Summary with no pressure and these pods' (uid, ephemeral storage, volume, rootfs).
+fn storage_summary(pods: &[(&str, u64, u64, u64)]) -> Summary {
+    let time = "2026-12-06T10:00:00Z";
+    let fs = |used: u64| json!({"time": time, "usedBytes": used});
+    let pods: Vec<_> = pods
+        .iter()
+        .map(|(uid, eph, vol, rootfs)| {
+            json!({
+                "podRef": {"name": uid, "namespace": "default", "uid": uid},
+                "startTime": time,
+                "containers": [{"name": "c", "startTime": time, "rootfs": fs(*rootfs), "logs": fs(0)}],
+                "volume": [{"name": "scratch", "time": time, "usedBytes": vol}],
+                "ephemeral-storage": fs(*eph),
+            })
+        })
+        .collect();
+    serde_json::from_value(json!({
+        "node": {
+            "nodeName": "n", "startTime": time,
+            "memory": {"time": time, "availableBytes": 4096 * MIB, "workingSetBytes": 100 * MIB},
+            "fs": {"time": time, "availableBytes": 900 * MIB, "capacityBytes": 1000 * MIB,
+                   "inodesFree": 1000, "inodes": 2000},
+        },
+        "pods": pods,
+    }))
+    .unwrap()
+}
+
+fn storage_pod(name: &str, annotations: serde_json::Value) -> Arc<Pod> {
+    Arc::new(
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "default", "uid": name, "annotations": annotations},
+            "spec": {
+                "containers": [{"name": "c", "image": "busybox",
+                    "resources": {"limits": {"ephemeral-storage": "10Mi"}}}],
+                "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "1Mi"}}],
+            },
+        }))
+        .unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn local_storage_limits_evict_every_pod_past_them_without_pressure_or_thresholds() {
+    let (mut m, view, fakes) = manager(|cfg| cfg.eviction_hard = Default::default());
+    *fakes.pods.lock().unwrap() = vec![
+        storage_pod("writer", json!({})),
+        storage_pod("filler", json!({})),
+        storage_pod("neighbour", json!({})),
+        storage_pod("static", json!({"kubernetes.io/config.source": "file"})),
+    ];
+    *fakes.latest.lock().unwrap() = Some(storage_summary(&[
+        ("writer", 11 * MIB, 0, 11 * MIB),
+        ("filler", 2 * MIB, 2 * MIB, 0),
+        ("neighbour", 9 * MIB, MIB, 8 * MIB),
+        ("static", 50 * MIB, 50 * MIB, 0),
+    ]));
+    let mut evicted = m.synchronize(false).await;
+    evicted.sort();
+    assert_eq!(evicted, ["filler", "writer"], "the static pod is critical");
+    assert_eq!(*view.borrow(), Pressure::default(), "no pressure condition");
+    let asked = fakes.evicted.lock().unwrap().clone();
+    let of = |uid: &str| asked.iter().find(|(u, _)| u == uid).unwrap().1.clone();
+    assert_eq!(
+        of("filler"),
+        Eviction {
+            message: "Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". ".into(),
+            grace_period: Duration::from_secs(1),
+            disruption: false,
+        }
+    );
+    assert_eq!(
+        of("writer").message,
+        "Pod ephemeral local storage usage exceeds the total limit of containers 10Mi. "
+    );
+
+    // localStorageCapacityIsolation off: the limits are not enforced.
+    let (mut m, _view, fakes) = manager(|cfg| {
+        cfg.eviction_hard = Default::default();
+        cfg.local_storage_capacity_isolation = false;
+    });
+    *fakes.pods.lock().unwrap() = vec![storage_pod("writer", json!({}))];
+    *fakes.latest.lock().unwrap() = Some(storage_summary(&[("writer", 11 * MIB, 0, 11 * MIB)]));
+    assert!(m.synchronize(false).await.is_empty());
+    assert!(fakes.evicted.lock().unwrap().is_empty());
 }

@@ -62,6 +62,9 @@ pub struct PodInfo {
     /// App and init containers that exist now (not the sandbox; its usage is in the pod cgroup).
     pub containers: Vec<ContainerInfo>,
     pub volumes: Vec<VolumeInfo>,
+    /// The pod's own files on the node's filesystem (its etc-hosts): counted in its
+    /// ephemeral storage, as upstream's pod etc-hosts stats, but no volume.
+    pub host_files: Vec<PathBuf>,
 }
 
 /// What runs now. The lead implements it from the agent's runtime state; it is called once
@@ -668,6 +671,12 @@ impl Collector {
                 pvc_ref: None,
                 volume_health_stats: None,
             });
+        }
+
+        for f in &pod.host_files {
+            if let Some(used) = tick.walk(f) {
+                ephemeral = ephemeral + used;
+            }
         }
 
         let network = pod.pause_pid.and_then(|pid| {

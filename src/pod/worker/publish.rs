@@ -129,14 +129,16 @@ impl Worker {
             .spec
             .iter()
             .flat_map(|s| s.volumes.iter().flatten())
-            .filter(|v| v.empty_dir.is_some())
-            .map(|v| crate::stats::VolumeInfo {
+            .filter_map(|v| Some((v, v.empty_dir.as_ref()?)))
+            .map(|(v, e)| crate::stats::VolumeInfo {
                 name: v.name.clone(),
                 path: pod_dir
                     .dir
                     .join("volumes/kubernetes.io~empty-dir")
                     .join(&v.name),
-                ephemeral: true,
+                // A memory-backed emptyDir is tmpfs: memory, not the node's disk (upstream's
+                // IsLocalEphemeralVolume).
+                ephemeral: e.medium.as_deref() != Some("Memory"),
             })
             .collect();
         let info = crate::stats::PodInfo {
@@ -154,6 +156,7 @@ impl Worker {
                 .unwrap_or(self.start_time),
             containers,
             volumes,
+            host_files: vec![pod_dir.hosts()],
         };
         if let Ok(mut m) = self.shared.stats_pods.write() {
             m.insert(self.pod_ref.uid.clone(), info);

@@ -468,7 +468,7 @@ impl Worker {
     }
 
     /// Fails the pod when the eviction manager asked for it: phase Failed, reason Evicted
-    /// and a DisruptionTarget condition; its containers are then stopped within the
+    /// and (under node pressure) a DisruptionTarget condition; its containers are then stopped within the
     /// eviction's grace period and never restarted. (The manager recorded the event.)
     fn check_eviction(&mut self) {
         let Some(eviction) = self.shared.evictions.take(&self.pod_ref.uid) else {
@@ -483,7 +483,7 @@ impl Worker {
         self.failure = Some(PodFailure {
             reason: crate::eviction::REASON_EVICTED.to_string(),
             message: eviction.message,
-            disruption: true,
+            disruption: eviction.disruption,
         });
     }
 

@@ -46,6 +46,11 @@ fn fixture() -> Fixture {
     let empty_dir = tmp.path().join("volumes/cache");
     std::fs::create_dir_all(&empty_dir).unwrap();
     std::fs::write(empty_dir.join("f"), vec![0u8; 3000]).unwrap();
+    let memory_dir = tmp.path().join("volumes/shm");
+    std::fs::create_dir_all(&memory_dir).unwrap();
+    std::fs::write(memory_dir.join("f"), vec![0u8; 70_000]).unwrap();
+    let hosts = tmp.path().join("etc-hosts");
+    std::fs::write(&hosts, vec![b'h'; 9000]).unwrap();
 
     let mut config = CollectorConfig::new("node-1");
     config.proc_root = testdata("proc");
@@ -80,11 +85,19 @@ fn fixture() -> Fixture {
                 rootfs_upper: None,
             },
         ],
-        volumes: vec![VolumeInfo {
-            name: "cache".into(),
-            path: empty_dir,
-            ephemeral: true,
-        }],
+        volumes: vec![
+            VolumeInfo {
+                name: "cache".into(),
+                path: empty_dir,
+                ephemeral: true,
+            },
+            VolumeInfo {
+                name: "shm".into(),
+                path: memory_dir,
+                ephemeral: false,
+            },
+        ],
+        host_files: vec![hosts],
     };
     Fixture {
         _tmp: tmp,
@@ -249,15 +262,39 @@ fn snapshot_of_a_v2_pod() {
     assert!(logs.used_bytes.unwrap() >= 5000);
     assert_eq!(logs.inodes_used, Some(2));
 
-    // volume and ephemeral storage = rootfs + logs + ephemeral volumes
+    // volume and ephemeral storage = rootfs + logs + ephemeral volumes + etc-hosts; a
+    // memory-backed volume is reported but is no disk
     assert_eq!(p.volume_stats[0].name, "cache");
+    assert_eq!(p.volume_stats[1].name, "shm");
+    assert!(p.volume_stats[1].fs.used_bytes.unwrap() >= 70_000);
     let vol_used = p.volume_stats[0].fs.used_bytes.unwrap();
+    let hosts_used = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(&f.pod.host_files[0]).unwrap().blocks() * 512
+    };
+    assert!(hosts_used >= 9000);
     let eph = p.ephemeral_storage.as_ref().unwrap();
     assert_eq!(
         eph.used_bytes,
-        Some(rootfs.used_bytes.unwrap() + logs.used_bytes.unwrap() + vol_used)
+        Some(rootfs.used_bytes.unwrap() + logs.used_bytes.unwrap() + vol_used + hosts_used)
     );
-    assert_eq!(eph.inodes_used, Some(3 + 2 + 2));
+    assert_eq!(eph.inodes_used, Some(3 + 2 + 2 + 1));
+    // the Summary's per-pod ephemeral-storage has every field upstream gives it
+    let json = serde_json::to_value(&p).unwrap();
+    for field in [
+        "time",
+        "availableBytes",
+        "capacityBytes",
+        "usedBytes",
+        "inodesFree",
+        "inodes",
+        "inodesUsed",
+    ] {
+        assert!(
+            json["ephemeral-storage"].get(field).is_some(),
+            "ephemeral-storage.{field}: {json}"
+        );
+    }
 
     // the views read the same snapshot
     let only = c.summary(true).unwrap();

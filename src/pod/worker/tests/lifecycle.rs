@@ -336,6 +336,7 @@ async fn an_evicted_pod_fails_with_a_disruption_condition_within_the_eviction_gr
         Eviction {
             message: message.into(),
             grace_period: Duration::from_secs(1),
+            disruption: true,
         },
     );
     let before = tokio::time::Instant::now();
@@ -382,6 +383,8 @@ async fn an_ended_pod_gives_up_its_containers_when_asked_and_keeps_its_status() 
         Eviction {
             message: "evicted".into(),
             grace_period: Duration::from_secs(1),
+            // As a local-storage limit eviction: no DisruptionTarget condition.
+            disruption: false,
         },
     );
     w.pass(&p).await;
@@ -389,6 +392,17 @@ async fn an_ended_pod_gives_up_its_containers_when_asked_and_keeps_its_status() 
     assert_eq!(
         ended.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Failed")
+    );
+    assert_eq!(
+        ended.as_ref().and_then(|s| s.reason.as_deref()),
+        Some("Evicted")
+    );
+    assert!(
+        !ended
+            .iter()
+            .flat_map(|s| s.conditions.iter().flatten())
+            .any(|c| c.type_ == "DisruptionTarget"),
+        "a local-storage eviction sets no DisruptionTarget condition"
     );
     assert_eq!(
         h.fake.records(UID).len(),
