@@ -9,6 +9,11 @@
 //! memory.available threshold of 300 MiB also applies to that allocatable memory (upstream's
 //! allocatableMemory.available), so pods using more than 500 MiB in all are past it. The
 //! machine's own free memory (gigabytes) never comes near 300 MiB.
+//!
+//! Local ephemeral storage limits are enforced without any pressure: a pod whose container
+//! writes past its ephemeral-storage limit and one that fills an emptyDir past its sizeLimit
+//! are evicted with upstream's messages, while a neighbour keeps running and /stats/summary
+//! shows its ephemeral storage grow.
 
 mod common;
 
@@ -262,4 +267,116 @@ fn a_disk_filler_is_evicted_once_removing_unused_images_is_not_enough() {
     node.wait_api(180, "DiskPressure back to False", |_| {
         condition(&node.node_object(), "DiskPressure").is_some_and(|c| c["status"] == "False")
     });
+}
+
+fn summary(node: &ClusterNode) -> Value {
+    let (code, body) = http_get(node.port, "/stats/summary").expect("summary answers");
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str(&body).expect("summary is JSON")
+}
+
+/// The pod's `ephemeral-storage.usedBytes` in the agent's Summary, when it has one.
+fn ephemeral_used(node: &ClusterNode, pod: &str) -> Option<u64> {
+    summary(node)["pods"]
+        .as_array()?
+        .iter()
+        .find(|p| p["podRef"]["name"] == pod)?["ephemeral-storage"]["usedBytes"]
+        .as_u64()
+}
+
+fn assert_storage_evicted(node: &ClusterNode, pod: &str, message: &str) {
+    let evicted = node.wait_api_pod(pod, 120, "evicted", |p| p["status"]["reason"] == "Evicted");
+    assert_eq!(evicted["status"]["phase"], "Failed", "{evicted}");
+    assert_eq!(evicted["status"]["message"], message, "{evicted}");
+    assert!(
+        condition(&evicted, "DisruptionTarget").is_none(),
+        "upstream sets no DisruptionTarget for a local storage limit: {evicted}"
+    );
+    node.wait_api(60, "the Evicted event recorded", |_| {
+        event_reasons(node, "default", "Pod", pod).contains(&"Evicted".to_string())
+    });
+}
+
+#[test]
+#[ignore = "needs root, containerd and the control plane: run hack/test.sh"]
+fn pods_past_their_local_storage_limits_are_evicted_and_a_neighbour_keeps_running() {
+    const MIB: u64 = 1 << 20;
+    let node = ClusterNode::start(
+        "local storage eviction",
+        &[
+            "--housekeeping-interval=1s",
+            // Volumes, writable layers and logs measured every second, not every minute.
+            "--volume-stats-agg-period=1s",
+        ],
+    );
+    let neighbour = node.create_pod(
+        "neighbour",
+        "exec sleep 3600",
+        "    resources: {limits: {ephemeral-storage: 64Mi}}\n    \
+         volumeMounts: [{name: data, mountPath: /data}]\n  \
+         volumes: [{name: data, emptyDir: {}}]\n",
+    );
+    let running = node.wait_api_pod(&neighbour, 120, "Running", |p| {
+        p["status"]["phase"] == "Running"
+    });
+    let uid = running["metadata"]["uid"].as_str().unwrap().to_string();
+
+    // A second container keeps the pod's total limit (66Mi) above what the first writes, so
+    // the container's own limit is what it breaks.
+    let writer = node.create_pod(
+        "writer",
+        "dd if=/dev/urandom of=/tmp/fill bs=1M count=4 && exec sleep 3600",
+        &format!(
+            "    resources: {{limits: {{ephemeral-storage: 2Mi}}}}\n  \
+             - name: idle\n    image: {BUSYBOX}\n    command: [sleep, '3600']\n    \
+             resources: {{limits: {{ephemeral-storage: 64Mi}}}}\n"
+        ),
+    );
+    let filler = node.create_pod(
+        "filler",
+        "dd if=/dev/urandom of=/scratch/fill bs=1M count=3 && exec sleep 3600",
+        "    volumeMounts: [{name: scratch, mountPath: /scratch}]\n  \
+         volumes: [{name: scratch, emptyDir: {sizeLimit: 1Mi}}]\n",
+    );
+
+    // The neighbour's usage as the Summary shows it grows with what lands in its emptyDir.
+    let mut before = 0;
+    node.wait_api(
+        60,
+        "the neighbour's ephemeral storage in /stats/summary",
+        |_| {
+            ephemeral_used(&node, &neighbour)
+                .map(|u| before = u)
+                .is_some()
+        },
+    );
+    let data = node
+        .root
+        .path()
+        .join("root/pods")
+        .join(&uid)
+        .join("volumes/kubernetes.io~empty-dir/data");
+    std::fs::write(data.join("blob"), vec![7u8; 3 * MIB as usize]).unwrap();
+    node.wait_api(
+        60,
+        "the neighbour's ephemeral storage grown by 3 MiB",
+        |_| ephemeral_used(&node, &neighbour).is_some_and(|u| u >= before + 3 * MIB),
+    );
+
+    assert_storage_evicted(
+        &node,
+        &writer,
+        "Container main exceeded its local ephemeral storage limit \"2Mi\". ",
+    );
+    assert_storage_evicted(
+        &node,
+        &filler,
+        "Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". ",
+    );
+
+    // 3 MiB of its 64Mi: the neighbour ran through all of it.
+    let n = node.api_pod(&neighbour).expect("the neighbour exists");
+    assert_eq!(n["status"]["phase"], "Running", "{n}");
+    assert_eq!(n["status"]["containerStatuses"][0]["restartCount"], 0);
+    assert!(n["status"]["reason"].is_null(), "{n}");
 }
