@@ -234,7 +234,7 @@ impl CgroupFs {
         }
     }
 
-    fn memory_dir(&self, cgroup: &str) -> PathBuf {
+    pub(crate) fn memory_dir(&self, cgroup: &str) -> PathBuf {
         match &self.layout {
             Layout::V1 { memory, .. } => memory.join(Self::rel(cgroup)),
             Layout::V2 { root } => root.join(Self::rel(cgroup)),

@@ -123,6 +123,8 @@ pub struct ContainerManager {
     /// Reserved cgroups to enforce: (path, settings).
     reserved: Vec<(String, ResourceConfig)>,
     active: Mutex<BTreeMap<String, Active>>,
+    /// What containers get for swap (memorySwap.swapBehavior, when swap is controllable).
+    container_swap: crate::runtime::spec::ContainerSwap,
 }
 
 impl ContainerManager {
@@ -161,7 +163,14 @@ impl ContainerManager {
                 reserved.push((path, allocatable::config_for(&amounts, true)));
             }
         }
+        let self_cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        let container_swap = swap::container_swap(
+            swap::controller_available(fs.version(), &fs.memory_dir("/"), &self_cgroup),
+            fs.version(),
+            cfg.swap_behavior,
+        );
         ContainerManager {
+            container_swap,
             fs,
             layout,
             pod_pids_limit: cfg.pod_pids_limit,
@@ -173,6 +182,11 @@ impl ContainerManager {
 
     pub fn layout(&self) -> &Layout {
         &self.layout
+    }
+
+    /// What containers get for swap.
+    pub fn container_swap(&self) -> crate::runtime::spec::ContainerSwap {
+        self.container_swap
     }
 
     /// What kubepods is limited to.

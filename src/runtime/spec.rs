@@ -37,6 +37,18 @@ mod service_env;
 pub use env::{container_env, env_references, expand, EnvError, EnvObjects, EnvReferences};
 pub use service_env::{service_env, service_links_enabled};
 
+/// What a container's cgroup says about swap (upstream's swap configuration helper).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ContainerSwap {
+    /// No swap controller: nothing is set (the runtime's default).
+    #[default]
+    Unmanaged,
+    /// NoSwap on cgroup v1: memory+swap limited to the memory limit.
+    NoSwapV1,
+    /// NoSwap on cgroup v2: memory.swap.max = 0.
+    NoSwapV2,
+}
+
 /// Everything about the pod that a container spec needs, computed once per sync.
 #[derive(Debug, Clone)]
 pub struct PodContext {
@@ -71,6 +83,8 @@ pub struct PodContext {
     /// Node allocatable, which an unset limit stands for in `resourceFieldRef` (as upstream).
     pub allocatable_cpu_millis: i64,
     pub allocatable_memory: i64,
+    /// Swap for the pod's app, init and ephemeral containers.
+    pub swap: ContainerSwap,
 }
 
 impl PodContext {
@@ -674,7 +688,11 @@ fn resource_quantity(
 /// (calculateLinuxResources): shares from the CPU request (from the limit when the request
 /// is zero or unset), a CFS quota over a 100ms period from a non-zero CPU limit, and the
 /// memory limit in bytes when non-zero, every quantity rounded up as upstream rounds it.
-fn container_resources(c: &Container, privileged: bool) -> Result<LinuxResources, RuntimeError> {
+fn container_resources(
+    c: &Container,
+    privileged: bool,
+    swap: ContainerSwap,
+) -> Result<LinuxResources, RuntimeError> {
     let name = c.name.as_str();
     let oci = built(name);
     let res = c.resources.as_ref();
@@ -709,12 +727,19 @@ fn container_resources(c: &Container, privileged: bool) -> Result<LinuxResources
             .map_err(&oci)?])
         .cpu(cpu.build().map_err(&oci)?);
     if mem_limit.value() != 0 {
-        resources = resources.memory(
-            LinuxMemoryBuilder::default()
-                .limit(mem_limit.value())
-                .build()
-                .map_err(&oci)?,
-        );
+        let mut memory = LinuxMemoryBuilder::default().limit(mem_limit.value());
+        // v1 NoSwap: memory+swap capped at the memory limit (upstream sets it only when
+        // there is a limit to equal).
+        if swap == ContainerSwap::NoSwapV1 {
+            memory = memory.swap(mem_limit.value());
+        }
+        resources = resources.memory(memory.build().map_err(&oci)?);
+    }
+    if swap == ContainerSwap::NoSwapV2 {
+        resources = resources.unified(HashMap::from([(
+            "memory.swap.max".to_string(),
+            "0".to_string(),
+        )]));
     }
     resources.build().map_err(&oci)
 }
@@ -820,7 +845,7 @@ pub fn container_spec(
     let mut linux = LinuxBuilder::default()
         .cgroups_path(format!("{}/{}", ctx.cgroup_parent, "CONTAINER_ID"))
         .namespaces(namespaces)
-        .resources(container_resources(c, privileged)?);
+        .resources(container_resources(c, privileged, ctx.swap)?);
     if let Some(sysctls) = pod_sc.and_then(|s| s.sysctls.as_ref()) {
         linux = linux.sysctl(
             sysctls
@@ -939,6 +964,7 @@ mod tests {
             node_name: "node".into(),
             allocatable_cpu_millis: 2000,
             allocatable_memory: 1 << 30,
+            swap: ContainerSwap::Unmanaged,
         }
     }
 
@@ -1190,6 +1216,37 @@ mod tests {
             .iter()
             .any(|n| n["type"] == "network" && n["path"] == "/proc/42/ns/net"));
         assert_eq!(v["annotations"]["io.containerd.runc.v2.group"], "sb");
+    }
+
+    #[test]
+    fn no_swap_caps_swap_as_upstream_on_each_cgroup_version() {
+        let limited =
+            json!({"name": "c", "image": "i", "resources": {"limits": {"memory": "64Mi"}}});
+        let free = json!({"name": "c", "image": "i"});
+        let resources = |c: Value, swap| {
+            let (p, c) = pod(c);
+            let ctx = PodContext { swap, ..ctx() };
+            let env = container_env(&p, &c, &image(), &ctx, &EnvObjects::default()).unwrap();
+            let s =
+                container_spec(&p, &c, &image(), &ctx, &env, &[], &Accounts::default()).unwrap();
+            serde_json::to_value(s).unwrap()["linux"]["resources"].clone()
+        };
+        let v2 = resources(free.clone(), ContainerSwap::NoSwapV2);
+        assert_eq!(v2["unified"]["memory.swap.max"], "0");
+        let v1 = resources(limited.clone(), ContainerSwap::NoSwapV1);
+        assert_eq!(
+            v1["memory"]["swap"],
+            64 << 20,
+            "memory+swap = the memory limit"
+        );
+        assert!(v1["unified"].is_null());
+        let v1_free = resources(free, ContainerSwap::NoSwapV1);
+        assert!(v1_free["memory"].is_null(), "no limit to equal: {v1_free}");
+        let none = resources(limited, ContainerSwap::Unmanaged);
+        assert!(
+            none["memory"]["swap"].is_null() && none["unified"].is_null(),
+            "{none}"
+        );
     }
 
     /// The spec's process user for an image whose USER is `image_user`.

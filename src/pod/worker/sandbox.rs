@@ -295,6 +295,12 @@ impl Worker {
             node_name: self.shared.cfg.node_name.clone(),
             allocatable_cpu_millis: self.shared.cpu_capacity_millis,
             allocatable_memory: self.shared.memory_capacity,
+            swap: self
+                .shared
+                .cm
+                .as_ref()
+                .map(|cm| cm.container_swap())
+                .unwrap_or_default(),
         }
     }
 
