@@ -159,6 +159,24 @@ fn qos_classes_pod_cgroups_and_node_allocatable() {
     assert_eq!(number("cpu", &g_cg, "cpu.cfs_period_us"), 100_000);
     assert_eq!(number("memory", &g_cg, "memory.limit_in_bytes"), 64 << 20);
     assert_eq!(number("pids", &g_cg, "pids.max"), 512);
+    // NoSwap (upstream's default swap behaviour) where swap is accounted: the container
+    // may use no swap beyond its memory limit.
+    if std::path::Path::new("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes").exists() {
+        let g_dir = PathBuf::from("/sys/fs/cgroup/memory").join(g_cg.trim_start_matches('/'));
+        let leaves: Vec<_> = std::fs::read_dir(&g_dir)
+            .unwrap()
+            .flatten()
+            .filter(|d| d.path().is_dir())
+            .map(|d| format!("{g_cg}/{}", d.file_name().to_string_lossy()))
+            .filter(|cg| number("memory", cg, "memory.limit_in_bytes") == 64 << 20)
+            .collect();
+        assert_eq!(leaves.len(), 1, "the app container's leaf: {leaves:?}");
+        assert_eq!(
+            number("memory", &leaves[0], "memory.memsw.limit_in_bytes"),
+            64 << 20,
+            "memory+swap capped at the memory limit"
+        );
+    }
     // Burstable whose only container limits both: its requests weigh, its limits cap.
     assert_eq!(number("cpu", &b_cg, "cpu.shares"), shares(100));
     assert_eq!(number("cpu", &b_cg, "cpu.cfs_quota_us"), quota(300));
