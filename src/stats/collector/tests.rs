@@ -280,7 +280,7 @@ fn snapshot_of_a_v2_pod() {
     );
     assert_eq!(eph.inodes_used, Some(3 + 2 + 2 + 1));
     // the Summary's per-pod ephemeral-storage has every field upstream gives it
-    let json = serde_json::to_value(&p).unwrap();
+    let json = serde_json::to_value(p).unwrap();
     for field in [
         "time",
         "availableBytes",
