@@ -194,7 +194,11 @@ pub(crate) fn set_node_status(
         }),
     });
 
-    let capacity = resources::capacity(&observed.host.machine, cfg.max_pods);
+    let mut capacity = resources::capacity(&observed.host.machine, cfg.max_pods);
+    // Upstream reports (and requires) ephemeral storage only with local storage isolation.
+    if !cfg.local_storage_capacity_isolation {
+        capacity.remove("ephemeral-storage");
+    }
     let reserved = resources::reservation(
         &capacity,
         &cfg.kube_reserved,
@@ -243,6 +247,7 @@ pub(crate) fn set_node_status(
     }
     let missing: Vec<&str> = ["cpu", "memory", "pods", "ephemeral-storage"]
         .into_iter()
+        .filter(|r| *r != "ephemeral-storage" || cfg.local_storage_capacity_isolation)
         .filter(|r| !capacity.contains_key(*r))
         .collect();
     if !missing.is_empty() {

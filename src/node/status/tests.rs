@@ -223,6 +223,16 @@ fn ready_is_false_with_upstreams_message_while_runtime_or_network_is_down() {
         condition(&node, "Ready").message.as_deref(),
         Some("missing node capacity for resources: ephemeral-storage")
     );
+
+    // Without local storage isolation upstream neither reports nor requires it.
+    let mut cfg = cfg.clone();
+    cfg.local_storage_capacity_isolation = false;
+    set_node_status(&mut node, &cfg, &observed(), at(1030));
+    assert_eq!(condition(&node, "Ready").status, "True");
+    let status = node.status.as_ref().unwrap();
+    for list in [&status.capacity, &status.allocatable] {
+        assert!(!list.as_ref().unwrap().contains_key("ephemeral-storage"));
+    }
 }
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
