@@ -125,22 +125,7 @@ impl Worker {
         self.upper_dirs
             .retain(|id, _| records.iter().any(|r| &r.id == id));
         let pod_dir = self.pod_dir();
-        let volumes = pod
-            .spec
-            .iter()
-            .flat_map(|s| s.volumes.iter().flatten())
-            .filter_map(|v| Some((v, v.empty_dir.as_ref()?)))
-            .map(|(v, e)| crate::stats::VolumeInfo {
-                name: v.name.clone(),
-                path: pod_dir
-                    .dir
-                    .join("volumes/kubernetes.io~empty-dir")
-                    .join(&v.name),
-                // A memory-backed emptyDir is tmpfs: memory, not the node's disk (upstream's
-                // IsLocalEphemeralVolume).
-                ephemeral: e.medium.as_deref() != Some("Memory"),
-            })
-            .collect();
+        let volumes = stats_volumes(pod, &pod_dir.dir);
         let info = crate::stats::PodInfo {
             uid: self.pod_ref.uid.clone(),
             name: self.pod_ref.name.clone(),
@@ -164,6 +149,52 @@ impl Worker {
     }
 }
 
+/// The pod's volumes the collector measures: its emptyDirs, those on the node's disk
+/// counted in its ephemeral storage, memory-backed ones (tmpfs: memory, not disk) only
+/// reported, as upstream's IsLocalEphemeralVolume tells them apart.
+fn stats_volumes(pod: &Pod, pod_dir: &std::path::Path) -> Vec<crate::stats::VolumeInfo> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter_map(|v| Some((v, v.empty_dir.as_ref()?)))
+        .map(|(v, e)| crate::stats::VolumeInfo {
+            name: v.name.clone(),
+            path: pod_dir
+                .join("volumes/kubernetes.io~empty-dir")
+                .join(&v.name),
+            ephemeral: e.medium.as_deref() != Some("Memory"),
+        })
+        .collect()
+}
+
 fn is_terminal(phase: Option<&str>) -> bool {
     matches!(phase, Some("Succeeded") | Some("Failed"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_backed_empty_dirs_are_reported_but_not_ephemeral_storage() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "uid": "u"},
+            "spec": {
+                "containers": [{"name": "c", "image": "busybox"}],
+                "volumes": [
+                    {"name": "disk", "emptyDir": {}},
+                    {"name": "shm", "emptyDir": {"medium": "Memory"}},
+                    {"name": "cfg", "configMap": {"name": "x"}},
+                ],
+            },
+        }))
+        .unwrap();
+        let v = stats_volumes(&pod, std::path::Path::new("/r/pods/u"));
+        let seen: Vec<_> = v.iter().map(|v| (v.name.as_str(), v.ephemeral)).collect();
+        assert_eq!(seen, [("disk", true), ("shm", false)]);
+        assert_eq!(
+            v[0].path,
+            std::path::Path::new("/r/pods/u/volumes/kubernetes.io~empty-dir/disk")
+        );
+    }
 }
