@@ -6,7 +6,9 @@
 //! containers of ended pods, unused images: disk signals only), then evicts one pod at a time in
 //! upstream's order (`rank`), waiting for each to stop before looking again. Critical pods
 //! (static, mirror, system priority) are never evicted; admission (`admit`) refuses new pods
-//! while the node is under pressure, as upstream's does.
+//! while the node is under pressure, as upstream's does. With localStorageCapacityIsolation
+//! every pass also evicts, pressure or not, each pod past an emptyDir sizeLimit or its
+//! ephemeral-storage limits (`local_storage`), before and instead of a threshold's eviction.
 
 mod admit;
 mod local_storage;
