@@ -1504,3 +1504,19 @@ fn enable_server_from_the_file_and_the_flag() {
     assert!(!c.unimplemented_flags.iter().any(|f| f == "--enable-server"));
     assert!(load(&["--enable-server=maybe"]).is_err());
 }
+
+#[test]
+fn containerd_config_defaults_to_containerds_own_file_and_is_a_flag() {
+    let c = load(&[]).unwrap();
+    assert_eq!(
+        c.containerd_config,
+        PathBuf::from("/etc/containerd/config.toml")
+    );
+    let c = load(&["--containerd-config=/etc/k8s/containerd.toml"]).unwrap();
+    assert_eq!(
+        c.containerd_config,
+        PathBuf::from("/etc/k8s/containerd.toml")
+    );
+    let err = load(&["--containerd-config="]).unwrap_err();
+    assert!(err.to_string().contains("--containerd-config"), "{err}");
+}
