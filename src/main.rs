@@ -21,6 +21,7 @@ use kubelet_rs::pod::sync_health::SyncLoopHealth;
 use kubelet_rs::pod::worker::{Shared, StatsPods};
 use kubelet_rs::pod::{PodManager, StatusStore};
 use kubelet_rs::runtime::events::{spawn_task_events, OomSeen};
+use kubelet_rs::runtime::handlers::RuntimeHandlers;
 use kubelet_rs::runtime::pull::{PullOptions, Puller};
 use kubelet_rs::runtime::{Containerd, ContainerdRuntime, Runtime};
 use kubelet_rs::source::apiserver::spawn_api_source;
@@ -198,6 +199,13 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     // Runtime events, and the eviction manager's requests, wake the pods' workers.
     let (ev_tx, ev_rx) = mpsc::channel(256);
     let evictions = PodEvictions::new(statuses.clone(), Some(ev_tx.clone()));
+    // The RuntimeClass handlers this node serves, from containerd's own config file: a file
+    // that cannot be read or makes no sense stops the agent, naming it and the field.
+    let handlers = Arc::new(
+        RuntimeHandlers::load(&cfg.containerd_config)
+            .context("reading the runtime handlers (--containerd-config)")?,
+    );
+    info!(path = %cfg.containerd_config.display(), handlers = %handlers.names().join(","), "runtime handlers configured");
     let shared = Arc::new(Shared {
         rt: runtime.clone(),
         cni,
@@ -225,12 +233,14 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             Some(api) => Arc::new(
                 kubelet_rs::objects::ApiObjects::new(api.client().clone())
                     .wake_pods_through(ev_tx.clone())
-                    .watch_services(api.client().clone()),
+                    .watch_services(api.client().clone())
+                    .watch_runtime_classes(api.client().clone()),
             ),
             None => Arc::new(kubelet_rs::objects::Standalone),
         },
         evictions: evictions.clone(),
         start_slots: kubelet_rs::pod::worker::start_slots(),
+        handlers: handlers.clone(),
     });
     server_state.set_sync_loop(sync_loop);
     server_state.set_runtime(runtime.clone());
@@ -273,6 +283,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             containerd_runtime.clone(),
             recorder.clone(),
             pressure.clone(),
+            handlers.names(),
         );
         let (_source, api_pods) =
             spawn_api_source(client.clone(), cfg.node_name.clone(), tx.clone());

@@ -180,6 +180,7 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
     value("minimum-image-ttl-duration", "DURATION", "least age of an unused image before GC may remove it (imageMinimumGCAge, default 2m0s)"),
     value("image-gc-period", "DURATION", "kubelet-rs only: period of image GC (upstream's fixed 5m0s)"),
     value("image-fs-path", "PATH", "kubelet-rs only: a path on the filesystem holding containerd's images, measured for image GC (default /var/lib/containerd)"),
+    value("containerd-config", "PATH", "kubelet-rs only: containerd's config file, whose CRI runtimes are the RuntimeClass handlers this node serves (default /etc/containerd/config.toml)"),
     bool_flag("enable-debugging-handlers", "serve exec, attach, portForward, run, containerLogs, runningpods and configz (enableDebuggingHandlers, default true)"),
     bool_flag("enable-server", "start the main server on --port (enableServer, default true)"),
     bool_flag("serialize-image-pulls", "pull images one at a time (serializeImagePulls, default true)"),

@@ -147,6 +147,9 @@ pub struct Config {
     /// --image-fs-path (kubelet-rs only): a path on the filesystem holding containerd's
     /// content and snapshots, whose statvfs drives image GC (upstream asks the CRI instead).
     pub image_fs_path: PathBuf,
+    /// --containerd-config (kubelet-rs only): containerd's config file, read for the runtimes
+    /// RuntimeClass handlers name (`runtime::handlers`), as containerd's CRI plugin reads it.
+    pub containerd_config: PathBuf,
     /// --enable-debugging-handlers / enableDebuggingHandlers: exec, attach, portForward, run,
     /// containerLogs, runningpods and configz are served (default true); off, upstream's
     /// debugging paths answer 405 and /configz is not there.
@@ -395,6 +398,7 @@ impl Config {
             image_maximum_gc_age: Duration::ZERO,
             image_gc_period: DEFAULT_IMAGE_GC_PERIOD,
             image_fs_path: PathBuf::from(DEFAULT_IMAGE_FS_PATH),
+            containerd_config: PathBuf::from(crate::runtime::handlers::DEFAULT_CONTAINERD_CONFIG),
             serialize_image_pulls: true,
             seccomp_default: false,
             enable_debugging_handlers: true,
@@ -961,6 +965,9 @@ fn apply_flags(config: &mut Config, given: &[FlagValue]) -> Result<(), ConfigErr
             }
             "image-gc-period" => config.image_gc_period = parse_duration(v).map_err(|r| bad(&r))?,
             "image-fs-path" => config.image_fs_path = non_empty_path(v).map_err(|r| bad(&r))?,
+            "containerd-config" => {
+                config.containerd_config = non_empty_path(v).map_err(|r| bad(&r))?
+            }
             "enable-debugging-handlers" => {
                 config.enable_debugging_handlers = flags::parse_bool(v).map_err(|r| bad(&r))?
             }

@@ -1557,3 +1557,19 @@ fn swap_local_storage_and_volume_stats_settings_from_the_file_and_the_flags() {
     assert!(err.to_string().contains("memorySwap.swapBehavior"), "{err}");
     assert!(err.to_string().contains("NoSwap or LimitedSwap"), "{err}");
 }
+
+#[test]
+fn containerd_config_defaults_to_containerds_own_file_and_is_a_flag() {
+    let c = load(&[]).unwrap();
+    assert_eq!(
+        c.containerd_config,
+        PathBuf::from("/etc/containerd/config.toml")
+    );
+    let c = load(&["--containerd-config=/etc/k8s/containerd.toml"]).unwrap();
+    assert_eq!(
+        c.containerd_config,
+        PathBuf::from("/etc/k8s/containerd.toml")
+    );
+    let err = load(&["--containerd-config="]).unwrap_err();
+    assert!(err.to_string().contains("--containerd-config"), "{err}");
+}

@@ -135,6 +135,7 @@ pub fn start(
     runtime: Arc<dyn NodeRuntime>,
     recorder: Recorder,
     pressure: crate::eviction::PressureView,
+    runtime_handlers: Vec<String>,
 ) -> NodeView {
     let (publish, view) = watch::channel(None);
     let timeout = heartbeat_timeout(&cfg);
@@ -150,7 +151,14 @@ pub fn start(
     tokio::spawn(async move {
         let mut sizes = runtime::ImageSizes::default();
         if cfg.register_node {
-            let observed = update::observe(&cfg, runtime.as_ref(), &mut sizes, &pressure).await;
+            let observed = update::observe(
+                &cfg,
+                runtime.as_ref(),
+                &mut sizes,
+                &pressure,
+                &runtime_handlers,
+            )
+            .await;
             let mut initial = status::initial_node(&cfg);
             let now = Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_default();
             let outcome = status::set_node_status(&mut initial, &cfg, &observed, now);
@@ -172,7 +180,14 @@ pub fn start(
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let observed = update::observe(&cfg, runtime.as_ref(), &mut sizes, &pressure).await;
+            let observed = update::observe(
+                &cfg,
+                runtime.as_ref(),
+                &mut sizes,
+                &pressure,
+                &runtime_handlers,
+            )
+            .await;
             if let Err(e) = updater.update(&observed).await {
                 error!(error = %e, "unable to update node status");
             }

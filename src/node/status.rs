@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    ContainerImage, DaemonEndpoint, Node, NodeAddress, NodeDaemonEndpoints, NodeStatus,
-    NodeSystemInfo,
+    ContainerImage, DaemonEndpoint, Node, NodeAddress, NodeDaemonEndpoints, NodeRuntimeHandler,
+    NodeRuntimeHandlerFeatures, NodeStatus, NodeSystemInfo,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -55,6 +55,9 @@ pub(crate) struct Observed {
     pub images: Option<Vec<ContainerImage>>,
     /// The pressure conditions as the eviction manager last reported them.
     pub pressure: conditions::Pressure,
+    /// The RuntimeClass handlers the node serves (`runtime::handlers`), the default `""`
+    /// first.
+    pub runtime_handlers: Vec<String>,
 }
 
 /// The Node the agent registers (upstream's initialNode), before its status is set.
@@ -235,6 +238,7 @@ pub(crate) fn set_node_status(
     if let Some(images) = &observed.images {
         status.images = Some(images.clone());
     }
+    status.runtime_handlers = Some(runtime_handlers(&observed.runtime_handlers));
 
     let conditions = status.conditions.get_or_insert_with(Vec::new);
     let mut events = conditions::set_pressure_conditions(conditions, observed.pressure, now);
@@ -258,6 +262,26 @@ pub(crate) fn set_node_status(
     }
     events.extend(conditions::set_ready_condition(conditions, &errors, now));
     SetOutcome { problems, events }
+}
+
+/// Upstream's RuntimeHandlers setter over what the runtime reports: one entry per handler,
+/// the default as `""`, as containerd 2's CRI lists them (1.7's lists none, so an upstream
+/// kubelet on it shows an empty list). The features say what this agent does for a pod on
+/// that handler: user namespaces are refused (`pod::admission::features`), and recursive
+/// read-only mounts are passed to runc but not probed for (a kernel before 5.12 or a runc
+/// without `rro` fails them), so neither is claimed; a pod relying on either is then
+/// treated as upstream treats a handler without it.
+fn runtime_handlers(names: &[String]) -> Vec<NodeRuntimeHandler> {
+    names
+        .iter()
+        .map(|name| NodeRuntimeHandler {
+            name: Some(name.clone()),
+            features: Some(NodeRuntimeHandlerFeatures {
+                recursive_read_only_mounts: Some(false),
+                user_namespaces: Some(false),
+            }),
+        })
+        .collect()
 }
 
 /// Resource lists compared by value: the API returns its canonical spelling, which may
@@ -347,6 +371,8 @@ pub(crate) fn status_patch(original: &Node, updated: &Node) -> Value {
     put("daemonEndpoints", json!(new.daemon_endpoints));
     put("nodeInfo", json!(new.node_info));
     put("images", json!(new.images));
+    // A list the API replaces whole (listType atomic).
+    put("runtimeHandlers", json!(new.runtime_handlers));
     if let Some(p) = map_patch(old.capacity.as_ref(), new.capacity.as_ref()) {
         status.insert("capacity".into(), p);
     }

@@ -59,6 +59,7 @@ pub(crate) async fn observe(
     rt: &dyn NodeRuntime,
     sizes: &mut ImageSizes,
     pressure: &crate::eviction::PressureView,
+    runtime_handlers: &[String],
 ) -> Observed {
     let (root, cni_dir) = (cfg.root_dir.clone(), cfg.cni_conf_dir.clone());
     let host = tokio::task::spawn_blocking(move || {
@@ -91,6 +92,7 @@ pub(crate) async fn observe(
         network,
         images,
         pressure: *pressure.borrow(),
+        runtime_handlers: runtime_handlers.to_vec(),
     }
 }
 

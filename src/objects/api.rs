@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use tokio::sync::mpsc;
 
 use super::refs::{references, ObjectRef};
+use super::runtime_classes::RuntimeClasses;
 use super::services::Services;
 use super::tokens::{Clock, Tokens};
 use super::watched::{Changed, Watched};
@@ -30,6 +31,8 @@ pub struct ApiObjects {
     wake: Arc<OnceLock<mpsc::Sender<String>>>,
     /// Every Service, once `watch_services` started it.
     services: Option<Services>,
+    /// Every RuntimeClass, once `watch_runtime_classes` started it.
+    runtime_classes: Option<RuntimeClasses>,
 }
 
 type Pods = Arc<Mutex<HashMap<String, BTreeSet<ObjectRef>>>>;
@@ -80,6 +83,7 @@ impl ApiObjects {
             pods,
             wake,
             services: None,
+            runtime_classes: None,
         }
     }
 
@@ -87,6 +91,13 @@ impl ApiObjects {
     /// variables (a watch of all Services, as upstream's kubelet holds).
     pub fn watch_services(mut self, client: kube::Client) -> Self {
         self.services = Some(Services::watch(client));
+        self
+    }
+
+    /// Keeps every RuntimeClass, for the handlers of pods that name one (upstream's
+    /// runtimeclass manager, started whenever the kubelet has an API client).
+    pub fn watch_runtime_classes(mut self, client: kube::Client) -> Self {
+        self.runtime_classes = Some(RuntimeClasses::watch(client));
         self
     }
 
@@ -154,6 +165,13 @@ impl ClusterObjects for ApiObjects {
         match &self.services {
             Some(s) => s.list(wait).await,
             None => Ok(Vec::new()),
+        }
+    }
+
+    async fn runtime_handler(&self, name: &str) -> Result<Option<String>, ObjectError> {
+        match &self.runtime_classes {
+            Some(rc) => rc.handler(name).await.map(Some),
+            None => Ok(None),
         }
     }
 

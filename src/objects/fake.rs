@@ -22,6 +22,8 @@ pub(crate) struct FakeObjects {
     pub registered: Mutex<Vec<String>>,
     /// The cluster's Services.
     pub services: Mutex<Vec<Arc<Service>>>,
+    /// RuntimeClass name → handler; `None`: the node has no RuntimeClasses (standalone).
+    pub runtime_classes: Mutex<Option<HashMap<String, String>>>,
     /// The Services' first listing has not come (yet): API pods fail as upstream's do.
     pub services_unsynced: std::sync::atomic::AtomicBool,
 }
@@ -99,6 +101,16 @@ impl ClusterObjects for FakeObjects {
     }
     fn unregister_pod(&self, pod_uid: &str) {
         self.registered.lock().unwrap().retain(|u| u != pod_uid);
+    }
+    async fn runtime_handler(&self, name: &str) -> Result<Option<String>, ObjectError> {
+        match &*self.runtime_classes.lock().unwrap() {
+            None => Ok(None),
+            Some(classes) => classes
+                .get(name)
+                .cloned()
+                .map(Some)
+                .ok_or_else(|| ObjectError::RuntimeClassNotFound { name: name.into() }),
+        }
     }
     async fn services(&self, wait: ServicesWait) -> Result<Vec<Arc<Service>>, ObjectError> {
         let unsynced = self

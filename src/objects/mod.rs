@@ -14,6 +14,7 @@ pub(crate) mod fake;
 #[cfg(test)]
 mod fake_api;
 mod refs;
+mod runtime_classes;
 mod services;
 #[cfg(test)]
 mod tests_api;
@@ -70,6 +71,12 @@ pub enum ObjectError {
         #[source]
         source: kube::Error,
     },
+    /// Upstream's runtimeclass manager returns the API's NotFound, whose text its
+    /// FailedCreatePodSandBox event carries.
+    #[error("runtimeclass.node.k8s.io \"{name}\" not found")]
+    RuntimeClassNotFound { name: String },
+    #[error("failed to lookup RuntimeClass {name}: RuntimeClasses have not been listed yet")]
+    RuntimeClassesNotSynced { name: String },
     /// The Services' first listing has not come yet (upstream's words).
     #[error("services have not yet been read at least once, cannot construct envvars")]
     ServicesNotSynced,
@@ -138,6 +145,11 @@ pub trait ClusterObjects: Send + Sync {
     fn register_pod(&self, pod: &Pod);
     /// The pod is gone: its references (and tokens) are dropped.
     fn unregister_pod(&self, pod_uid: &str);
+    /// The handler of the RuntimeClass `name` (upstream's runtimeclass manager's
+    /// LookupRuntimeHandler), or `None` when the node has no RuntimeClasses to read:
+    /// upstream's kubelet without an API client has no manager, and its pods run with the
+    /// default handler whatever runtimeClassName they name.
+    async fn runtime_handler(&self, name: &str) -> Result<Option<String>, ObjectError>;
     /// Every Service of the cluster, for the containers' service environment variables;
     /// none without an API server (upstream's standalone kubelet sets none).
     ///
@@ -203,6 +215,9 @@ impl ClusterObjects for Standalone {
     }
     fn register_pod(&self, _pod: &Pod) {}
     fn unregister_pod(&self, _pod_uid: &str) {}
+    async fn runtime_handler(&self, _name: &str) -> Result<Option<String>, ObjectError> {
+        Ok(None)
+    }
     async fn services(&self, _wait: ServicesWait) -> Result<Vec<Arc<Service>>, ObjectError> {
         Ok(Vec::new())
     }

@@ -28,12 +28,12 @@ use tracing::debug;
 use super::attach::spawn::{remove_relay_dir, TaskFifos};
 use super::attach::{client, relay, relay_dir, RELAY_BASE_DIR};
 use super::client::{call, CALL_TIMEOUT};
+use super::handlers::ContainerRuntime;
 use super::images::{ImageInfo, SNAPSHOTTER};
 use super::labels::{self, Kind, PodRef};
 use super::stdio::{ProcessStdio, StdioRequest, TermSize};
 use super::{Containerd, Result, RuntimeError};
 
-const RUNC_V2: &str = "io.containerd.runc.v2";
 const SPEC_TYPE_URL: &str = "types.containerd.io/opencontainers/runtime-spec/1/Spec";
 
 /// How a container ended.
@@ -174,6 +174,9 @@ pub struct NewContainer<'a> {
     pub image_spec: &'a str,
     pub spec: &'a oci_spec::runtime::Spec,
     pub extra_labels: HashMap<String, String>,
+    /// The containerd runtime of the pod's handler (`runtime::handlers`); every container
+    /// of a pod gets its sandbox's, as containerd's CRI plugin does.
+    pub runtime: ContainerRuntime,
 }
 
 impl NewContainer<'_> {
@@ -434,8 +437,8 @@ impl Containerd {
                         labels: l,
                         image: n.image.name.clone(),
                         runtime: Some(Runtime {
-                            name: RUNC_V2.into(),
-                            options: None,
+                            name: n.runtime.name.clone(),
+                            options: n.runtime.options.clone(),
                         }),
                         spec: Some(Any {
                             type_url: SPEC_TYPE_URL.into(),

@@ -67,6 +67,7 @@ struct FakeContainer {
     labels: HashMap<String, String>,
     image: String,
     spec: oci_spec::runtime::Spec,
+    runtime: crate::runtime::handlers::ContainerRuntime,
     created_at: DateTime<Utc>,
     task: Option<FakeTask>,
 }
@@ -255,6 +256,7 @@ impl FakeRuntime {
             image_spec: "pause",
             spec: &oci_spec::runtime::Spec::default(),
             extra_labels,
+            runtime: crate::runtime::handlers::ContainerRuntime::runc_v2(),
         };
         let mut st = self.lock();
         st.next_pid += 1;
@@ -265,6 +267,7 @@ impl FakeRuntime {
                 labels: new.record_labels(),
                 image: "pause".into(),
                 spec: new.spec.clone(),
+                runtime: new.runtime.clone(),
                 created_at: Utc::now(),
                 task: Some(FakeTask {
                     pid,
@@ -284,6 +287,19 @@ impl FakeRuntime {
             .filter(|c| c.labels.get(labels::CONTAINER_NAME).map(String::as_str) == Some(name))
             .max_by_key(|c| c.created_at)
             .map(|c| c.spec.clone())
+    }
+
+    /// The containerd runtime the newest container of that name was created with.
+    pub(crate) fn runtime_of(
+        &self,
+        name: &str,
+    ) -> Option<crate::runtime::handlers::ContainerRuntime> {
+        let st = self.lock();
+        st.containers
+            .values()
+            .filter(|c| c.labels.get(labels::CONTAINER_NAME).map(String::as_str) == Some(name))
+            .max_by_key(|c| c.created_at)
+            .map(|c| c.runtime.clone())
     }
 
     /// The records of a pod as the agent would list them (no call is logged).
@@ -467,6 +483,7 @@ impl Runtime for FakeRuntime {
                 labels: new.record_labels(),
                 image: new.image.name.clone(),
                 spec: new.spec.clone(),
+                runtime: new.runtime.clone(),
                 created_at: Utc::now(),
                 task: None,
             });

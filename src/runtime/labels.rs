@@ -32,6 +32,8 @@ pub const NETNS: &str = "kubelet-rs.io/netns";
 pub const POD_IPS: &str = "kubelet-rs.io/pod-ips";
 pub const HOST_NETWORK: &str = "kubelet-rs.io/host-network";
 pub const CGROUP_PARENT: &str = "kubelet-rs.io/cgroup-parent";
+/// On a sandbox: the RuntimeClass handler it was created for (absent: the default, `""`).
+pub const RUNTIME_HANDLER: &str = "kubelet-rs.io/runtime-handler";
 /// The image's STOPSIGNAL, as its config gave it when the container was created: the
 /// signal that stops the container (containerd's CRI plugin keeps it the same way).
 pub const STOP_SIGNAL: &str = "kubelet-rs.io/stop-signal";

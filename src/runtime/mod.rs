@@ -19,6 +19,7 @@ pub mod exec;
 pub mod exec_stdio;
 #[cfg(test)]
 pub(crate) mod fake;
+pub mod handlers;
 pub mod image_store;
 pub mod images;
 pub mod labels;

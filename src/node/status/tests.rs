@@ -37,6 +37,7 @@ pub(crate) fn observed() -> Observed {
             size_bytes: Some(320_000),
         }]),
         pressure: Default::default(),
+        runtime_handlers: vec!["".into(), "runc".into()],
     }
 }
 
@@ -329,5 +330,31 @@ fn required_labels_are_restored() {
     assert_eq!(
         node.metadata.labels.as_ref().unwrap()[LABEL_ARCH],
         go_arch()
+    );
+}
+
+#[test]
+fn runtime_handlers_are_one_entry_per_handler_with_features_not_claimed() {
+    let cfg = config();
+    let mut node = initial_node(&cfg);
+    let mut seen = observed();
+    seen.runtime_handlers = vec!["".into(), "crun".into(), "runc".into()];
+    let original = node.clone();
+    set_node_status(&mut node, &cfg, &seen, at(1000));
+    let handlers = node
+        .status
+        .as_ref()
+        .unwrap()
+        .runtime_handlers
+        .clone()
+        .unwrap();
+    let got: Vec<Value> = handlers.iter().map(|h| json!(h)).collect();
+    let entry = |name: &str| json!({"name": name, "features": {"recursiveReadOnlyMounts": false, "userNamespaces": false}});
+    assert_eq!(got, vec![entry(""), entry("crun"), entry("runc")]);
+    // The patch carries the whole list (the API replaces it).
+    let patch = status_patch(&original, &node);
+    assert_eq!(
+        patch["status"]["runtimeHandlers"],
+        json!([entry(""), entry("crun"), entry("runc")])
     );
 }

@@ -1,7 +1,7 @@
 //! Pod features this agent does not implement yet, refused at admission instead of being
-//! ignored: a pod that asks for user namespaces, DRA claims, image volumes, a
-//! RuntimeClass or an unmasked /proc would otherwise run without what it asked for (or sit
-//! in a state that never ends) and nobody would be told.
+//! ignored: a pod that asks for user namespaces, DRA claims, image volumes or an unmasked
+//! /proc would otherwise run without what it asked for (or sit in a state that never
+//! ends) and nobody would be told. (RuntimeClasses are served: `runtime::handlers`.)
 //!
 //! Upstream refuses a pod whose features its node cannot serve in the same place: its
 //! declared-features admit handler (reason `PodFeatureUnsupported`, "Pod requires node
@@ -73,9 +73,6 @@ fn wanted(spec: &PodSpec) -> Vec<Wanted> {
     }
     if spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()) {
         want("DynamicResourceAllocation", "spec.resourceClaims".into());
-    }
-    if let Some(class) = spec.runtime_class_name.as_deref().filter(|c| !c.is_empty()) {
-        want("RuntimeClass", format!("spec.runtimeClassName: {class}"));
     }
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
         if v.image.is_some() {
@@ -154,7 +151,8 @@ mod tests {
     fn a_pod_using_only_implemented_features_is_admitted() {
         let mut spec = plain();
         spec["hostUsers"] = json!(true);
-        spec["runtimeClassName"] = json!("");
+        // RuntimeClasses are served (the sandbox resolves the handler).
+        spec["runtimeClassName"] = json!("kata");
         spec["securityContext"] = json!({"supplementalGroupsPolicy": "Merge"});
         // Sidecars (pod::sidecar) run now.
         spec["initContainers"] = json!([
@@ -174,10 +172,6 @@ mod tests {
             (
                 json!({"resourceClaims": [{"name": "gpu", "resourceClaimName": "c"}]}),
                 "DynamicResourceAllocation (spec.resourceClaims)",
-            ),
-            (
-                json!({"runtimeClassName": "kata"}),
-                "RuntimeClass (spec.runtimeClassName: kata)",
             ),
             (
                 json!({"volumes": [{"name": "v", "emptyDir": {}}, {"name": "img", "image": {"reference": "x"}}]}),

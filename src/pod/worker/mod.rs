@@ -96,6 +96,9 @@ pub struct Shared {
     /// The ConfigMaps, Secrets and tokens pods reference (`objects::Standalone` without an
     /// API server).
     pub objects: Arc<dyn crate::objects::ClusterObjects>,
+    /// The RuntimeClass handlers this node serves and their containerd runtimes (read from
+    /// containerd's config at start).
+    pub handlers: Arc<crate::runtime::handlers::RuntimeHandlers>,
     /// The evictions the eviction manager asked for, taken up by each pod's worker.
     pub evictions: Arc<super::evictions::PodEvictions>,
     /// Start slots: see [`start_slots`].
@@ -125,6 +128,9 @@ struct Sandbox {
     volumes: Option<PodVolumes>,
     /// This pass replaced a sandbox that had stopped (and stopped the pod's containers).
     replaced: bool,
+    /// The RuntimeClass handler the sandbox was created for; the pod's containers get its
+    /// runtime, as containerd's CRI plugin gives them their sandbox's.
+    handler: String,
 }
 
 pub struct Worker {

@@ -40,6 +40,13 @@ pub enum SandboxError {
     Hostname(String),
     #[error("seccomp: {0}")]
     Seccomp(#[from] crate::runtime::spec::seccomp::SeccompError),
+    /// The pod's RuntimeClass could not be read (upstream's runtimeclass manager's error,
+    /// as its event shows it).
+    #[error(transparent)]
+    RuntimeClass(crate::objects::ObjectError),
+    /// The RuntimeClass's handler has no runtime on this node (containerd's words).
+    #[error(transparent)]
+    Handler(#[from] crate::runtime::handlers::UnknownHandler),
     #[error("pod directory {dir}: {source}")]
     Files {
         dir: PathBuf,
@@ -76,6 +83,12 @@ impl Worker {
                     ips: split_ips(sb.labels.get(labels::POD_IPS)),
                     volumes: None,
                     replaced: false,
+                    // A sandbox made before handlers were recorded ran the default runtime.
+                    handler: sb
+                        .labels
+                        .get(labels::RUNTIME_HANDLER)
+                        .cloned()
+                        .unwrap_or_default(),
                 });
             }
         }
@@ -95,6 +108,12 @@ impl Worker {
             rt.remove_container(&old.id).await?;
             self.forget_record(&old.id);
         }
+
+        // The handler and its runtime before anything is made, as upstream resolves the
+        // RuntimeClass before RunPodSandbox and containerd maps the handler before it pins
+        // a network namespace: a pod whose handler cannot be served costs nothing per retry.
+        let handler = self.runtime_handler(pod).await?;
+        let runtime = self.shared.handlers.resolve(&handler)?.clone();
 
         let cfg = self.shared.cfg.clone();
         let hostnet = host_network(pod);
@@ -186,6 +205,9 @@ impl Worker {
             if let Some(n) = &netns_path {
                 extra.insert(labels::NETNS.to_string(), n.clone());
             }
+            if !handler.is_empty() {
+                extra.insert(labels::RUNTIME_HANDLER.to_string(), handler.clone());
+            }
             let new = NewContainer {
                 id: &id,
                 pod: &self.pod_ref,
@@ -196,6 +218,7 @@ impl Worker {
                 image_spec: &cfg.pod_infra_container_image,
                 spec: &spec,
                 extra_labels: extra,
+                runtime: runtime.clone(),
             };
             rt.create_container(new.clone()).await?;
             let pid = rt.start_task(&id, &TaskIo::Null).await?;
@@ -221,14 +244,43 @@ impl Worker {
         if let Some(v) = self.view.as_mut() {
             v.push(record);
         }
-        info!(pod = %self.pod_ref.display(), sandbox = %id, ips = %ips.join(","), "pod sandbox started");
+        info!(pod = %self.pod_ref.display(), sandbox = %id, ips = %ips.join(","), runtime_handler = %handler, "pod sandbox started");
         Ok(Sandbox {
             id,
             pid,
             ips,
             volumes: None,
             replaced: latest.is_some(),
+            handler,
         })
+    }
+
+    /// The pod's RuntimeClass handler, as upstream's createPodSandbox looks it up: `""` (the
+    /// default) without a runtimeClassName, and without RuntimeClasses to read (a node
+    /// with no API server: upstream's kubelet then has no runtimeclass manager and runs
+    /// the pod with the default handler; said in the log, as nothing else would say it).
+    async fn runtime_handler(&self, pod: &Pod) -> Result<String, SandboxError> {
+        let Some(class) = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.runtime_class_name.as_deref())
+            .filter(|c| !c.is_empty())
+        else {
+            return Ok(String::new());
+        };
+        match self.shared.objects.runtime_handler(class).await {
+            Ok(Some(handler)) => {
+                if !handler.is_empty() {
+                    info!(pod = %self.pod_ref.display(), runtime_class = %class, runtime_handler = %handler, "running pod with runtime handler");
+                }
+                Ok(handler)
+            }
+            Ok(None) => {
+                warn!(pod = %self.pod_ref.display(), runtime_class = %class, "no API server to read RuntimeClasses from: the pod runs with the default runtime handler, as upstream's standalone kubelet runs it");
+                Ok(String::new())
+            }
+            Err(e) => Err(SandboxError::RuntimeClass(e)),
+        }
     }
 
     pub(super) fn attach_request(

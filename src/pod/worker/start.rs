@@ -339,6 +339,14 @@ impl Worker {
         if let Some(policy) = c.termination_message_policy.clone() {
             extra.insert(labels::TERMINATION_MESSAGE_POLICY.to_string(), policy);
         }
+        // The sandbox's runtime, looked up again by its handler as containerd's CRI plugin
+        // does for each container (a handler removed from the config since fails here).
+        let runtime = self
+            .shared
+            .handlers
+            .resolve(&sandbox.handler)
+            .map_err(|e| Waiting::new("CreateContainerError", e.to_string()))?
+            .clone();
         let new = NewContainer {
             id: &id,
             pod: &self.pod_ref,
@@ -349,6 +357,7 @@ impl Worker {
             image_spec: c.image.as_deref().unwrap_or_default(),
             spec: &oci,
             extra_labels: extra,
+            runtime,
         };
         rt.create_container(new.clone())
             .await

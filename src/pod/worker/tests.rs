@@ -20,6 +20,7 @@ use crate::runtime::fake::{FakeRuntime, Script};
 mod events;
 mod lifecycle;
 mod manager;
+mod runtime_class;
 mod sidecars;
 
 const UID: &str = "0f0f0f0f-uid";
@@ -91,6 +92,7 @@ pub(crate) fn test_shared(
         sync_loop: Arc::new(SyncLoopHealth::new(Duration::from_secs(60))),
         recorder,
         objects: Arc::new(crate::objects::Standalone),
+        handlers: Arc::new(crate::runtime::handlers::RuntimeHandlers::default()),
     })
 }
 
