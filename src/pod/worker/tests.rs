@@ -91,6 +91,7 @@ pub(crate) fn test_shared(
         sync_loop: Arc::new(SyncLoopHealth::new(Duration::from_secs(60))),
         recorder,
         objects: Arc::new(crate::objects::Standalone),
+        allocations: Arc::new(crate::pod::allocation::Allocations::load(&dir.join("root"))),
     })
 }
 
