@@ -20,6 +20,7 @@ use crate::runtime::fake::{FakeRuntime, Script};
 mod events;
 mod lifecycle;
 mod manager;
+mod resize;
 mod sidecars;
 
 const UID: &str = "0f0f0f0f-uid";
