@@ -212,18 +212,20 @@ impl Allocations {
         let pods = self.pods();
         let mut total = Totals::default();
         for (_, containers) in pods.iter().filter(|(u, _)| u.as_str() != uid) {
-            let mut pod = Pod::default();
-            pod.spec = Some(k8s_openapi::api::core::v1::PodSpec {
-                containers: containers
-                    .iter()
-                    .map(|(name, r)| Container {
-                        name: name.clone(),
-                        resources: Some(r.clone()),
-                        ..Container::default()
-                    })
-                    .collect(),
-                ..Default::default()
-            });
+            let pod = Pod {
+                spec: Some(k8s_openapi::api::core::v1::PodSpec {
+                    containers: containers
+                        .iter()
+                        .map(|(name, r)| Container {
+                            name: name.clone(),
+                            resources: Some(r.clone()),
+                            ..Container::default()
+                        })
+                        .collect(),
+                    ..Default::default()
+                }),
+                ..Pod::default()
+            };
             let r = pod_requests(&pod);
             total.cpu_millis = total.cpu_millis.saturating_add(r.cpu_millis);
             total.memory = total.memory.saturating_add(r.memory);

@@ -581,7 +581,7 @@ impl Runtime for FakeRuntime {
         if let Some(linux) = c.spec.linux_mut() {
             let mut res = linux.resources().clone().unwrap_or_default();
             res.set_cpu(resources.cpu().clone());
-            res.set_memory(resources.memory().clone());
+            res.set_memory(*resources.memory());
             linux.set_resources(Some(res));
         }
         c.labels.extend(labels);
