@@ -241,6 +241,9 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         evictions: evictions.clone(),
         start_slots: kubelet_rs::pod::worker::start_slots(),
         handlers: handlers.clone(),
+        allocations: Arc::new(kubelet_rs::pod::allocation::Allocations::load(
+            &cfg.root_dir,
+        )),
     });
     server_state.set_sync_loop(sync_loop);
     server_state.set_runtime(runtime.clone());

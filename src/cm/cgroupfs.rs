@@ -346,6 +346,15 @@ impl CgroupFs {
         Ok(())
     }
 
+    /// The cgroup's memory usage in bytes (memory.current, or v1's usage_in_bytes).
+    pub fn memory_usage(&self, cgroup: &str) -> Result<i64, CgroupError> {
+        let file = match self.version() {
+            Version::V1 => "memory.usage_in_bytes",
+            Version::V2 => "memory.current",
+        };
+        read_i64(&self.memory_dir(cgroup).join(file))
+    }
+
     /// Removes the cgroup and anything left under it, in every hierarchy mounted under
     /// the hierarchies' common parent (runc leaves a leaf in each, e.g. freezer, devices).
     /// A cgroup that still has processes is refused by the kernel: such a directory stays,

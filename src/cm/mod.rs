@@ -284,7 +284,10 @@ impl ContainerManager {
             .unwrap_or_else(|p| p.into_inner())
             .get(&uid)
             .cloned();
-        if previous.as_ref() == Some(&entry) && self.fs.exists(&path) {
+        // A pod the manager already set up keeps its values here: they change only through
+        // a resize (`resize_pod`), in the order that keeps the pod's limits above its
+        // containers'.
+        if previous.as_ref().is_some_and(|p| p.qos == entry.qos) && self.fs.exists(&path) {
             return Ok(path);
         }
         self.fs.create(&path)?;
@@ -308,6 +311,66 @@ impl ContainerManager {
             self.update_qos()?;
         }
         Ok(path)
+    }
+
+    /// The pod cgroup's values as last written and the values the (allocated) pod needs;
+    /// `None` when pods get no cgroup of their own or this one was not set up yet.
+    pub fn pod_values(&self, pod: &Pod) -> Option<(ResourceConfig, ResourceConfig)> {
+        if !self.layout.per_qos {
+            return None;
+        }
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let current = self
+            .active
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(uid)?
+            .applied
+            .clone();
+        let target = pod::resource_config(pod, self.pod_pids_limit, cgroupfs::QUOTA_PERIOD);
+        Some((current, target))
+    }
+
+    /// The pod cgroup's memory usage in bytes.
+    pub fn pod_memory_usage(&self, pod: &Pod) -> Result<i64, CgroupError> {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        self.fs
+            .memory_usage(&self.layout.pod_cgroup(&uid, qos_class(pod)))
+    }
+
+    /// A container cgroup's memory usage in bytes (`cgroup` as its record names it).
+    pub fn memory_usage(&self, cgroup: &str) -> Result<i64, CgroupError> {
+        self.fs.memory_usage(cgroup)
+    }
+
+    /// Writes one step of a pod's resize: the values `part` has (the others stay), and
+    /// the Burstable parent's shares when the pod's cpu request changed.
+    pub fn resize_pod(&self, pod: &Pod, part: &ResourceConfig) -> Result<(), CgroupError> {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let qos = qos_class(pod);
+        let path = self.layout.pod_cgroup(&uid, qos);
+        self.fs.apply(&path, part)?;
+        let request = pod::pod_requests(pod).cpu_millis;
+        let weight_changed = {
+            let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(entry) = active.get_mut(&uid) else {
+                return Ok(());
+            };
+            let applied = &mut entry.applied;
+            applied.cpu_shares = part.cpu_shares.or(applied.cpu_shares);
+            applied.cpu_quota = part.cpu_quota.or(applied.cpu_quota);
+            applied.cpu_period = part.cpu_period.or(applied.cpu_period);
+            applied.memory = part.memory.or(applied.memory);
+            let changed = part.cpu_shares.is_some() && entry.cpu_request_millis != request;
+            if changed {
+                entry.cpu_request_millis = request;
+            }
+            changed
+        };
+        if weight_changed && qos == QosClass::Burstable {
+            self.update_qos()?;
+        }
+        Ok(())
     }
 
     /// Removes the pod's cgroup wherever it is (all its processes are gone by now) and

@@ -10,6 +10,7 @@
 //! period and then finishes; the pod is not started again while the API still lists it.
 
 pub mod admission;
+pub mod allocation;
 pub mod backoff;
 pub mod dns;
 pub(crate) mod ephemeral;

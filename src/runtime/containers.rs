@@ -17,8 +17,8 @@ use containerd_client::services::v1::snapshots::{
 };
 use containerd_client::services::v1::{
     CloseIoRequest, Container, CreateContainerRequest, CreateTaskRequest, DeleteContainerRequest,
-    DeleteTaskRequest, GetRequest, KillRequest, ListContainersRequest, ResizePtyRequest,
-    StartRequest, UpdateContainerRequest, WaitRequest,
+    DeleteTaskRequest, GetContainerRequest, GetRequest, KillRequest, ListContainersRequest,
+    ResizePtyRequest, StartRequest, UpdateContainerRequest, UpdateTaskRequest, WaitRequest,
 };
 pub use containerd_client::types::v1::Status as TaskStatus;
 use containerd_client::types::Mount;
@@ -35,6 +35,8 @@ use super::stdio::{ProcessStdio, StdioRequest, TermSize};
 use super::{Containerd, Result, RuntimeError};
 
 const SPEC_TYPE_URL: &str = "types.containerd.io/opencontainers/runtime-spec/1/Spec";
+/// How containerd's typeurl names the OCI LinuxResources a task update carries.
+const RESOURCES_TYPE_URL: &str = "types.containerd.io/opencontainers/runtime-spec/1/LinuxResources";
 
 /// How a container ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -615,6 +617,91 @@ impl Containerd {
                     container: Some(Container {
                         id: id.to_string(),
                         labels: set,
+                        ..Default::default()
+                    }),
+                    update_mask: Some(FieldMask { paths }),
+                })),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Resizes a running container in place, as containerd's CRI UpdateContainerResources:
+    /// the task's cgroup first (runc update through the shim), then the record's spec and
+    /// labels, so the next task of this record, and the agent after a restart, see what
+    /// the container now has. A spec that cannot be read back is an error naming the
+    /// container; the task's update stands either way.
+    pub async fn update_resources(
+        &self,
+        id: &str,
+        resources: &oci_spec::runtime::LinuxResources,
+        labels: HashMap<String, String>,
+    ) -> Result<()> {
+        let spec_error = |reason: String| RuntimeError::Spec {
+            container: id.to_string(),
+            field: "linux.resources".into(),
+            reason,
+        };
+        let value = serde_json::to_vec(resources).map_err(|e| spec_error(e.to_string()))?;
+        call(
+            "update task",
+            id,
+            CALL_TIMEOUT,
+            self.client().tasks().update(self.req(UpdateTaskRequest {
+                container_id: id.to_string(),
+                resources: Some(Any {
+                    type_url: RESOURCES_TYPE_URL.into(),
+                    value,
+                }),
+                annotations: HashMap::new(),
+            })),
+        )
+        .await?;
+        let got = call(
+            "get container",
+            id,
+            CALL_TIMEOUT,
+            self.client()
+                .containers()
+                .get(self.req(GetContainerRequest { id: id.to_string() })),
+        )
+        .await?;
+        let raw = got
+            .container
+            .and_then(|c| c.spec)
+            .ok_or_else(|| spec_error("the record has no spec".into()))?;
+        let mut spec: serde_json::Value =
+            serde_json::from_slice(&raw.value).map_err(|e| spec_error(e.to_string()))?;
+        let new = serde_json::to_value(resources).map_err(|e| spec_error(e.to_string()))?;
+        // Only cpu and memory change: devices, pids and the rest stay as created.
+        if let Some(res) = spec
+            .pointer_mut("/linux/resources")
+            .and_then(|r| r.as_object_mut())
+        {
+            for key in ["cpu", "memory"] {
+                match new.get(key) {
+                    Some(v) => res.insert(key.to_string(), v.clone()),
+                    None => res.remove(key),
+                };
+            }
+        }
+        let value = serde_json::to_vec(&spec).map_err(|e| spec_error(e.to_string()))?;
+        let mut paths: Vec<String> = labels.keys().map(|k| format!("labels.{k}")).collect();
+        paths.push("spec".into());
+        call(
+            "update container",
+            id,
+            CALL_TIMEOUT,
+            self.client()
+                .containers()
+                .update(self.req(UpdateContainerRequest {
+                    container: Some(Container {
+                        id: id.to_string(),
+                        labels,
+                        spec: Some(Any {
+                            type_url: raw.type_url,
+                            value,
+                        }),
                         ..Default::default()
                     }),
                     update_mask: Some(FieldMask { paths }),

@@ -88,7 +88,12 @@ struct FakeState {
     /// For each pull, the image and where each credential it was given came from.
     pull_credentials: Vec<(String, Vec<String>)>,
     next_pid: u32,
+    /// What a test adds to the logged call of each resources update (given the
+    /// container's name): e.g. the pod cgroup's values at that moment.
+    update_note: Option<UpdateNote>,
 }
+
+type UpdateNote = Arc<dyn Fn(&str) -> String + Send + Sync>;
 
 /// The fake runtime; cheap to clone (clones share their state).
 #[derive(Clone, Default)]
@@ -277,6 +282,12 @@ impl FakeRuntime {
                 }),
             },
         );
+    }
+
+    /// Calls `note` at each resources update with the container's name; what it returns
+    /// is logged with the call.
+    pub(crate) fn note_updates(&self, note: impl Fn(&str) -> String + Send + Sync + 'static) {
+        self.lock().update_note = Some(Arc::new(note));
     }
 
     /// The OCI spec the newest container of this name was created with.
@@ -545,6 +556,53 @@ impl Runtime for FakeRuntime {
             }
             None => Err(Self::not_found("update container", id)),
         }
+    }
+
+    async fn update_resources(
+        &self,
+        id: &str,
+        resources: &oci_spec::runtime::LinuxResources,
+        labels: HashMap<String, String>,
+    ) -> Result<()> {
+        let target = self.target(id);
+        let name = target.split('#').next().unwrap_or_default().to_string();
+        let note = self.lock().update_note.clone();
+        let cpu = resources.cpu().as_ref();
+        let shown = format!(
+            "{target} shares={} quota={} memory={}{}",
+            cpu.and_then(|c| c.shares()).unwrap_or(0),
+            cpu.and_then(|c| c.quota()).unwrap_or(0),
+            resources
+                .memory()
+                .as_ref()
+                .and_then(|m| m.limit())
+                .unwrap_or(0),
+            note.map(|n| format!(" {}", n(&name))).unwrap_or_default()
+        );
+        self.enter("update_resources", shown).await?;
+        let mut st = self.lock();
+        let Some(c) = st.containers.get_mut(id) else {
+            return Err(Self::not_found("update task", id));
+        };
+        if !c
+            .task
+            .as_ref()
+            .is_some_and(|t| t.state == TaskState::Running)
+        {
+            return Err(RuntimeError::Call {
+                op: "update task",
+                object: id.to_string(),
+                status: Box::new(tonic::Status::failed_precondition("task is not running")),
+            });
+        }
+        if let Some(linux) = c.spec.linux_mut() {
+            let mut res = linux.resources().clone().unwrap_or_default();
+            res.set_cpu(resources.cpu().clone());
+            res.set_memory(*resources.memory());
+            linux.set_resources(Some(res));
+        }
+        c.labels.extend(labels);
+        Ok(())
     }
 
     async fn kill(&self, id: &str, signal: u32) -> Result<()> {

@@ -34,6 +34,11 @@ pub const HOST_NETWORK: &str = "kubelet-rs.io/host-network";
 pub const CGROUP_PARENT: &str = "kubelet-rs.io/cgroup-parent";
 /// On a sandbox: the RuntimeClass handler it was created for (absent: the default, `""`).
 pub const RUNTIME_HANDLER: &str = "kubelet-rs.io/runtime-handler";
+
+/// The cpu and memory requests and limits the container's cgroup was last given (JSON of
+/// a ResourceRequirements): set at creation, rewritten by each in-place resize; what the
+/// pod's status reports as the container's actual resources.
+pub const RESOURCES: &str = "kubelet-rs.io/resources";
 /// The image's STOPSIGNAL, as its config gave it when the container was created: the
 /// signal that stops the container (containerd's CRI plugin keeps it the same way).
 pub const STOP_SIGNAL: &str = "kubelet-rs.io/stop-signal";

@@ -52,6 +52,15 @@ pub trait Runtime: ExecRunner {
     async fn delete_task(&self, id: &str) -> Result<()>;
     /// Removes the record, its task and its rootfs; gone already is success.
     async fn remove_container(&self, id: &str) -> Result<()>;
+    /// Changes the cgroup resources of a running container in place (an in-place pod
+    /// resize), then writes them into the record's spec with `labels`, so a restart of the
+    /// task, or of the agent, keeps them.
+    async fn update_resources(
+        &self,
+        id: &str,
+        resources: &oci_spec::runtime::LinuxResources,
+        labels: HashMap<String, String>,
+    ) -> Result<()>;
     /// The container's writable layer on the host, for the stats collector's rootfs usage.
     async fn upper_dir(&self, id: &str) -> Option<PathBuf>;
 
@@ -150,6 +159,17 @@ impl Runtime for ContainerdRuntime {
 
     async fn remove_container(&self, id: &str) -> Result<()> {
         self.containerd.remove_container(id).await
+    }
+
+    async fn update_resources(
+        &self,
+        id: &str,
+        resources: &oci_spec::runtime::LinuxResources,
+        labels: HashMap<String, String>,
+    ) -> Result<()> {
+        self.containerd
+            .update_resources(id, resources, labels)
+            .await
     }
 
     async fn upper_dir(&self, id: &str) -> Option<PathBuf> {

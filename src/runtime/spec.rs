@@ -688,7 +688,7 @@ fn resource_quantity(
 /// (calculateLinuxResources): shares from the CPU request (from the limit when the request
 /// is zero or unset), a CFS quota over a 100ms period from a non-zero CPU limit, and the
 /// memory limit in bytes when non-zero, every quantity rounded up as upstream rounds it.
-fn container_resources(
+pub(crate) fn container_resources(
     c: &Container,
     privileged: bool,
     swap: ContainerSwap,

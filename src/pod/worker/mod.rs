@@ -23,6 +23,7 @@ mod init;
 mod probes;
 mod publish;
 mod reconcile;
+pub(crate) mod resize;
 mod sandbox;
 mod start;
 mod stop;
@@ -103,6 +104,8 @@ pub struct Shared {
     pub evictions: Arc<super::evictions::PodEvictions>,
     /// Start slots: see [`start_slots`].
     pub start_slots: Arc<Semaphore>,
+    /// The resources allocated to each pod's containers (in-place resize), checkpointed.
+    pub allocations: Arc<super::allocation::Allocations>,
 }
 
 /// How many pods may be in a pass of their first start at once. Without a bound, pods
@@ -178,6 +181,10 @@ pub struct Worker {
     /// back (a static pod's manifest removed and written again) would read as no change:
     /// the count keeps the removal, which upstream's pod workers act on.
     removals: Arc<AtomicU64>,
+    /// The resize the pod's spec asks for and the agent cannot take now (PodResizePending).
+    resize_pending: Option<super::allocation::Pending>,
+    /// Why the last attempt to apply an allocated resize failed (PodResizeInProgress Error).
+    resize_error: Option<String>,
 }
 
 fn policy(pod: &Pod) -> &str {
@@ -284,6 +291,8 @@ impl Worker {
             first_start_done: false,
             start_slot: None,
             removals: Arc::new(AtomicU64::new(0)),
+            resize_pending: None,
+            resize_error: None,
         }
     }
 
@@ -450,6 +459,9 @@ impl Worker {
         if let Ok(mut m) = self.shared.stats_pods.write() {
             m.remove(uid);
         }
+        // Off the async runtime: it rewrites the checkpoint.
+        let (allocations, uid) = (self.shared.allocations.clone(), uid.clone());
+        tokio::task::spawn_blocking(move || allocations.remove(&uid));
     }
 
     /// One pass: reconcile, then publish what the pass saw and did. Returns when to look

@@ -50,6 +50,8 @@ impl Worker {
             terminal: self.terminating,
             failure: self.failure.as_ref(),
         });
+        let mut status = status;
+        self.resize_status(pod, &records, &mut status);
         self.publish_stats_info(pod, &records, status.start_time.as_ref())
             .await;
         self.view = Some(records);

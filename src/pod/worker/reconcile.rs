@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus};
 use tracing::{error, info, warn};
 
 use super::init;
+use super::resize;
 use super::sandbox::latest_sandbox;
 use super::{events, grace_period, policy, resync_interval, Worker, RETRY};
 use crate::events::EventType;
@@ -38,6 +39,15 @@ fn should_restart(policy: &str, exit_code: i32) -> bool {
         "OnFailure" => exit_code != 0,
         _ => false,
     }
+}
+
+/// Why a running container is restarted at once, whatever the restart policy.
+#[derive(Debug, Clone, Copy)]
+enum Restart {
+    /// Its definition (image) changed.
+    Changed,
+    /// Its resizePolicy asks for a restart to take its new resources.
+    Resize,
 }
 
 /// What the pass decided for one container, from its newest record.
@@ -81,7 +91,7 @@ fn step_for(tries: &[&ContainerRecord], restarts: impl Fn(i32) -> bool) -> Step 
 
 impl Worker {
     /// The records of the pass's view (empty before the listing).
-    fn records(&self) -> &[ContainerRecord] {
+    pub(super) fn records(&self) -> &[ContainerRecord] {
         self.view.as_deref().unwrap_or(&[])
     }
 
@@ -116,6 +126,11 @@ impl Worker {
             self.reclaim_ended_pod().await;
             return Ok(self.shared.cfg.sync_frequency);
         }
+
+        // From here on the pass works on the pod as allocated: a resize the node cannot take
+        // yet leaves the containers as they are.
+        let allocated = self.allocate(pod).await;
+        let pod = &allocated;
 
         let mut sandbox = match self.ensure_sandbox(pod).await {
             Ok(s) => {
@@ -208,6 +223,18 @@ impl Worker {
         }
         let mut next = resync_interval(self.shared.cfg.sync_frequency);
         let spec = pod.spec.clone().unwrap_or_default();
+        if self.deferred() {
+            next = next.min(crate::pod::allocation::DEFERRED_RETRY);
+        }
+        // The running containers get what was allocated to them before anything starts.
+        match self.actuate_resize(pod).await {
+            Ok(()) => self.resize_error = None,
+            Err(e) => {
+                warn!(pod = %self.pod_ref.display(), error = %e, "in-place resize failed; retrying");
+                self.resize_error = Some(e.to_string());
+                next = next.min(RETRY * 5);
+            }
+        }
 
         // Ephemeral containers start once, before the init containers (as upstream's
         // SyncPod, so a pod stuck in its init containers can be debugged), and are never
@@ -237,7 +264,16 @@ impl Worker {
                 .filter(|r| r.is_running() && labels::spec_changed(&r.labels, c))
                 .map(|r| (*r).clone());
             if let Some(r) = changed {
-                self.restart_changed(pod, c, Kind::App, &r, &sandbox)
+                self.restart_changed(pod, c, Kind::App, &r, &sandbox, Restart::Changed)
+                    .await?;
+                continue;
+            }
+            let resize = tries
+                .first()
+                .filter(|r| resize::needs_restart(c, r))
+                .map(|r| (*r).clone());
+            if let Some(r) = resize {
+                self.restart_changed(pod, c, Kind::App, &r, &sandbox, Restart::Resize)
                     .await?;
                 continue;
             }
@@ -284,12 +320,15 @@ impl Worker {
     ) -> Result<(bool, Duration), RuntimeError> {
         let init_specs = spec.init_containers.as_deref().unwrap_or(&[]);
         for c in init_specs.iter().filter(|c| is_sidecar(c)) {
-            let changed = attempts(self.records(), &c.name, Kind::Init)
-                .first()
-                .filter(|r| r.is_running() && labels::spec_changed(&r.labels, c))
-                .map(|r| (*r).clone());
-            if let Some(r) = changed {
-                self.restart_changed(pod, c, Kind::Init, &r, sandbox)
+            let tries = attempts(self.records(), &c.name, Kind::Init);
+            let newest = tries.first().filter(|r| r.is_running());
+            let why = match newest {
+                Some(r) if labels::spec_changed(&r.labels, c) => Some(Restart::Changed),
+                Some(r) if resize::needs_restart(c, r) => Some(Restart::Resize),
+                _ => None,
+            };
+            if let (Some(r), Some(why)) = (newest.map(|r| (*r).clone()), why) {
+                self.restart_changed(pod, c, Kind::Init, &r, sandbox, why)
                     .await?;
             }
         }
@@ -394,12 +433,19 @@ impl Worker {
         kind: Kind,
         r: &ContainerRecord,
         sandbox: &super::Sandbox,
+        why: Restart,
     ) -> Result<(), RuntimeError> {
-        info!(pod = %self.pod_ref.display(), container = %c.name, container_id = %r.id, "container definition changed; restarting it");
+        info!(pod = %self.pod_ref.display(), container = %c.name, container_id = %r.id, reason = ?why, "restarting container");
         self.probes.remove(&r.id);
-        let msg = match kind {
-            Kind::Init => format!("Init container {} definition changed", c.name),
-            _ => format!("Container {} definition changed, will be restarted", c.name),
+        let msg = match (why, kind) {
+            // Upstream's words (computePodResizeAction).
+            (Restart::Resize, _) => format!("Container {} resize requires restart", c.name),
+            (Restart::Changed, Kind::Init) => {
+                format!("Init container {} definition changed", c.name)
+            }
+            (Restart::Changed, _) => {
+                format!("Container {} definition changed, will be restarted", c.name)
+            }
         };
         let (id, status) = self
             .stop_one(

@@ -330,6 +330,10 @@ impl Worker {
                 labels::container_hash(c),
             ),
         ]);
+        extra.insert(
+            labels::RESOURCES.to_string(),
+            crate::pod::worker::resize::resources_label(c),
+        );
         if let Some(file) = &message_file {
             extra.insert(
                 labels::TERMINATION_MESSAGE_FILE.to_string(),

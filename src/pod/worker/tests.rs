@@ -20,6 +20,7 @@ use crate::runtime::fake::{FakeRuntime, Script};
 mod events;
 mod lifecycle;
 mod manager;
+mod resize;
 mod runtime_class;
 mod sidecars;
 
@@ -93,6 +94,7 @@ pub(crate) fn test_shared(
         recorder,
         objects: Arc::new(crate::objects::Standalone),
         handlers: Arc::new(crate::runtime::handlers::RuntimeHandlers::default()),
+        allocations: Arc::new(crate::pod::allocation::Allocations::load(&dir.join("root"))),
     })
 }
 
