@@ -60,12 +60,17 @@ fn fixture() -> Fixture {
         name: "web".into(),
         namespace: "default".into(),
         pause_pid: Some(7644),
+        sandbox: Some(SandboxInfo {
+            id: SANDBOX.into(),
+            image: "registry.k8s.io/pause:3.10".into(),
+        }),
         cgroup_parent: POD.into(),
         start_time: start,
         containers: vec![
             ContainerInfo {
                 name: "app".into(),
                 id: APP.into(),
+                image: "docker.io/library/busybox:1.36".into(),
                 cgroup_path: format!("{POD}/{APP}"),
                 start_time: start,
                 log_dir: Some(logs),
@@ -74,6 +79,7 @@ fn fixture() -> Fixture {
             ContainerInfo {
                 name: "gone".into(),
                 id: "dead".into(),
+                image: "docker.io/library/busybox:1.36".into(),
                 cgroup_path: format!("{POD}/dead"),
                 start_time: start,
                 log_dir: None,
