@@ -723,3 +723,327 @@ fn container_series(f: &mut Families, c: &CadvisorContainer, ts: Option<i64>, no
         }
     }
 }
+
+/// The whole exposition through a strict third-party parser (openmetrics-parser's Prometheus
+/// text format: HELP and TYPE once per family, one label set per family, no duplicate
+/// series, escapes), then as plain data for assertions.
+#[cfg(test)]
+pub(crate) mod parsed {
+    use std::collections::BTreeMap;
+
+    use openmetrics_parser::{MetricNumber, PrometheusType, PrometheusValue};
+
+    pub(crate) type LabelMap = BTreeMap<String, String>;
+
+    pub(crate) struct Parsed {
+        /// name → (help, type)
+        pub families: BTreeMap<String, (String, String)>,
+        pub samples: Vec<(String, LabelMap, f64)>,
+    }
+
+    pub(crate) fn parse(text: &str) -> Parsed {
+        let exposition = openmetrics_parser::prometheus::parse_prometheus(text)
+            .unwrap_or_else(|e| panic!("not valid Prometheus text ({e:?}):\n{text}"));
+        let mut families = BTreeMap::new();
+        let mut samples = Vec::new();
+        for (name, family) in &exposition.families {
+            let kind = match family.family_type {
+                PrometheusType::Counter => "counter",
+                PrometheusType::Gauge => "gauge",
+                _ => "other",
+            };
+            families.insert(name.clone(), (family.help.clone(), kind.to_string()));
+            for s in family.iter_samples() {
+                let labels: LabelMap = s
+                    .get_labelset()
+                    .unwrap()
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                let number = match &s.value {
+                    PrometheusValue::Gauge(n) | PrometheusValue::Unknown(n) => n.clone(),
+                    PrometheusValue::Counter(c) => c.value.clone(),
+                    other => panic!("unexpected value {other:?}"),
+                };
+                let value = match number {
+                    MetricNumber::Float(f) => f,
+                    MetricNumber::Int(i) => i as f64,
+                };
+                samples.push((name.clone(), labels, value));
+            }
+        }
+        // The parser merges a family written twice; the text must name each once.
+        for name in families.keys() {
+            for kind in ["HELP", "TYPE"] {
+                let n = text.matches(&format!("# {kind} {name} ")).count();
+                assert_eq!(n, 1, "# {kind} {name} appears {n} times");
+            }
+        }
+        Parsed { families, samples }
+    }
+
+    impl Parsed {
+        /// Series of `family` whose labels include `want`.
+        pub(crate) fn find(&self, family: &str, want: &[(&str, &str)]) -> Vec<(&LabelMap, f64)> {
+            self.samples
+                .iter()
+                .filter(|(n, l, _)| {
+                    n == family
+                        && want
+                            .iter()
+                            .all(|(k, v)| l.get(*k).map(String::as_str) == Some(v))
+                })
+                .map(|(_, l, v)| (l, *v))
+                .collect()
+        }
+
+        /// The one series of `family` matching `want`.
+        pub(crate) fn value(&self, family: &str, want: &[(&str, &str)]) -> f64 {
+            let found = self.find(family, want);
+            assert_eq!(found.len(), 1, "{family} {want:?}: {found:?}");
+            found[0].1
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::cgroup_detail::{CgroupDetail, CpuDetail, DeviceIo, MemoryDetail};
+
+    fn labels(id: &str, container: &str) -> ContainerLabels {
+        ContainerLabels {
+            id: id.into(),
+            name: "0123abcd".into(),
+            image: "docker.io/library/busybox:1.36".into(),
+            pod: "web".into(),
+            namespace: "default".into(),
+            container: container.into(),
+        }
+    }
+
+    #[test]
+    fn nothing_collected_yet_reports_both_scrape_errors() {
+        let text = render_cadvisor_metrics(None);
+        let p = parsed::parse(&text);
+        assert_eq!(p.value("container_scrape_error", &[]), 1.0);
+        assert_eq!(p.value("machine_scrape_error", &[]), 1.0);
+        assert_eq!(p.samples.len(), 2, "{text}");
+    }
+
+    #[test]
+    fn every_series_parses_with_upstreams_names_labels_and_units() {
+        let t = DateTime::parse_from_rfc3339("2025-06-23T19:09:26.568Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let mut detail = CgroupDetail {
+            cpu: Some(CpuDetail {
+                usage_ns: 2_967_340_000,
+                user_ns: 1_000_000_000,
+                system_ns: 1_500_000_000,
+                periods: 62,
+                throttled_periods: 59,
+                throttled_ns: 4_048_587_000,
+            }),
+            memory: Some(MemoryDetail {
+                usage: 47063040,
+                working_set: 30154752,
+                oom_kills: 2,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        detail.spec.has_cpu = true;
+        detail.spec.cpu_quota = 50000;
+        detail.spec.cpu_period = 100000;
+        detail.spec.has_memory = true;
+        detail.spec.memory_limit = u64::MAX;
+        let mut odd = labels("/kubepods/x", "we\"ird\\na\nme");
+        odd.name = "other".into();
+        let snapshot = CadvisorSnapshot {
+            taken_at: Some(t),
+            containers: vec![
+                CadvisorContainer {
+                    labels: labels("/kubepods/burstable/podu/0123abcd", "app"),
+                    start_time: 1750705766,
+                    detail: detail.clone(),
+                    io: vec![NamedDeviceIo {
+                        device: "/dev/vda".into(),
+                        io: DeviceIo {
+                            major: 253,
+                            minor: 0,
+                            bytes: [("Read".to_string(), 4096), ("Write".to_string(), 512)].into(),
+                            ops: [("Read".to_string(), 3)].into(),
+                        },
+                    }],
+                    network: vec![InterfaceCounters {
+                        name: "eth0".into(),
+                        rx_bytes: 1048576,
+                        rx_packets: 812,
+                        rx_errors: 3,
+                        rx_dropped: 1,
+                        tx_bytes: 524288,
+                        tx_packets: 401,
+                        tx_errors: 1,
+                        tx_dropped: 0,
+                    }],
+                    fs: vec![FsDevice {
+                        device: "/dev/vda1".into(),
+                        capacity: 1 << 30,
+                        usage: 1 << 20,
+                        inodes: 1000,
+                        inodes_free: 900,
+                    }],
+                },
+                CadvisorContainer {
+                    labels: odd,
+                    start_time: 1,
+                    detail: CgroupDetail::default(),
+                    ..Default::default()
+                },
+            ],
+            machine: Some(MachineInfo {
+                machine_id: "m".into(),
+                system_uuid: "u".into(),
+                boot_id: "b".into(),
+                cores: 2,
+                physical_cores: 2,
+                sockets: 1,
+                memory_bytes: 4 << 30,
+                swap_bytes: 0,
+                taken_at_ms: 1,
+            }),
+            version: Some(VersionInfo {
+                kernel_version: "6.1.0".into(),
+                os_version: "Debian GNU/Linux 12 (bookworm)".into(),
+            }),
+        };
+        let text = render_cadvisor_metrics(Some(&snapshot));
+        let p = parsed::parse(&text);
+
+        // Every container family carries exactly the kubelet's six labels plus its own.
+        let base = ["container", "id", "image", "name", "namespace", "pod"];
+        for (name, labels, _) in &p.samples {
+            if !name.starts_with("container_") || name == "container_scrape_error" {
+                continue;
+            }
+            let extra: &[&str] = match name.as_str() {
+                "container_cpu_usage_seconds_total" => &["cpu"],
+                "container_tasks_state" => &["state"],
+                "container_memory_failures_total" => &["failure_type", "scope"],
+                "container_blkio_device_usage_total" => &["device", "major", "minor", "operation"],
+                n if n.starts_with("container_network_") => &["interface"],
+                n if n.starts_with("container_fs_") => &["device"],
+                _ => &[],
+            };
+            let mut want: Vec<&str> = base.iter().chain(extra).copied().collect();
+            want.sort();
+            let got: Vec<&str> = labels.keys().map(String::as_str).collect();
+            assert_eq!(got, want, "{name}");
+        }
+        let app = [("container", "app")];
+        assert_eq!(
+            p.value(
+                "container_cpu_usage_seconds_total",
+                &[("container", "app"), ("cpu", "total")]
+            ),
+            2.96734
+        );
+        assert_eq!(p.value("container_cpu_user_seconds_total", &app), 1.0);
+        assert_eq!(
+            p.value("container_cpu_cfs_throttled_periods_total", &app),
+            59.0
+        );
+        assert_eq!(
+            p.value("container_cpu_cfs_throttled_seconds_total", &app),
+            4.048587
+        );
+        assert_eq!(p.value("container_spec_cpu_quota", &app), 50000.0);
+        // An unlimited memory limit reads 0, as cAdvisor writes it.
+        assert_eq!(p.value("container_spec_memory_limit_bytes", &app), 0.0);
+        assert_eq!(
+            p.value("container_memory_working_set_bytes", &app),
+            30154752.0
+        );
+        assert_eq!(p.value("container_oom_events_total", &app), 2.0);
+        assert_eq!(
+            p.value(
+                "container_network_receive_packets_dropped_total",
+                &[("container", "app"), ("interface", "eth0")]
+            ),
+            1.0
+        );
+        assert_eq!(
+            p.value(
+                "container_fs_reads_bytes_total",
+                &[("container", "app"), ("device", "/dev/vda")]
+            ),
+            4096.0
+        );
+        assert_eq!(
+            p.value(
+                "container_blkio_device_usage_total",
+                &[("operation", "Write"), ("major", "253")]
+            ),
+            512.0
+        );
+        assert_eq!(
+            p.value("container_fs_limit_bytes", &[("device", "/dev/vda1")]),
+            (1u64 << 30) as f64
+        );
+        // A container without cpu usage has no usage series, and no quota has no cfs series.
+        let odd = [("name", "other")];
+        assert!(p.find("container_cpu_usage_seconds_total", &odd).is_empty());
+        assert!(p.find("container_cpu_cfs_periods_total", &odd).is_empty());
+        // Quotes, backslashes and newlines in label values survive the round trip.
+        assert_eq!(
+            p.find("container_last_seen", &odd)[0].0["container"],
+            "we\"ird\\na\nme"
+        );
+        assert_eq!(p.value("container_last_seen", &app), t.timestamp() as f64);
+        assert_eq!(
+            p.value(
+                "machine_cpu_cores",
+                &[("machine_id", "m"), ("boot_id", "b")]
+            ),
+            2.0
+        );
+        assert_eq!(p.value("machine_scrape_error", &[]), 0.0);
+        assert_eq!(p.value("container_scrape_error", &[]), 0.0);
+        assert_eq!(
+            p.value("cadvisor_version_info", &[("kernelVersion", "6.1.0")]),
+            1.0
+        );
+
+        // Upstream's help texts and types, byte for byte where dashboards show them.
+        assert_eq!(
+            p.families["container_cpu_usage_seconds_total"],
+            (
+                "Cumulative cpu time consumed in seconds.".to_string(),
+                "counter".to_string()
+            )
+        );
+        assert_eq!(
+            p.families["container_memory_working_set_bytes"],
+            (
+                "Current working set in bytes.".to_string(),
+                "gauge".to_string()
+            )
+        );
+        // Stats carry the snapshot's time; spec series none.
+        assert!(text.contains(&format!(
+            "container_memory_working_set_bytes{{container=\"app\",id=\"/kubepods/burstable/podu/0123abcd\",image=\"docker.io/library/busybox:1.36\",name=\"0123abcd\",namespace=\"default\",pod=\"web\"}} 3.0154752e+07 {}\n",
+            t.timestamp_millis()
+        )), "{text}");
+        assert!(text.contains("container_spec_cpu_quota{container=\"app\",id=\"/kubepods/burstable/podu/0123abcd\",image=\"docker.io/library/busybox:1.36\",name=\"0123abcd\",namespace=\"default\",pod=\"web\"} 50000\n"), "{text}");
+        // Families sorted by name, as Go's gatherer writes them.
+        let names: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .map(|l| l.split(' ').next().unwrap())
+            .collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        assert_eq!(names, sorted);
+    }
+}

@@ -396,3 +396,212 @@ fn read_io(dir: &Path, v2: bool) -> Vec<DeviceIo> {
     }
     devices.into_values().collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    const POD: &str = "/kubepods/burstable/pod7c1f4a2e-9d3b-4e5f-8a6b-1c2d3e4f5a6b";
+    const APP: &str = "5e0c1a9d3f7b2e4a6c8d0f1b3a5c7e9d1f3b5a7c9e1d3f5b7a9c1e3d5f7b9a1c";
+
+    fn testdata(rel: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("src/stats/testdata")
+            .join(rel)
+    }
+
+    fn copy_tree(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            let dst = to.join(e.file_name());
+            if e.file_type().unwrap().is_dir() {
+                copy_tree(&e.path(), &dst);
+            } else {
+                std::fs::copy(e.path(), dst).unwrap();
+            }
+        }
+    }
+
+    /// The captured v2 tree (see testdata/README.md): the app leaf has `cpu.max 50000 100000`
+    /// and was throttled 59 times; the pod has `memory.max` 256 MiB and `pids.max` 64.
+    #[test]
+    fn v2_app_pod_and_root() {
+        let c = Cgroups::v2_at(testdata("v2"));
+        let proc_root = testdata("proc");
+        let app = c
+            .read_detail(&ProcessCgroup::same(&format!("{POD}/{APP}")), &proc_root)
+            .unwrap();
+        assert_eq!(
+            app.spec,
+            CgroupSpec {
+                has_cpu: true,
+                cpu_period: 100000,
+                cpu_quota: 50000,
+                cpu_shares: 0,
+                has_memory: true,
+                memory_limit: NO_LIMIT,
+                memory_swap_limit: 0,
+                memory_reservation: 0,
+            }
+        );
+        assert_eq!(
+            app.cpu,
+            Some(CpuDetail {
+                usage_ns: 2967340_000,
+                user_ns: 1058849_000,
+                system_ns: 1908490_000,
+                periods: 62,
+                throttled_periods: 59,
+                throttled_ns: 4048587_000,
+            })
+        );
+        let m = app.memory.unwrap();
+        assert_eq!(
+            (m.usage, m.cache, m.rss, m.inactive_file, m.working_set),
+            (47063040, 37879808, 8556544, 16908288, 47063040 - 16908288)
+        );
+        assert_eq!((m.pgfault, m.failcnt, m.oom_kills, m.swap), (5050, 0, 0, 0));
+        // Below the root io.stat is empty: no devices.
+        assert!(app.io.is_empty());
+        let p = app.processes.unwrap();
+        // Two processes in the leaf; their pids are the VM's, so no fds are found here.
+        assert_eq!((p.processes, p.threads, p.threads_max), (2, 2, 0));
+
+        let pod = c
+            .read_detail(&ProcessCgroup::same(POD), &proc_root)
+            .unwrap();
+        assert_eq!(pod.spec.memory_limit, 268435456);
+        assert_eq!(pod.spec.cpu_quota, 0, "cpu.max says max");
+        assert_eq!(pod.spec.cpu_period, 100000);
+        let p = pod.processes.unwrap();
+        assert_eq!((p.processes, p.threads, p.threads_max), (0, 3, 64));
+
+        // The root has no limit files: no memory spec, cpu with zeros, usage from memory.stat.
+        let root = c
+            .read_detail(&ProcessCgroup::same("/"), &proc_root)
+            .unwrap();
+        assert!(!root.spec.has_memory);
+        assert_eq!(root.cpu.unwrap().usage_ns, 4928000 * 1000);
+        assert_eq!(root.memory.unwrap().usage, 8773632 + 39895040);
+        // `1:0 ` names a device with no counters: nothing to report, as runc parses it.
+        assert!(root.io.is_empty());
+
+        let gone = c
+            .read_detail(&ProcessCgroup::same("/kubepods/podgone"), &proc_root)
+            .unwrap_err();
+        assert!(gone.is_not_found(), "{gone}");
+    }
+
+    /// Files the captures lack, in the kernel's formats: v2 io.stat counters, memory.events
+    /// with OOM kills, memory.peak, swap and cpu.weight; v1 cpu, blkio and memory extras.
+    #[test]
+    fn io_oom_swap_and_v1_cpu_and_blkio() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("v2");
+        copy_tree(&testdata("v2"), &root);
+        let app = root.join(POD.trim_start_matches('/')).join(APP);
+        std::fs::write(
+            app.join("io.stat"),
+            "8:0 rbytes=1048576 wbytes=4096 rios=12 wios=1 dbytes=0 dios=0\n253:1 rbytes=7 wbytes=0 rios=1 wios=0 dbytes=0 dios=0\n",
+        )
+        .unwrap();
+        std::fs::write(
+            app.join("memory.events"),
+            "low 0\nhigh 0\nmax 5\noom 2\noom_kill 2\noom_group_kill 0\n",
+        )
+        .unwrap();
+        std::fs::write(app.join("memory.peak"), "50000000\n").unwrap();
+        std::fs::write(app.join("memory.swap.current"), "4096\n").unwrap();
+        std::fs::write(app.join("memory.swap.max"), "max\n").unwrap();
+        std::fs::write(app.join("cpu.weight"), "100\n").unwrap();
+        let c = Cgroups::v2_at(&root);
+        let d = c
+            .read_detail(
+                &ProcessCgroup::same(&format!("{POD}/{APP}")),
+                Path::new("/nonexistent"),
+            )
+            .unwrap();
+        let m = d.memory.unwrap();
+        assert_eq!(
+            (m.failcnt, m.oom_kills, m.max_usage, m.swap),
+            (5, 2, 50000000, 4096)
+        );
+        // weight 100 is the default 1024 shares' image.
+        assert_eq!(d.spec.cpu_shares, 2 + (99 * 262142) / 9999);
+        assert_eq!(d.spec.memory_swap_limit, NO_LIMIT);
+        assert_eq!(d.io.len(), 2);
+        assert_eq!((d.io[0].major, d.io[0].minor), (8, 0));
+        assert_eq!(d.io[0].bytes["Read"], 1048576);
+        assert_eq!(d.io[0].bytes["Write"], 4096);
+        assert_eq!(d.io[0].ops["Read"], 12);
+        assert_eq!(d.io[1].bytes["Read"], 7);
+
+        // v1: the captured cpuacct and memory files plus cpu and blkio controllers.
+        let v1 = tmp.path().join("v1");
+        copy_tree(&testdata("v1"), &v1);
+        let cpu = v1.join("cpu").join(POD.trim_start_matches('/'));
+        std::fs::create_dir_all(&cpu).unwrap();
+        std::fs::write(cpu.join("cpu.shares"), "512\n").unwrap();
+        std::fs::write(cpu.join("cpu.cfs_period_us"), "100000\n").unwrap();
+        std::fs::write(cpu.join("cpu.cfs_quota_us"), "-1\n").unwrap();
+        std::fs::write(
+            cpu.join("cpu.stat"),
+            "nr_periods 10\nnr_throttled 3\nthrottled_time 123456789\n",
+        )
+        .unwrap();
+        let blkio = v1.join("blkio").join(POD.trim_start_matches('/'));
+        std::fs::create_dir_all(&blkio).unwrap();
+        // CFQ files empty (blk-mq): the throttle ones are read, as runc does.
+        std::fs::write(blkio.join("blkio.io_service_bytes_recursive"), "Total 0\n").unwrap();
+        std::fs::write(
+            blkio.join("blkio.throttle.io_service_bytes_recursive"),
+            "8:0 Read 2048\n8:0 Write 1024\n8:0 Sync 3072\n8:0 Async 0\n8:0 Discard 0\n8:0 Total 3072\nTotal 3072\n",
+        )
+        .unwrap();
+        let mem = v1.join("memory").join(POD.trim_start_matches('/'));
+        std::fs::write(mem.join("memory.failcnt"), "4\n").unwrap();
+        std::fs::write(
+            mem.join("memory.oom_control"),
+            "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n",
+        )
+        .unwrap();
+        let c = Cgroups::v1_at(&v1);
+        let d = c
+            .read_detail(&ProcessCgroup::same(POD), Path::new("/nonexistent"))
+            .unwrap();
+        assert_eq!(
+            (d.spec.cpu_shares, d.spec.cpu_period, d.spec.cpu_quota),
+            (512, 100000, 0)
+        );
+        assert_eq!(d.spec.memory_limit, 256 << 20);
+        let cpu = d.cpu.unwrap();
+        assert_eq!(cpu.usage_ns, 3148951450);
+        assert_eq!(
+            (cpu.periods, cpu.throttled_periods, cpu.throttled_ns),
+            (10, 3, 123456789)
+        );
+        let stat = std::fs::read_to_string(
+            v1.join("cpuacct")
+                .join(POD.trim_start_matches('/'))
+                .join("cpuacct.stat"),
+        )
+        .unwrap();
+        let user_ticks: u64 = stat
+            .lines()
+            .find_map(|l| l.strip_prefix("user "))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(cpu.user_ns, user_ticks * 10_000_000);
+        let m = d.memory.unwrap();
+        assert_eq!((m.failcnt, m.oom_kills, m.usage), (4, 1, 63979520));
+        assert_eq!(m.working_set, m.usage - m.inactive_file);
+        assert!(m.cache > 0 && m.rss > 0);
+        assert_eq!(d.io.len(), 1);
+        assert_eq!(d.io[0].bytes["Read"], 2048);
+        assert_eq!(d.io[0].bytes["Total"], 3072);
+    }
+}
