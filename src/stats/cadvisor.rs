@@ -761,8 +761,8 @@ pub(crate) mod parsed {
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect();
                 let number = match &s.value {
-                    PrometheusValue::Gauge(n) | PrometheusValue::Unknown(n) => n.clone(),
-                    PrometheusValue::Counter(c) => c.value.clone(),
+                    PrometheusValue::Gauge(n) | PrometheusValue::Unknown(n) => *n,
+                    PrometheusValue::Counter(c) => c.value,
                     other => panic!("unexpected value {other:?}"),
                 };
                 let value = match number {

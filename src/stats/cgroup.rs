@@ -32,6 +32,8 @@ pub struct V1Mount {
     pub root: String,
 }
 
+// One per agent, held in a `Cgroups` that is cloned rarely: the v1 variant's size is no cost.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Layout {
     V1 {

@@ -449,12 +449,12 @@ mod tests {
         assert_eq!(
             app.cpu,
             Some(CpuDetail {
-                usage_ns: 2967340_000,
-                user_ns: 1058849_000,
-                system_ns: 1908490_000,
+                usage_ns: 2_967_340_000,
+                user_ns: 1_058_849_000,
+                system_ns: 1_908_490_000,
                 periods: 62,
                 throttled_periods: 59,
-                throttled_ns: 4048587_000,
+                throttled_ns: 4_048_587_000,
             })
         );
         let m = app.memory.unwrap();
