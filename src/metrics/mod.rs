@@ -5,6 +5,7 @@
 //! and HTTP server metrics), [`probes_registry()`] on `/metrics/probes` (prober results).
 //! The rest of the agent records through the functions below; they are cheap (one mutex).
 
+mod process;
 mod registry;
 
 use std::sync::{Arc, OnceLock};
@@ -116,6 +117,8 @@ fn registries() -> &'static Registries {
                 &["eviction_signal"],
             ))),
         };
+        // The Go client's process collector, as component-base puts it on /metrics.
+        main.register(Arc::new(process::ProcessCollector));
         let start = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
@@ -288,6 +291,12 @@ mod tests {
             !text.contains("prober_probe_total"),
             "probes have their own endpoint"
         );
+        // The process families, as the Go client's collector puts them on upstream's /metrics.
+        assert!(
+            text.contains("# TYPE process_resident_memory_bytes gauge\n"),
+            "{text}"
+        );
+        assert!(text.contains("\nprocess_cpu_seconds_total "), "{text}");
 
         let probes = probes_registry().gather();
         assert!(probes.contains("prober_probe_total{probe_type=\"Readiness\",result=\"failed\",container=\"web\",pod=\"p\",namespace=\"default\",pod_uid=\"uid-1\"} 1\n"), "{probes}");
