@@ -101,7 +101,8 @@ fn registries() -> &'static Registries {
             probe_total: probes.register(Arc::new(Scalar::counter(
                 "prober_probe_total",
                 "Cumulative number of a liveness, readiness or startup probe for a container by result.",
-                Stability::Alpha,
+                // BETA upstream (pkg/kubelet/prober): dashboards match the help text.
+                Stability::Beta,
                 &["probe_type", "result", "container", "pod", "namespace", "pod_uid"],
             ))),
             process_start_time: probes.register(Arc::new(Scalar::gauge(
@@ -301,6 +302,10 @@ mod tests {
         let probes = probes_registry().gather();
         assert!(probes.contains("prober_probe_total{probe_type=\"Readiness\",result=\"failed\",container=\"web\",pod=\"p\",namespace=\"default\",pod_uid=\"uid-1\"} 1\n"), "{probes}");
         assert!(probes.contains("# TYPE process_start_time_seconds gauge\n"));
+        assert!(
+            probes.contains("# HELP prober_probe_total [BETA] Cumulative number of a liveness"),
+            "{probes}"
+        );
     }
 
     #[test]
