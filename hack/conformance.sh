@@ -5,7 +5,7 @@
 # and namespace controller, then the agent under test as its `kubelet`, as upstream's node e2e
 # CI does.
 #
-#   hack/conformance.sh [--agent both|kubelet-rs|upstream] [--fast] [--focus RE] [--skip RE]
+#   hack/conformance.sh [--agent both|kubelet-rs|upstream] [--fast | --features] [--focus RE] [--skip RE]
 #                       [--skip-known] [--procs N] [--out DIR] [--kubelet-rs-bin PATH]
 #   hack/conformance.sh --build-only   build (or reuse) binaries and images, import them, no run
 #   hack/conformance.sh --print        print the directory of e2e_node.test, agnhost, nnp, ginkgo
@@ -13,6 +13,9 @@
 #   --agent A       who runs, one after the other (default both: upstream, then kubelet-rs)
 #   --fast          the specs of hack/conformance-fast.txt (one regex a line), serially; fails
 #                   unless every one of them passes on kubelet-rs
+#   --features      the specs of the feature gates that are on by default in the pinned version
+#                   (FEATURE_FOCUS below: GA and Beta gates), without [Alpha], [Serial], [Slow],
+#                   [Flaky], [Disruptive] and [DRA] (no DRA driver here); --skip adds to that
 #   --focus RE      the specs to run (default '\[NodeConformance\]'); not with --fast
 #   --skip RE       the specs to leave out, instead of the default: [Serial], [Slow], [Flaky],
 #                   [Disruptive], feature-gated specs, pulls from the internet, device plugins
@@ -75,13 +78,17 @@ NODE_NAME=krs-e2e-node
 PORTS=(6443 10248 10250 10255)
 FAST_LIST="$KUBELET_RS_ROOT/hack/conformance-fast.txt"
 DEFAULT_FOCUS='\[NodeConformance\]'
+# The node e2e specs gated by a feature that v1.34 turns on by default (their [FeatureGate:...]
+# labels without [Alpha]; DynamicResourceAllocation's need a DRA driver, left out below).
+FEATURE_FOCUS='\[FeatureGate:(SidecarContainers|InPlacePodVerticalScaling|PodLevelResources|SupplementalGroupsPolicy|UserNamespacesSupport)\]'
+FEATURE_SKIP='\[Alpha\]|\[Serial\]|\[Slow\]|\[Flaky\]|\[Disruptive\]|\[DRA\]'
 DEFAULT_SKIP='\[Serial\]|\[Slow\]|\[Flaky\]|\[Disruptive\]|\[Feature:|\[NodeFeature:|should be able to pull image|Device Plugin Failures'
 # Specs that fail on kubelet-rs for want of a feature: the Summary API's PSI fields (cgroup
 # v2 only; on this cgroup v1 machine the upstream kubelet fails the spec too).
 KNOWN_GAPS='Summary API'
 FAILED_STATES='["failed","timedout","panicked","aborted","interrupted"]'
 
-usage() { sed -n '2,43s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,45s/^# \{0,1\}//p' "$0"; }
 
 AGENT=both
 FAST=0
@@ -98,6 +105,7 @@ parse_args() {
 		case "$1" in
 		--agent) AGENT="${2:?--agent needs a value}"; shift ;;
 		--fast) FAST=1 ;;
+		--features) FEATURES=1 ;;
 		--focus) FOCUS="${2:?--focus needs a value}"; shift ;;
 		--skip) SKIP="${2?--skip needs a value}"; SKIP_SET=1; shift ;;
 		--skip-known) SKIP_KNOWN=1 ;;
@@ -117,6 +125,12 @@ parse_args() {
 	*) die "--agent must be both, kubelet-rs or upstream, not '$AGENT'" ;;
 	esac
 	((FAST == 0)) || [[ -z "$FOCUS" ]] || die "--fast and --focus exclude each other"
+	if ((FEATURES)); then
+		((FAST == 0)) && [[ -z "$FOCUS" ]] || die "--features excludes --fast and --focus"
+		FOCUS="$FEATURE_FOCUS"
+		SKIP="$FEATURE_SKIP${SKIP:+|$SKIP}"
+		SKIP_SET=1
+	fi
 	[[ -n "$FOCUS" ]] || FOCUS="$DEFAULT_FOCUS"
 	((SKIP_SET)) || SKIP="$DEFAULT_SKIP"
 	if ((SKIP_KNOWN)); then

@@ -16,14 +16,8 @@ K8S_STAGING=(api apiextensions-apiserver apimachinery apiserver cli-runtime clie
 	kube-aggregator kube-controller-manager kube-proxy kube-scheduler kubectl kubelet metrics
 	mount-utils pod-security-admission sample-apiserver sample-cli-plugin sample-controller)
 
-# Go on PATH, or the toolchain's usual place; WHAT names the build in the error.
-k8s_ensure_go() {
-	local what="$1"
-	command -v go >/dev/null 2>&1 && return
-	[[ -x /usr/local/go/bin/go ]] ||
-		die "the Go toolchain is needed to build $what $K8S_VERSION (go not on PATH nor in /usr/local/go/bin)"
-	export PATH="/usr/local/go/bin:$PATH"
-}
+# Go for a build of this version (lib.sh's ensure_go); WHAT names the build in the error.
+k8s_ensure_go() { ensure_go "$1 $K8S_VERSION"; }
 
 # k8s_go_mod MODULE_PATH: a go.mod on stdout requiring k8s.io/kubernetes at K8S_VERSION with
 # the staging replacements.

@@ -129,3 +129,18 @@ json_str_array() {
 	done
 	printf '%s]' "$out"
 }
+
+# Go on PATH, or the toolchain's usual place; WHAT names the build in the error. Modules come
+# from the module proxy only: Go's default list ends in `direct`, which for a module the proxy
+# does not serve goes to the module's own host, and builds here reach no other address.
+ensure_go() {
+	local what="$1" proxy
+	if ! command -v go >/dev/null 2>&1; then
+		[[ -x /usr/local/go/bin/go ]] ||
+			die "the Go toolchain is needed to build $what (go not on PATH nor in /usr/local/go/bin)"
+		export PATH="/usr/local/go/bin:$PATH"
+	fi
+	proxy="$(go env GOPROXY)"
+	proxy="${proxy%[,|]direct}"
+	[[ -z "$proxy" || "$proxy" == direct ]] || export GOPROXY="$proxy"
+}

@@ -155,6 +155,9 @@ fn env_from_config_maps_and_secrets_reaches_the_container() {
     assert_eq!(get("SKIPPED"), None, "{env:?}");
     // No prefix-less copies of envFrom's keys.
     assert_eq!(get("GREETING"), None, "{env:?}");
+    // containerd's CRI plugin gives every container the pod's hostname (busybox's shell
+    // sets no HOSTNAME of its own).
+    assert_eq!(get("HOSTNAME"), Some(pod.as_str()), "{env:?}");
 }
 
 #[test]

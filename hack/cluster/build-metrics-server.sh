@@ -41,10 +41,7 @@ if [[ -x "$BIN" ]]; then
 	exit 0
 fi
 
-if ! command -v go >/dev/null 2>&1; then
-	[[ -x /usr/local/go/bin/go ]] || die "the Go toolchain is needed to build metrics-server $VERSION (go not on PATH nor in /usr/local/go/bin)"
-	export PATH="/usr/local/go/bin:$PATH"
-fi
+ensure_go "metrics-server $VERSION"
 
 # A fresh scratch module each time: a half-written go.mod from an interrupted run is not reused.
 rm -rf "$BUILD_DIR/module"

@@ -726,13 +726,23 @@ const DEFAULT_PATH_ENV: (&str, &str) = (
 );
 
 /// The process environment as containerd's CRI plugin lays it out: its default PATH first,
-/// then the image's and the container's variables, each replacing a variable of the same
-/// name in place or appended. An image without PATH (or without any Env) so still gets one,
-/// and commands without a slash are found as under the upstream kubelet.
-fn with_default_path(env: &[(String, String)]) -> Vec<String> {
-    let mut out = vec![format!("{}={}", DEFAULT_PATH_ENV.0, DEFAULT_PATH_ENV.1)];
+/// `TERM=xterm` for a tty (`oci.WithTTY`), `HOSTNAME` (the sandbox's hostname; empty when
+/// none is known), then the image's and the container's variables, each replacing a
+/// variable of the same name in place or appended. An image without PATH (or without any
+/// Env) so still gets one, and commands without a slash are found as under the upstream
+/// kubelet.
+fn process_env(env: &[(String, String)], tty: bool, hostname: &str) -> Vec<String> {
+    let mut base = vec![DEFAULT_PATH_ENV];
+    if tty {
+        base.push(("TERM", "xterm"));
+    }
+    if !hostname.is_empty() {
+        base.push(("HOSTNAME", hostname));
+    }
+    let mut out: Vec<String> = base.iter().map(|(k, v)| format!("{k}={v}")).collect();
     // (A container with every Service's variables has thousands.)
-    let mut index: HashMap<&str, usize> = HashMap::from([(DEFAULT_PATH_ENV.0, 0)]);
+    let mut index: HashMap<&str, usize> =
+        base.iter().enumerate().map(|(i, (k, _))| (*k, i)).collect();
     for (k, v) in env {
         let var = format!("{k}={v}");
         match index.get(k.as_str()) {
@@ -858,11 +868,7 @@ pub fn container_spec(
         ));
     }
     let tty = c.tty == Some(true);
-    let mut process_env = with_default_path(env);
-    if tty {
-        // As containerd's oci.WithTTY, which its CRI plugin applies for `tty: true`.
-        process_env.push("TERM=xterm".into());
-    }
+    let process_env = process_env(env, tty, &ctx.hostname);
     let mut process = ProcessBuilder::default()
         .terminal(tty)
         .user(
@@ -1058,10 +1064,11 @@ mod tests {
         assert_eq!(container_args(&c, &img, &env), vec!["sh", "v"]);
     }
 
-    /// containerd's CRI plugin gives every container its default PATH first; the image's
-    /// and the container's variables replace it in place or follow it.
+    /// containerd's CRI plugin gives every container its default PATH first, TERM for a
+    /// tty, then HOSTNAME (the sandbox's); the image's and the container's variables replace
+    /// them in place or follow them.
     #[test]
-    fn an_image_without_env_gets_containerds_default_path() {
+    fn containers_get_containerds_default_path_and_hostname() {
         let default = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
         let process_env = |img: &ImageConfig, c: Value| {
             let (p, c) = pod(c);
@@ -1069,34 +1076,62 @@ mod tests {
             let s = container_spec(&p, &c, img, &ctx(), &env, &[], &Accounts::default()).unwrap();
             s.process().as_ref().unwrap().env().clone().unwrap()
         };
+        let hostname = "HOSTNAME=p-node".to_string();
         let mut no_env = image();
         no_env.env = None;
         assert_eq!(
             process_env(&no_env, json!({"name": "c", "image": "i"})),
-            vec![default.to_string()]
+            vec![default.to_string(), hostname.clone()]
         );
-        // Env without PATH: the default first, then the image's, then the container's.
+        // Env without PATH: the defaults first, then the image's, then the container's.
         no_env.env = Some(vec!["A=image".into()]);
         assert_eq!(
             process_env(
                 &no_env,
                 json!({"name": "c", "image": "i", "env": [{"name": "B", "value": "own"}]})
             ),
-            vec![default.to_string(), "A=image".into(), "B=own".into()]
+            vec![
+                default.to_string(),
+                hostname.clone(),
+                "A=image".into(),
+                "B=own".into()
+            ]
         );
-        // The image's PATH (or the container's) takes the default's place.
+        // The image's PATH (or the container's) takes the default's place; a container's
+        // HOSTNAME or TERM replaces the plugin's.
         let mut late_path = image();
         late_path.env = Some(vec!["A=image".into(), "PATH=/opt/bin".into()]);
         assert_eq!(
             process_env(&late_path, json!({"name": "c", "image": "i"})),
-            vec!["PATH=/opt/bin".to_string(), "A=image".into()]
+            vec![
+                "PATH=/opt/bin".to_string(),
+                hostname.clone(),
+                "A=image".into()
+            ]
         );
         assert_eq!(
             process_env(
                 &late_path,
-                json!({"name": "c", "image": "i", "env": [{"name": "PATH", "value": "/own"}]})
+                json!({"name": "c", "image": "i", "tty": true, "env": [
+                    {"name": "PATH", "value": "/own"},
+                    {"name": "HOSTNAME", "value": "mine"},
+                    {"name": "TERM", "value": "vt100"}]})
             ),
-            vec!["PATH=/own".to_string(), "A=image".into()]
+            vec![
+                "PATH=/own".to_string(),
+                "TERM=vt100".into(),
+                "HOSTNAME=mine".into(),
+                "A=image".into()
+            ]
+        );
+        assert_eq!(
+            process_env(&late_path, json!({"name": "c", "image": "i", "tty": true})),
+            vec![
+                "PATH=/opt/bin".to_string(),
+                "TERM=xterm".into(),
+                hostname,
+                "A=image".into()
+            ]
         );
     }
 

@@ -99,17 +99,8 @@ impl Worker {
         let cfg = self.shared.cfg.clone();
         let hostnet = host_network(pod);
         // Before anything is created: a hostname the kernel cannot hold fails the sandbox.
-        let (hostname, uts_hostname) = if hostnet {
-            let h = nix::unistd::gethostname()
-                .map(|h| h.to_string_lossy().into_owned())
-                .unwrap_or_else(|_| cfg.node_name.clone());
-            (h.clone(), h)
-        } else {
-            let h = pod_hostname(pod);
-            let uts = crate::pod::files::kernel_hostname(pod, &h, &cfg.cluster_domain)
-                .map_err(SandboxError::Hostname)?;
-            (h, uts)
-        };
+        let (hostname, uts_hostname) = sandbox_hostnames(pod, &cfg.node_name, &cfg.cluster_domain)
+            .map_err(SandboxError::Hostname)?;
         let dir = self.pod_dir();
         let saved = {
             let (dir, pod) = (dir.clone(), pod.clone());
@@ -347,6 +338,25 @@ pub(super) fn split_ips(s: Option<&String>) -> Vec<String> {
             .collect()
     })
     .unwrap_or_default()
+}
+
+/// A sandbox's hostname and the kernel (UTS) hostname it gets: the node's for a pod on the
+/// host network, else the pod's, as FQDN under setHostnameAsFQDN (an error past the
+/// kernel's 64 bytes).
+pub(super) fn sandbox_hostnames(
+    pod: &Pod,
+    node_name: &str,
+    cluster_domain: &str,
+) -> Result<(String, String), String> {
+    if host_network(pod) {
+        let h = nix::unistd::gethostname()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| node_name.to_string());
+        return Ok((h.clone(), h));
+    }
+    let h = pod_hostname(pod);
+    let uts = crate::pod::files::kernel_hostname(pod, &h, cluster_domain)?;
+    Ok((h, uts))
 }
 
 fn pod_hostname(pod: &Pod) -> String {

@@ -237,7 +237,14 @@ impl Worker {
     ) -> Result<String, Waiting> {
         let rt = self.shared.rt.clone();
         let image = self.resolve_image(pod, c, kind).await?;
-        let mut ctx = self.pod_context(pod, &sandbox.id, None, sandbox.pid, &sandbox.ips, "");
+        // The sandbox's UTS hostname, which containerd's CRI plugin also gives every
+        // container as $HOSTNAME (scripts such as a StatefulSet's read their ordinal there).
+        let cfg = &self.shared.cfg;
+        let hostname = super::sandbox::sandbox_hostnames(pod, &cfg.node_name, &cfg.cluster_domain)
+            .map(|(_, uts)| uts)
+            .unwrap_or_default();
+        let mut ctx =
+            self.pod_context(pod, &sandbox.id, None, sandbox.pid, &sandbox.ips, &hostname);
         ctx.oom_score_adj = container_oom_score_adj(pod, c, self.shared.memory_capacity);
         if kind == Kind::Ephemeral {
             ctx.target_pid = self.target_pid(pod, &c.name)?;
