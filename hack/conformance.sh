@@ -18,8 +18,7 @@
 #                   [Flaky], [Disruptive] and [DRA] (no DRA driver here); --skip adds to that
 #   --focus RE      the specs to run (default '\[NodeConformance\]'); not with --fast
 #   --skip RE       the specs to leave out, instead of the default: [Serial], [Slow], [Flaky],
-#                   [Disruptive], feature-gated specs, pulls from the internet, device plugins,
-#                   ContainerMetrics (/metrics/cadvisor, not served by kubelet-rs yet)
+#                   [Disruptive], feature-gated specs, pulls from the internet, device plugins
 #   --skip-known    also leave out what kubelet-rs is known not to do yet (KNOWN_GAPS below)
 #   --procs N       parallel Ginkgo processes (default 1 with --fast, else 4)
 #   --out DIR       results (default /var/lib/kubelet-rs-conformance/<UTC time>):
@@ -83,16 +82,13 @@ DEFAULT_FOCUS='\[NodeConformance\]'
 # labels without [Alpha]; DynamicResourceAllocation's need a DRA driver, left out below).
 FEATURE_FOCUS='\[FeatureGate:(SidecarContainers|InPlacePodVerticalScaling|PodLevelResources|SupplementalGroupsPolicy|UserNamespacesSupport)\]'
 FEATURE_SKIP='\[Alpha\]|\[Serial\]|\[Slow\]|\[Flaky\]|\[Disruptive\]|\[DRA\]'
-# ContainerMetrics reads /metrics/cadvisor, which kubelet-rs does not serve yet: upstream's
-# metrics parser loops forever on the 404 body, and would hold a Ginkgo process for the
-# suite's whole timeout.
-DEFAULT_SKIP='\[Serial\]|\[Slow\]|\[Flaky\]|\[Disruptive\]|\[Feature:|\[NodeFeature:|should be able to pull image|Device Plugin Failures|ContainerMetrics'
+DEFAULT_SKIP='\[Serial\]|\[Slow\]|\[Flaky\]|\[Disruptive\]|\[Feature:|\[NodeFeature:|should be able to pull image|Device Plugin Failures'
 # Specs that fail on kubelet-rs for want of a feature: the Summary API's PSI fields (cgroup
 # v2 only; on this cgroup v1 machine the upstream kubelet fails the spec too).
 KNOWN_GAPS='Summary API'
 FAILED_STATES='["failed","timedout","panicked","aborted","interrupted"]'
 
-usage() { sed -n '2,46s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,45s/^# \{0,1\}//p' "$0"; }
 
 AGENT=both
 FAST=0

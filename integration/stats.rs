@@ -248,3 +248,121 @@ fn https_get(node: &Node, path: &str) -> (u16, String) {
     let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
     (code, body.to_string())
 }
+
+/// The series of `family` whose label set contains every `want` pair (as `k="v"`); (labels
+/// text, value) of each.
+fn series<'a>(text: &'a str, family: &str, want: &[String]) -> Vec<(&'a str, f64)> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let rest = l.strip_prefix(family)?.strip_prefix('{')?;
+            let (labels, tail) = rest.split_once("} ")?;
+            let labels_padded = format!(",{labels},");
+            want.iter()
+                .all(|w| labels_padded.contains(&format!(",{w},")))
+                .then(|| Some((labels, tail.split_whitespace().next()?.parse().ok()?)))?
+        })
+        .collect()
+}
+
+/// `/metrics/cadvisor` on a node running a busybox pod: its container's cpu and working set
+/// with the labels upstream's kubelet gives them on containerd (id = the cgroup path, name =
+/// the container's ID), on the read-only port too, and a cpu counter that moves.
+#[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
+fn cadvisor_metrics_of_a_busybox_pod() {
+    let node = Node::start_with("cadvisor", &["--housekeeping-interval=2s"]);
+    let m = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: busy}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: work
+    image: {BUSYBOX}
+    command: ["sh", "-c", "while true; do i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; sleep 1; done"]
+"#
+    );
+    node.write_manifest("busy.yaml", &m);
+    node.wait_pod("busy", 60, "Running", |p| p["status"]["phase"] == "Running");
+    let full = node.pod_name("busy");
+    let want = vec![
+        "container=\"work\"".to_string(),
+        "cpu=\"total\"".to_string(),
+        format!("image=\"{BUSYBOX}\""),
+        "namespace=\"default\"".to_string(),
+        format!("pod=\"{full}\""),
+    ];
+    let mut first = None;
+    node.wait_until(60, "the container's cpu series", || {
+        let Some((200, text)) = http_get(node.port, "/metrics/cadvisor") else {
+            return false;
+        };
+        first = series(&text, "container_cpu_usage_seconds_total", &want)
+            .first()
+            .map(|(l, v)| (l.to_string(), *v));
+        first.is_some()
+    });
+    let (labels, cpu0) = first.unwrap();
+    // name is the 64-hex container ID, id its cgroup: the pod's cgroup, then the ID.
+    let name = labels
+        .split(',')
+        .find_map(|kv| kv.strip_prefix("name=\""))
+        .and_then(|v| v.strip_suffix('"'))
+        .unwrap_or_else(|| panic!("no name label: {labels}"));
+    assert_eq!(name.len(), 64, "{labels}");
+    assert!(name.bytes().all(|b| b.is_ascii_hexdigit()), "{labels}");
+    assert!(
+        labels.contains("/pod") && labels.contains(&format!("{name}\",image=")),
+        "id is the cgroup path ending in the ID: {labels}"
+    );
+
+    // The counter moves as the container works, and its working set is there.
+    let mut later = cpu0;
+    node.wait_until(60, "the cpu counter to move", || {
+        let Some((200, text)) = http_get(node.port, "/metrics/cadvisor") else {
+            return false;
+        };
+        later = series(&text, "container_cpu_usage_seconds_total", &want)
+            .first()
+            .map_or(cpu0, |s| s.1);
+        later > cpu0
+    });
+    let (code, text) = http_get(node.port, "/metrics/cadvisor").unwrap();
+    assert_eq!(code, 200);
+    let ws = series(
+        &text,
+        "container_memory_working_set_bytes",
+        &[
+            "container=\"work\"".to_string(),
+            format!("name=\"{name}\""),
+            format!("pod=\"{full}\""),
+        ],
+    );
+    assert_eq!(ws.len(), 1, "{text}");
+    assert!(ws[0].1 > 0.0, "working set {}", ws[0].1);
+    // The pod's cgroup and its sandbox, as upstream shows them on containerd.
+    let pod_series = series(
+        &text,
+        "container_memory_working_set_bytes",
+        &["container=\"\"".to_string(), format!("pod=\"{full}\"")],
+    );
+    assert_eq!(
+        pod_series.len(),
+        2,
+        "pod cgroup and sandbox: {pod_series:?}"
+    );
+    assert!(
+        series(
+            &text,
+            "container_network_receive_bytes_total",
+            &["interface=\"eth0\"".to_string(), format!("pod=\"{full}\"")]
+        )
+        .len()
+            == 1,
+        "the sandbox carries the pod's network"
+    );
+    assert!(text.contains("container_scrape_error 0\n"), "{text}");
+    assert!(text.contains("# TYPE machine_cpu_cores gauge\n"), "{text}");
+}

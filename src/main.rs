@@ -550,6 +550,9 @@ impl server::StatsViews for CollectorViews {
     fn resource_metrics(&self) -> Option<String> {
         Some(self.0.metrics_resource())
     }
+    fn cadvisor_metrics(&self) -> Option<String> {
+        Some(self.0.metrics_cadvisor())
+    }
 }
 
 /// `kubelet-rs image import FILE` loads an OCI-layout or docker-archive tarball into

@@ -5,6 +5,7 @@
 //! and HTTP server metrics), [`probes_registry()`] on `/metrics/probes` (prober results).
 //! The rest of the agent records through the functions below; they are cheap (one mutex).
 
+mod process;
 mod registry;
 
 use std::sync::{Arc, OnceLock};
@@ -100,7 +101,8 @@ fn registries() -> &'static Registries {
             probe_total: probes.register(Arc::new(Scalar::counter(
                 "prober_probe_total",
                 "Cumulative number of a liveness, readiness or startup probe for a container by result.",
-                Stability::Alpha,
+                // BETA upstream (pkg/kubelet/prober): dashboards match the help text.
+                Stability::Beta,
                 &["probe_type", "result", "container", "pod", "namespace", "pod_uid"],
             ))),
             process_start_time: probes.register(Arc::new(Scalar::gauge(
@@ -116,6 +118,8 @@ fn registries() -> &'static Registries {
                 &["eviction_signal"],
             ))),
         };
+        // The Go client's process collector, as component-base puts it on /metrics.
+        main.register(Arc::new(process::ProcessCollector));
         let start = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
@@ -288,10 +292,20 @@ mod tests {
             !text.contains("prober_probe_total"),
             "probes have their own endpoint"
         );
+        // The process families, as the Go client's collector puts them on upstream's /metrics.
+        assert!(
+            text.contains("# TYPE process_resident_memory_bytes gauge\n"),
+            "{text}"
+        );
+        assert!(text.contains("\nprocess_cpu_seconds_total "), "{text}");
 
         let probes = probes_registry().gather();
         assert!(probes.contains("prober_probe_total{probe_type=\"Readiness\",result=\"failed\",container=\"web\",pod=\"p\",namespace=\"default\",pod_uid=\"uid-1\"} 1\n"), "{probes}");
         assert!(probes.contains("# TYPE process_start_time_seconds gauge\n"));
+        assert!(
+            probes.contains("# HELP prober_probe_total [BETA] Cumulative number of a liveness"),
+            "{probes}"
+        );
     }
 
     #[test]

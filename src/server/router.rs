@@ -27,13 +27,15 @@ use crate::runtime::Runtime;
 
 pub type Body = BoxBody<Bytes, Infallible>;
 
-/// The stats collector's views, served on `/stats/summary` and `/metrics/resource`.
-/// `None` means "nothing collected yet".
+/// The stats collector's views, served on `/stats/summary`, `/metrics/resource` and
+/// `/metrics/cadvisor`. `None` means "nothing collected yet".
 pub trait StatsViews: Send + Sync {
     /// The Summary JSON (`only_cpu_and_memory`: node and pod cpu/memory only).
     fn summary_json(&self, only_cpu_and_memory: bool) -> Option<Vec<u8>>;
     /// The `/metrics/resource` text exposition.
     fn resource_metrics(&self) -> Option<String>;
+    /// The `/metrics/cadvisor` text exposition.
+    fn cadvisor_metrics(&self) -> Option<String>;
 }
 
 /// What the handlers read.
@@ -108,6 +110,7 @@ pub(crate) enum Action {
     Summary,
     Metrics,
     ResourceMetrics,
+    CadvisorMetrics,
     ProbeMetrics,
     Configz,
     RunningPods,
@@ -165,6 +168,8 @@ pub(crate) fn resolve(
         )),
         "/metrics" => Some((Action::Metrics, "metrics")),
         "/metrics/resource" => Some((Action::ResourceMetrics, "metrics/resource")),
+        // Upstream installs it with the auth-not-required set: the read-only port serves it.
+        "/metrics/cadvisor" => Some((Action::CadvisorMetrics, "metrics/cadvisor")),
         "/metrics/probes" => Some((Action::ProbeMetrics, "metrics/probes")),
         _ if path.starts_with("/stats/") => Some((Action::NoRoute, "stats")),
         _ if path.starts_with("/pods/") => Some((Action::NoRoute, "pods")),
@@ -430,6 +435,15 @@ async fn serve(
                 });
             full(StatusCode::OK, METRICS_CONTENT_TYPE, body)
         }
+        Action::CadvisorMetrics => {
+            // As upstream, a failed collection is reported in-band (container_scrape_error).
+            let body = state
+                .stats
+                .get()
+                .and_then(|s| s.cadvisor_metrics())
+                .unwrap_or_else(|| crate::stats::cadvisor::render_cadvisor_metrics(None));
+            full(StatusCode::OK, METRICS_CONTENT_TYPE, body)
+        }
         Action::Configz => json(configz_json(&state.config).to_string()),
         Action::ContainerLogs {
             namespace,
@@ -591,6 +605,9 @@ mod tests {
         fn resource_metrics(&self) -> Option<String> {
             None
         }
+        fn cadvisor_metrics(&self) -> Option<String> {
+            Some("cadvisor body\n".into())
+        }
     }
 
     #[tokio::test]
@@ -615,6 +632,30 @@ mod tests {
             let body = resp.into_body().collect().await.unwrap().to_bytes();
             assert_eq!(body, want, "?{query}");
         }
+    }
+
+    #[tokio::test]
+    async fn cadvisor_metrics_are_served_from_the_collector_and_in_band_before_it() {
+        let state = ServerState::new(
+            Arc::new(Config::defaults(false)),
+            crate::pod::status_manager::StatusManager::new(),
+        );
+        let (action, bucket) = resolve(Port::Main, &Method::GET, "/metrics/cadvisor", "");
+        assert_eq!(bucket, "metrics/cadvisor");
+        // No collector yet: 200 with the scrape-error gauges at 1, as upstream's handler.
+        let resp = serve(&state, action.clone(), &Method::GET, "").await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(
+            resp.headers()["Content-Type"],
+            "text/plain; version=0.0.4; charset=utf-8"
+        );
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        let body = String::from_utf8_lossy(&body);
+        assert!(body.contains("\ncontainer_scrape_error 1\n"), "{body}");
+        state.set_stats(Arc::new(EchoStats));
+        let resp = serve(&state, action, &Method::GET, "").await;
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body, "cadvisor body\n");
     }
 
     #[tokio::test]
@@ -670,6 +711,10 @@ mod tests {
         assert_eq!(
             r(Port::ReadOnly, Method::GET, "/metrics/resource"),
             Action::ResourceMetrics
+        );
+        assert_eq!(
+            r(Port::ReadOnly, Method::GET, "/metrics/cadvisor"),
+            Action::CadvisorMetrics
         );
         assert_eq!(r(Port::ReadOnly, Method::GET, "/configz"), Action::NotFound);
         assert_eq!(

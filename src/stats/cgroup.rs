@@ -32,12 +32,18 @@ pub struct V1Mount {
     pub root: String,
 }
 
+// One per agent, held in a `Cgroups` that is cloned rarely: the v1 variant's size is no cost.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Layout {
     V1 {
         cpuacct: V1Mount,
         memory: V1Mount,
         pids: Option<V1Mount>,
+        /// cfs quota, period, shares and throttling (`/metrics/cadvisor`); co-mounted with
+        /// cpuacct on most hosts.
+        cpu: Option<V1Mount>,
+        blkio: Option<V1Mount>,
     },
     V2 {
         root: PathBuf,
@@ -148,6 +154,8 @@ impl Cgroups {
                     cpuacct,
                     memory,
                     pids: v1("pids"),
+                    cpu: v1("cpu"),
+                    blkio: v1("blkio"),
                 },
             }),
             (cpuacct, _) => {
@@ -173,7 +181,8 @@ impl Cgroups {
         }
     }
 
-    /// v1 hierarchies at `root/cpuacct`, `root/memory`, `root/pids` (tests pass a fixture tree).
+    /// v1 hierarchies at `root/cpuacct`, `root/memory`, `root/pids`, `root/cpu`, `root/blkio`
+    /// (tests pass a fixture tree).
     pub fn v1_at(root: impl AsRef<Path>) -> Self {
         let m = |c: &str| V1Mount {
             mount_point: root.as_ref().join(c),
@@ -184,6 +193,8 @@ impl Cgroups {
                 cpuacct: m("cpuacct"),
                 memory: m("memory"),
                 pids: Some(m("pids")),
+                cpu: Some(m("cpu")),
+                blkio: Some(m("blkio")),
             },
         }
     }
@@ -212,16 +223,33 @@ impl Cgroups {
         }
     }
 
-    fn cpu_dir(&self, cgroup: &str) -> PathBuf {
+    pub(crate) fn cpu_dir(&self, cgroup: &str) -> PathBuf {
         match &self.layout {
             Layout::V1 { cpuacct, .. } => Self::v1_dir(cpuacct, cgroup),
             Layout::V2 { root } => root.join(cgroup.trim_start_matches('/')),
         }
     }
 
-    fn pids_dir(&self, cgroup: &str) -> Option<PathBuf> {
+    pub(crate) fn pids_dir(&self, cgroup: &str) -> Option<PathBuf> {
         match &self.layout {
             Layout::V1 { pids, .. } => pids.as_ref().map(|p| Self::v1_dir(p, cgroup)),
+            Layout::V2 { root } => Some(root.join(cgroup.trim_start_matches('/'))),
+        }
+    }
+
+    /// The cpu controller's directory (quota, period, shares, throttling): the v1 `cpu`
+    /// hierarchy, or the unified dir. None on a v1 host without a cpu hierarchy.
+    pub(crate) fn cpu_controller_dir(&self, cgroup: &str) -> Option<PathBuf> {
+        match &self.layout {
+            Layout::V1 { cpu, .. } => cpu.as_ref().map(|m| Self::v1_dir(m, cgroup)),
+            Layout::V2 { root } => Some(root.join(cgroup.trim_start_matches('/'))),
+        }
+    }
+
+    /// The block I/O controller's directory (v1 `blkio`, or the unified dir's `io.stat`).
+    pub(crate) fn io_dir(&self, cgroup: &str) -> Option<PathBuf> {
+        match &self.layout {
+            Layout::V1 { blkio, .. } => blkio.as_ref().map(|m| Self::v1_dir(m, cgroup)),
             Layout::V2 { root } => Some(root.join(cgroup.trim_start_matches('/'))),
         }
     }

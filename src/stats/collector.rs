@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeZone, Utc};
 
+use super::cadvisor::{render_cadvisor_metrics, CadvisorSnapshot};
 use super::cgroup::{available_bytes, CgroupSample, Cgroups, ProcessCgroup};
 use super::disk::{statvfs, DiskUsage, DiskUsageCache, FsCapacity};
 use super::error::{Result, StatsError};
@@ -29,6 +30,8 @@ const IGNORED_INTERFACE_PREFIXES: [&str; 4] = ["lo", "veth", "docker", "nerdctl"
 pub struct ContainerInfo {
     pub name: String,
     pub id: String,
+    /// The image as the runtime records it (`/metrics/cadvisor`'s `image` label).
+    pub image: String,
     /// The container's cgroup path, e.g. `/kubepods/burstable/pod<uid>/<id>`.
     pub cgroup_path: String,
     /// Creation time (upstream's container `startTime`).
@@ -56,6 +59,8 @@ pub struct PodInfo {
     pub namespace: String,
     /// The sandbox (pause) process: its network namespace gives the pod's network stats.
     pub pause_pid: Option<u32>,
+    /// The running sandbox: its own cgroup's series in `/metrics/cadvisor`.
+    pub sandbox: Option<SandboxInfo>,
     /// The pod cgroup, e.g. `/kubepods/burstable/pod<uid>`.
     pub cgroup_parent: String,
     pub start_time: DateTime<Utc>,
@@ -65,6 +70,13 @@ pub struct PodInfo {
     /// The pod's own files on the node's filesystem (its etc-hosts): counted in its
     /// ephemeral storage, as upstream's pod etc-hosts stats, but no volume.
     pub host_files: Vec<PathBuf>,
+}
+
+/// A pod's sandbox (pause) container.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxInfo {
+    pub id: String,
+    pub image: String,
 }
 
 /// What runs now. The lead implements it from the agent's runtime state; it is called once
@@ -109,6 +121,9 @@ pub struct CollectorConfig {
     pub runtime_process: Option<String>,
     /// Reported as the `kubelet` system container's start.
     pub kubelet_start_time: DateTime<Utc>,
+    /// /sys (block devices, DMI) and /etc (machine-id, os-release), injectable for tests.
+    pub sys_root: PathBuf,
+    pub etc_root: PathBuf,
 }
 
 impl CollectorConfig {
@@ -128,6 +143,8 @@ impl CollectorConfig {
             runtime_cgroup: None,
             runtime_process: Some("containerd".into()),
             kubelet_start_time: Utc::now(),
+            sys_root: PathBuf::from("/sys"),
+            etc_root: PathBuf::from("/etc"),
         }
     }
 }
@@ -141,6 +158,8 @@ pub struct Snapshot {
     /// Problems of the last tick other than containers that went away; any makes
     /// `resource_scrape_error` 1.
     pub errors: Vec<String>,
+    /// What `/metrics/cadvisor` renders.
+    pub cadvisor: CadvisorSnapshot,
 }
 
 /// A process's cgroups, read from `<proc_root>/<pid>/cgroup` (e.g. containerd's pid for the
@@ -179,6 +198,8 @@ struct CpuPoint {
 struct SamplerState {
     previous_cpu: HashMap<String, CpuPoint>,
     disk: DiskUsageCache,
+    /// Read once: machine facts, kernel and OS, block device names by major:minor.
+    machine: Option<cadvisor_view::MachineFacts>,
 }
 
 pub struct Collector {
@@ -324,6 +345,7 @@ impl Collector {
             state: Mutex::new(SamplerState {
                 previous_cpu: HashMap::new(),
                 disk: DiskUsageCache::new(config.disk_usage_interval),
+                machine: None,
             }),
             config,
             cgroups,
@@ -376,6 +398,12 @@ impl Collector {
         let snap = self.cache.read().unwrap_or_else(|p| p.into_inner());
         let error = snap.summary.is_none() || !snap.errors.is_empty();
         render_resource_metrics(snap.summary.as_ref(), error)
+    }
+
+    /// The `/metrics/cadvisor` body from the cache.
+    pub fn metrics_cadvisor(&self) -> String {
+        let snap = self.cache.read().unwrap_or_else(|p| p.into_inner());
+        render_cadvisor_metrics(snap.summary.as_ref().map(|_| &snap.cadvisor))
     }
 
     /// Housekeeping: a snapshot now, then one per interval, until `shutdown` resolves. The
@@ -431,10 +459,12 @@ impl Collector {
             }
         };
         let node = self.node_stats(&mut tick, node_fs, image_fs);
+        let pod_infos = pods;
         let pods = pods
             .iter()
             .filter_map(|p| self.pod_stats(&mut tick, p, node_fs, image_fs))
             .collect();
+        let cadvisor = self.cadvisor_snapshot(&mut tick, pod_infos);
         let Tick {
             now,
             errors,
@@ -451,6 +481,7 @@ impl Collector {
             summary: Some(Summary { node, pods }),
             taken_at: Some(now.0),
             errors,
+            cadvisor,
         };
     }
 
@@ -718,6 +749,8 @@ impl Collector {
         })
     }
 }
+
+mod cadvisor_view;
 
 #[cfg(test)]
 mod tests;

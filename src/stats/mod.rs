@@ -2,7 +2,7 @@
 //!
 //! A [`Collector`] samples the node's and every pod's cgroups, /proc and filesystems once per
 //! housekeeping tick (10 s by default) into a cache; the Summary API (`/stats/summary`), the
-//! Prometheus view (`/metrics/resource`) and eviction all read that one snapshot, so requests
+//! Prometheus views (`/metrics/resource`, `/metrics/cadvisor`) and eviction all read that one snapshot, so requests
 //! never touch files and never fan out per container.
 //!
 //! Cgroup and /proc files are read with the small parsers in [`parse`] and [`cgroup`] rather
@@ -16,10 +16,13 @@
 //! from the root cgroup (v2 root: anon + file); network from the pause process's netns with
 //! eth0 inlined; filesystem capacity from statvfs and usage from directory walks.
 
+pub mod cadvisor;
 pub mod cgroup;
+pub mod cgroup_detail;
 pub mod collector;
 pub mod disk;
 pub mod error;
+pub mod machine;
 pub mod parse;
 pub mod prometheus;
 pub mod summary;
@@ -27,7 +30,7 @@ pub mod summary;
 pub use cgroup::{CgroupSample, CgroupVersion, Cgroups, MemorySample, PidsSample, ProcessCgroup};
 pub use collector::{
     cgroup_of_pid, usage_nano_cores, Collector, CollectorConfig, ContainerInfo, PodInfo, PodLister,
-    Snapshot, VolumeInfo,
+    SandboxInfo, Snapshot, VolumeInfo,
 };
 pub use error::StatsError;
 pub use prometheus::{render_resource_metrics, CONTENT_TYPE as METRICS_CONTENT_TYPE};

@@ -73,9 +73,13 @@ pub fn parse_mem_total(path: &Path, text: &str) -> Result<u64> {
 pub struct InterfaceCounters {
     pub name: String,
     pub rx_bytes: u64,
+    pub rx_packets: u64,
     pub rx_errors: u64,
+    pub rx_dropped: u64,
     pub tx_bytes: u64,
+    pub tx_packets: u64,
     pub tx_errors: u64,
+    pub tx_dropped: u64,
 }
 
 /// `/proc/<pid>/net/dev`: two header lines, then `name: 8 receive and 8 transmit columns`.
@@ -105,9 +109,13 @@ pub fn parse_net_dev(path: &Path, text: &str) -> Result<Vec<InterfaceCounters>> 
         out.push(InterfaceCounters {
             name: name.trim().to_string(),
             rx_bytes: cols[0],
+            rx_packets: cols[1],
             rx_errors: cols[2],
+            rx_dropped: cols[3],
             tx_bytes: cols[8],
+            tx_packets: cols[9],
             tx_errors: cols[10],
+            tx_dropped: cols[11],
         });
     }
     Ok(out)
@@ -259,9 +267,13 @@ mod tests {
             InterfaceCounters {
                 name: "eth0".into(),
                 rx_bytes: 1048576,
+                rx_packets: 812,
                 rx_errors: 3,
+                rx_dropped: 0,
                 tx_bytes: 524288,
-                tx_errors: 1
+                tx_packets: 401,
+                tx_errors: 1,
+                tx_dropped: 0,
             }
         );
     }
@@ -272,6 +284,7 @@ mod tests {
         let ifs = parse_net_dev(Path::new("x"), text).unwrap();
         assert_eq!(ifs[0].rx_bytes, 137410592);
         assert_eq!(ifs[0].tx_errors, 7);
+        assert_eq!((ifs[0].rx_packets, ifs[0].tx_packets), (5236, 3474));
         let bad = "h1\nh2\n eth0: 1 2 3\n";
         let err = parse_net_dev(Path::new("/proc/9/net/dev"), bad).unwrap_err();
         assert!(err.to_string().contains("/proc/9/net/dev"), "{err}");

@@ -112,6 +112,7 @@ impl Worker {
             containers.push(crate::stats::ContainerInfo {
                 name: r.name.clone(),
                 id: r.id.clone(),
+                image: r.image.clone(),
                 cgroup_path: format!("{parent}/{}", r.id),
                 start_time: match r.state {
                     State::Running {
@@ -133,6 +134,10 @@ impl Worker {
             name: self.pod_ref.name.clone(),
             namespace: self.pod_ref.namespace.clone(),
             pause_pid,
+            sandbox: Some(crate::stats::SandboxInfo {
+                id: sandbox.id.clone(),
+                image: sandbox.image.clone(),
+            }),
             cgroup_parent: sandbox
                 .labels
                 .get(labels::CGROUP_PARENT)

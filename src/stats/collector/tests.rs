@@ -65,12 +65,17 @@ fn fixture() -> Fixture {
         name: "web".into(),
         namespace: "default".into(),
         pause_pid: Some(7644),
+        sandbox: Some(SandboxInfo {
+            id: SANDBOX.into(),
+            image: "registry.k8s.io/pause:3.10".into(),
+        }),
         cgroup_parent: POD.into(),
         start_time: start,
         containers: vec![
             ContainerInfo {
                 name: "app".into(),
                 id: APP.into(),
+                image: "docker.io/library/busybox:1.36".into(),
                 cgroup_path: format!("{POD}/{APP}"),
                 start_time: start,
                 log_dir: Some(logs),
@@ -79,6 +84,7 @@ fn fixture() -> Fixture {
             ContainerInfo {
                 name: "gone".into(),
                 id: "dead".into(),
+                image: "docker.io/library/busybox:1.36".into(),
                 cgroup_path: format!("{POD}/dead"),
                 start_time: start,
                 log_dir: None,
@@ -581,4 +587,122 @@ fn the_runtime_is_found_by_name_at_each_tick_and_followed_across_restarts() {
             .unwrap();
     assert_ne!(pod_usage, 94208);
     assert_eq!(runtime_memory(&c), Some(pod_usage));
+}
+
+/// `/metrics/cadvisor` from one tick over the captured v2 tree: the app container, the
+/// sandbox, the pod cgroup, its QoS parent, the pods' root and the root, each with the labels
+/// upstream gives them on containerd, and the values of the capture.
+#[test]
+fn cadvisor_series_of_a_v2_pod() {
+    let f = fixture();
+    let c = Collector::new(f.config.clone(), Cgroups::v2_at(&f.cgroup_root));
+    let before = crate::stats::cadvisor::parsed::parse(&c.metrics_cadvisor());
+    assert_eq!(before.value("container_scrape_error", &[]), 1.0);
+
+    c.collect(std::slice::from_ref(&f.pod));
+    let text = c.metrics_cadvisor();
+    let p = crate::stats::cadvisor::parsed::parse(&text);
+    assert_eq!(p.value("container_scrape_error", &[]), 0.0);
+    assert_eq!(p.value("machine_scrape_error", &[]), 0.0);
+    assert_eq!(p.value("machine_cpu_cores", &[]), 2.0);
+
+    let app_id = format!("{POD}/{APP}");
+    let app = [
+        ("container", "app"),
+        ("id", app_id.as_str()),
+        ("image", "docker.io/library/busybox:1.36"),
+        ("name", APP),
+        ("namespace", "default"),
+        ("pod", "web"),
+    ];
+    let with = |extra: (&'static str, &'static str)| {
+        let mut l = app.to_vec();
+        l.push(extra);
+        l
+    };
+    assert_eq!(
+        p.value("container_cpu_usage_seconds_total", &with(("cpu", "total"))),
+        2.96734
+    );
+    assert_eq!(
+        p.value("container_memory_working_set_bytes", &app),
+        (47063040 - 16908288) as f64
+    );
+    assert_eq!(p.value("container_memory_rss", &app), 8556544.0);
+    assert_eq!(p.value("container_memory_cache", &app), 37879808.0);
+    assert_eq!(
+        p.value("container_cpu_cfs_throttled_periods_total", &app),
+        59.0
+    );
+    assert_eq!(p.value("container_spec_cpu_quota", &app), 50000.0);
+    assert_eq!(p.value("container_spec_cpu_period", &app), 100000.0);
+    assert_eq!(p.value("container_processes", &app), 2.0);
+    // Only the sandbox has the pod's network; lo is left out as cAdvisor does.
+    assert!(p
+        .find("container_network_receive_bytes_total", &app)
+        .is_empty());
+    let sandbox_id = format!("{POD}/{SANDBOX}");
+    let sandbox = [
+        ("container", ""),
+        ("id", sandbox_id.as_str()),
+        ("image", "registry.k8s.io/pause:3.10"),
+        ("name", SANDBOX),
+        ("pod", "web"),
+    ];
+    let mut eth0 = sandbox.to_vec();
+    eth0.push(("interface", "eth0"));
+    assert_eq!(
+        p.value("container_network_receive_bytes_total", &eth0),
+        1048576.0
+    );
+    assert_eq!(
+        p.value("container_network_transmit_packets_total", &eth0),
+        401.0
+    );
+    assert_eq!(
+        p.find("container_network_receive_bytes_total", &sandbox)
+            .len(),
+        1,
+        "lo left out"
+    );
+    // The pod cgroup: pod and namespace, no name, image or container; its limits.
+    let pod = [
+        ("container", ""),
+        ("id", POD),
+        ("image", ""),
+        ("name", ""),
+        ("namespace", "default"),
+        ("pod", "web"),
+    ];
+    assert_eq!(
+        p.value("container_spec_memory_limit_bytes", &pod),
+        268435456.0
+    );
+    assert_eq!(p.value("container_cpu_usage_seconds_total", &pod), 2.972622);
+    // Plain cgroups above the pod: the QoS level, the pods' root and the root, no pod labels.
+    for id in ["/kubepods/burstable", "/kubepods", "/"] {
+        let raw = [("id", id), ("pod", ""), ("name", ""), ("container", "")];
+        assert_eq!(p.find("container_last_seen", &raw).len(), 1, "{id}");
+    }
+    assert_eq!(
+        p.value(
+            "container_cpu_usage_seconds_total",
+            &[("id", "/"), ("cpu", "total")]
+        ),
+        4.928
+    );
+    // The root has the host's network (proc/1/net/dev), veth and lo left out.
+    assert!(!p
+        .find("container_network_receive_bytes_total", &[("id", "/")])
+        .is_empty());
+    assert!(p
+        .find(
+            "container_network_receive_bytes_total",
+            &[("interface", "lo")]
+        )
+        .is_empty());
+    // The gone container has no series.
+    assert!(p
+        .find("container_last_seen", &[("name", "dead")])
+        .is_empty());
 }
