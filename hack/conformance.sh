@@ -92,6 +92,7 @@ usage() { sed -n '2,45s/^# \{0,1\}//p' "$0"; }
 
 AGENT=both
 FAST=0
+FEATURES=0
 FOCUS=""
 SKIP=""
 SKIP_SET=0
