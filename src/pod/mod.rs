@@ -300,7 +300,7 @@ impl PodManager {
             }
             self.orphans.remove(uid);
             if let Some(w) = self.workers.get(uid) {
-                admitted.push(pod.clone());
+                admitted.push(self.as_allocated(pod));
                 if w.desired.borrow().as_deref() != Some(pod) {
                     w.desired.send_replace(Some(Arc::new(pod.clone())));
                 }
@@ -324,19 +324,24 @@ impl PodManager {
                 continue;
             }
             let refs: Vec<&Pod> = admitted.iter().collect();
+            // A pod found on the node is weighed with what it was allocated, not with a
+            // resize the API asks for and the agent has not taken (upstream admits the pod
+            // as UpdatePodFromAllocation leaves it): an Infeasible resize pending across a
+            // restart must not get the running pod rejected.
+            let weighed = self.as_allocated(pod);
             // The eviction manager's check first, as upstream orders its admit handlers;
             // a pod being deleted is never refused.
             let verdict = if pod.metadata.deletion_timestamp.is_some() {
                 Ok(())
             } else {
-                crate::eviction::admit(pod, &pressure)
+                crate::eviction::admit(&weighed, &pressure)
             };
             let verdict = verdict
-                .and_then(|()| admission::admit(pod, &refs, max, node.as_deref()))
+                .and_then(|()| admission::admit(&weighed, &refs, max, node.as_deref()))
                 .and_then(|()| self.sysctls.check(pod));
             match verdict {
                 Ok(()) => {
-                    admitted.push(pod.clone());
+                    admitted.push(weighed);
                     self.spawn(pod_ref(pod), Some(Arc::new(pod.clone())));
                 }
                 Err(rejection) => {
@@ -383,6 +388,14 @@ impl PodManager {
                 }
             }
         }
+    }
+
+    /// The pod with the resources allocated to it, where it has an allocation.
+    fn as_allocated(&self, pod: &Pod) -> Pod {
+        self.shared
+            .allocations
+            .allocated_pod(pod)
+            .unwrap_or_else(|| pod.clone())
     }
 
     fn spawn(&mut self, r: PodRef, pod: Option<Arc<Pod>>) {

@@ -344,3 +344,51 @@ async fn recovery_takes_no_orphan_whose_uid_is_not_a_plain_name() {
     assert_eq!(m.orphans["uid-saved"].uid, "uid-saved");
     assert_eq!(m.orphans["uid-saved"].namespace, "");
 }
+
+/// A pod found on the node after a restart whose spec asks for a resize the node can never
+/// take (left Infeasible) is admitted with what it was allocated: the running pod is not
+/// rejected for a resize the agent never took, and the pods after it are weighed against
+/// its allocation.
+#[tokio::test(start_paused = true)]
+async fn a_found_pod_is_admitted_with_its_allocation_not_a_pending_resize() {
+    let dir = tempfile::tempdir().unwrap();
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": "node-a"},
+        "status": {"allocatable": {"cpu": "2", "memory": "1Gi", "pods": "110"}}
+    }))
+    .unwrap();
+    let (_node_tx, view) = watch::channel(Some(Arc::new(node)));
+    let mut m = PodManager::new(shared(dir.path()), &[SourceKind::Api]).with_node(view);
+    let with_cpu = |uid: &str, cpu: &str| {
+        let mut p = api_pod(uid);
+        p.spec.as_mut().unwrap().containers[0].resources = Some(
+            serde_json::from_value(json!({"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}))
+                .unwrap(),
+        );
+        p
+    };
+    m.shared
+        .allocations
+        .set(&with_cpu("uid-running", "1500m"))
+        .unwrap();
+    let asked = with_cpu("uid-running", "1000");
+    m.orphans.insert("uid-running".into(), pod_ref(&asked));
+    let newcomer = with_cpu("uid-new", "1");
+    m.apply(api_update(&[&asked, &newcomer])).await;
+    assert!(
+        m.workers.contains_key("uid-running"),
+        "status: {:?}",
+        m.shared
+            .statuses
+            .get("uid-running")
+            .map(|s| s.pod.status.clone())
+    );
+    let refused = m
+        .shared
+        .statuses
+        .get("uid-new")
+        .and_then(|v| v.pod.status.clone())
+        .expect("the newcomer is weighed against the allocation and refused");
+    assert_eq!(refused.reason.as_deref(), Some("OutOfcpu"));
+    assert!(!m.workers.contains_key("uid-new"));
+}
