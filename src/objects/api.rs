@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
 use chrono::Utc;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
+};
 use tokio::sync::mpsc;
 
 use super::refs::{references, ObjectRef};
@@ -33,6 +35,8 @@ pub struct ApiObjects {
     services: Option<Services>,
     /// Every RuntimeClass, once `watch_runtime_classes` started it.
     runtime_classes: Option<RuntimeClasses>,
+    /// For the storage objects, read by GET (`storage`).
+    client: kube::Client,
 }
 
 type Pods = Arc<Mutex<HashMap<String, BTreeSet<ObjectRef>>>>;
@@ -79,7 +83,8 @@ impl ApiObjects {
                 client.clone(),
                 wake_referencing(ObjectKind::Secret, pods.clone(), wake.clone()),
             ),
-            tokens: Tokens::new(client, clock),
+            tokens: Tokens::new(client.clone(), clock),
+            client,
             pods,
             wake,
             services: None,
@@ -173,6 +178,22 @@ impl ClusterObjects for ApiObjects {
             Some(rc) => rc.handler(name).await.map(Some),
             None => Ok(None),
         }
+    }
+
+    async fn persistent_volume_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Arc<PersistentVolumeClaim>, ObjectError> {
+        super::storage::claim(&self.client, namespace, name).await
+    }
+
+    async fn persistent_volume(&self, name: &str) -> Result<Arc<PersistentVolume>, ObjectError> {
+        super::storage::volume(&self.client, name).await
+    }
+
+    async fn node(&self, name: &str) -> Result<Arc<Node>, ObjectError> {
+        super::storage::node(&self.client, name).await
     }
 
     fn unregister_pod(&self, pod_uid: &str) {

@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use chrono::Utc;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
+};
 
 use super::{
     ClusterObjects, ObjectError, ObjectKind, ServiceAccountToken, ServicesWait, TokenSpec,
@@ -26,6 +28,10 @@ pub(crate) struct FakeObjects {
     pub runtime_classes: Mutex<Option<HashMap<String, String>>>,
     /// The Services' first listing has not come (yet): API pods fail as upstream's do.
     pub services_unsynced: std::sync::atomic::AtomicBool,
+    /// Claims by (namespace, name), persistent volumes and nodes by name.
+    pub claims: Mutex<HashMap<(String, String), Arc<PersistentVolumeClaim>>>,
+    pub volumes: Mutex<HashMap<String, Arc<PersistentVolume>>>,
+    pub nodes: Mutex<HashMap<String, Arc<Node>>>,
 }
 
 fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> (String, String) {
@@ -56,6 +62,13 @@ fn not_found(kind: ObjectKind, namespace: &str, name: &str) -> ObjectError {
     ObjectError::NotFound {
         kind,
         namespace: namespace.into(),
+        name: name.into(),
+    }
+}
+
+fn missing(resource: &'static str, name: &str) -> ObjectError {
+    ObjectError::Missing {
+        resource,
         name: name.into(),
     }
 }
@@ -111,6 +124,23 @@ impl ClusterObjects for FakeObjects {
                 .map(Some)
                 .ok_or_else(|| ObjectError::RuntimeClassNotFound { name: name.into() }),
         }
+    }
+    async fn persistent_volume_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Arc<PersistentVolumeClaim>, ObjectError> {
+        let key = (namespace.to_string(), name.to_string());
+        let found = self.claims.lock().unwrap().get(&key).cloned();
+        found.ok_or_else(|| missing(super::storage::CLAIMS, name))
+    }
+    async fn persistent_volume(&self, name: &str) -> Result<Arc<PersistentVolume>, ObjectError> {
+        let found = self.volumes.lock().unwrap().get(name).cloned();
+        found.ok_or_else(|| missing(super::storage::VOLUMES, name))
+    }
+    async fn node(&self, name: &str) -> Result<Arc<Node>, ObjectError> {
+        let found = self.nodes.lock().unwrap().get(name).cloned();
+        found.ok_or_else(|| missing(super::storage::NODES, name))
     }
     async fn services(&self, wait: ServicesWait) -> Result<Vec<Arc<Service>>, ObjectError> {
         let unsynced = self

@@ -16,6 +16,7 @@ mod fake_api;
 mod refs;
 mod runtime_classes;
 mod services;
+mod storage;
 #[cfg(test)]
 mod tests_api;
 mod tokens;
@@ -27,7 +28,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
+};
 
 /// The kind of a referenced object, in upstream's lower-case spelling for messages
 /// (`configmap "cfg" not found`, `secret "s" not found`).
@@ -71,6 +74,21 @@ pub enum ObjectError {
         #[source]
         source: kube::Error,
     },
+    /// The API's NotFound for a claim, a persistent volume or the node, in its words
+    /// (`persistentvolumeclaims "data" not found`).
+    #[error("{resource} \"{name}\" not found")]
+    Missing {
+        resource: &'static str,
+        name: String,
+    },
+    #[error("cannot get {resource} {}{name}: {source}", namespace.as_deref().map(|n| format!("{n}/")).unwrap_or_default())]
+    Get {
+        resource: &'static str,
+        namespace: Option<String>,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
     /// Upstream's runtimeclass manager returns the API's NotFound, whose text its
     /// FailedCreatePodSandBox event carries.
     #[error("runtimeclass.node.k8s.io \"{name}\" not found")]
@@ -92,7 +110,10 @@ pub enum ObjectError {
 impl ObjectError {
     /// The object does not exist (as opposed to: it could not be read).
     pub fn is_not_found(&self) -> bool {
-        matches!(self, ObjectError::NotFound { .. })
+        matches!(
+            self,
+            ObjectError::NotFound { .. } | ObjectError::Missing { .. }
+        )
     }
 }
 
@@ -159,6 +180,16 @@ pub trait ClusterObjects: Send + Sync {
     /// control plane's own static pods (etcd, the apiserver) start before any Service can be
     /// listed (upstream's makeEnvironmentVariables exempts them the same way).
     async fn services(&self, wait: ServicesWait) -> Result<Vec<Arc<Service>>, ObjectError>;
+    /// A PersistentVolumeClaim, read now (a pod waiting for its binding reads it again).
+    async fn persistent_volume_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Arc<PersistentVolumeClaim>, ObjectError>;
+    /// A PersistentVolume, read now.
+    async fn persistent_volume(&self, name: &str) -> Result<Arc<PersistentVolume>, ObjectError>;
+    /// A Node (this node: its labels decide a local volume's node affinity), read now.
+    async fn node(&self, name: &str) -> Result<Arc<Node>, ObjectError>;
 }
 
 /// Whether a container start needs the Services' first listing (see
@@ -220,6 +251,31 @@ impl ClusterObjects for Standalone {
     }
     async fn services(&self, _wait: ServicesWait) -> Result<Vec<Arc<Service>>, ObjectError> {
         Ok(Vec::new())
+    }
+    async fn persistent_volume_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Arc<PersistentVolumeClaim>, ObjectError> {
+        Err(ObjectError::Standalone {
+            what: "persistentvolumeclaim",
+            namespace: namespace.into(),
+            name: name.into(),
+        })
+    }
+    async fn persistent_volume(&self, name: &str) -> Result<Arc<PersistentVolume>, ObjectError> {
+        Err(ObjectError::Standalone {
+            what: "persistentvolume",
+            namespace: String::new(),
+            name: name.into(),
+        })
+    }
+    async fn node(&self, name: &str) -> Result<Arc<Node>, ObjectError> {
+        Err(ObjectError::Standalone {
+            what: "node",
+            namespace: String::new(),
+            name: name.into(),
+        })
     }
 }
 

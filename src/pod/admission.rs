@@ -8,7 +8,7 @@
 
 mod apparmor;
 mod features;
-mod node_affinity;
+pub(crate) mod node_affinity;
 mod sysctls;
 mod taints;
 

@@ -47,6 +47,29 @@ pub enum VolumeError {
         source: Arc<ObjectError>,
     },
 
+    /// A claim-backed volume whose claim cannot be used (yet): not bound, being deleted,
+    /// not the pod's, or its volume not bound back to it. The pod waits in
+    /// ContainerCreating.
+    #[error("pod {pod}: volume {volume:?}: error processing PVC {claim}: {reason}")]
+    Claim {
+        pod: String,
+        volume: String,
+        /// `namespace/name`.
+        claim: String,
+        reason: String,
+        /// The claim could not be read (as opposed to: it said no).
+        transient: bool,
+    },
+
+    /// A persistent volume whose node affinity does not match this node.
+    #[error("pod {pod}: MountVolume.NodeAffinity check failed for volume {volume:?} : {reason}")]
+    NodeAffinity {
+        pod: String,
+        /// The PersistentVolume's name, as upstream's event names it.
+        volume: String,
+        reason: String,
+    },
+
     /// A container's volumeMount cannot be turned into a mount.
     #[error("pod {pod}: container {container:?}: volumeMounts[{index}] (volume {volume:?}): {field}: {reason}")]
     Mount {
@@ -100,6 +123,10 @@ impl VolumeError {
                 ObjectError::Api { .. } | ObjectError::Token { .. }
             ),
             VolumeError::Worker(_) => true,
+            // A claim is bound a moment after the pod is scheduled (WaitForFirstConsumer
+            // binds it then): waiting claims are looked at again soon, as upstream's
+            // populator does.
+            VolumeError::Claim { .. } => true,
             _ => false,
         }
     }
@@ -114,6 +141,19 @@ impl VolumeError {
             }
             VolumeError::Object { volume, source, .. } => {
                 format!("MountVolume.SetUp failed for volume {volume:?} : {source}")
+            }
+            // Upstream's WaitForAttachAndMount gives up on a volume its populator could
+            // not process and its FailedMount event lists it.
+            VolumeError::Claim {
+                volume,
+                claim,
+                reason,
+                ..
+            } => format!(
+                "Unable to attach or mount volumes: unmounted volumes=[{volume}], unattached volumes=[{volume}], failed to process volumes=[{volume}]: error processing PVC {claim}: {reason}"
+            ),
+            VolumeError::NodeAffinity { volume, reason, .. } => {
+                format!("MountVolume.NodeAffinity check failed for volume {volume:?} : {reason}")
             }
             other => other.to_string(),
         }

@@ -7,7 +7,10 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccountTokenProjection};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret,
+    ServiceAccountTokenProjection,
+};
 
 use crate::objects::{ClusterObjects, ObjectError, ServiceAccountToken, TokenSpec};
 
@@ -24,6 +27,11 @@ pub struct Fetched {
     config_maps: BTreeMap<String, Read<Arc<ConfigMap>>>,
     secrets: BTreeMap<String, Read<Arc<Secret>>>,
     tokens: HashMap<TokenSpec, Read<ServiceAccountToken>>,
+    /// The pod's claims by name, and the volumes bound to them by name.
+    claims: BTreeMap<String, Read<Arc<PersistentVolumeClaim>>>,
+    volumes: BTreeMap<String, Read<Arc<PersistentVolume>>>,
+    /// This node, read when a bound volume has a node affinity to check.
+    node: Option<Read<Arc<Node>>>,
 }
 
 /// What an optional or required reference resolves to: the object, nothing (missing but
@@ -47,6 +55,30 @@ impl Fetched {
     pub fn token(&self, spec: &TokenSpec) -> Option<Read<ServiceAccountToken>> {
         self.tokens.get(spec).cloned()
     }
+    pub fn claim(&self, name: &str) -> Option<Read<Arc<PersistentVolumeClaim>>> {
+        self.claims.get(name).cloned()
+    }
+    pub fn persistent_volume(&self, name: &str) -> Option<Read<Arc<PersistentVolume>>> {
+        self.volumes.get(name).cloned()
+    }
+    pub fn node(&self) -> Option<Read<Arc<Node>>> {
+        self.node.clone()
+    }
+}
+
+/// The claim a pod's volume stands on: a persistentVolumeClaim's `claimName`, or the claim
+/// the ephemeral volume controller makes for an `ephemeral` volume (`<pod>-<volume>`).
+pub fn claim_name(pod: &Pod, vol: &k8s_openapi::api::core::v1::Volume) -> Option<String> {
+    if let Some(c) = &vol.persistent_volume_claim {
+        return Some(c.claim_name.clone());
+    }
+    vol.ephemeral.as_ref().map(|_| {
+        format!(
+            "{}-{}",
+            pod.metadata.name.as_deref().unwrap_or_default(),
+            vol.name
+        )
+    })
 }
 
 /// The token a projected `serviceAccountToken` source asks for: the pod's service account
@@ -66,7 +98,7 @@ pub fn token_spec(pod: &Pod, tp: &ServiceAccountTokenProjection) -> TokenSpec {
 }
 
 /// Reads everything the pod's volumes reference, each object once.
-pub async fn fetch(pod: &Pod, objects: &dyn ClusterObjects) -> Fetched {
+pub async fn fetch(pod: &Pod, node_name: &str, objects: &dyn ClusterObjects) -> Fetched {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let mut config_maps = BTreeSet::new();
     let mut secrets = BTreeSet::new();
@@ -100,6 +132,14 @@ pub async fn fetch(pod: &Pod, objects: &dyn ClusterObjects) -> Fetched {
             }
         }
     }
+    let claims: BTreeSet<String> = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|v| claim_name(pod, v))
+        .collect();
     let mut out = Fetched::default();
     // An empty name is the set-up's error to report (naming the field), not a request.
     for name in config_maps.into_iter().filter(|n| !n.is_empty()) {
@@ -109,6 +149,32 @@ pub async fn fetch(pod: &Pod, objects: &dyn ClusterObjects) -> Fetched {
     for name in secrets.into_iter().filter(|n| !n.is_empty()) {
         let read = objects.secret(namespace, &name).await.map_err(Arc::new);
         out.secrets.insert(name, read);
+    }
+    for name in claims.into_iter().filter(|n| !n.is_empty()) {
+        let read = objects
+            .persistent_volume_claim(namespace, &name)
+            .await
+            .map_err(Arc::new);
+        // The volume only once the claim is bound to one (the set-up says why not).
+        let bound = read.as_ref().ok().and_then(|c| {
+            let bound = c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+            c.spec
+                .as_ref()
+                .and_then(|s| s.volume_name.clone())
+                .filter(|v| bound && !v.is_empty())
+        });
+        out.claims.insert(name, read);
+        if let Some(pv) = bound {
+            let read = objects.persistent_volume(&pv).await.map_err(Arc::new);
+            out.volumes.insert(pv, read);
+        }
+    }
+    let affinity = out.volumes.values().any(|v| {
+        v.as_ref()
+            .is_ok_and(|pv| pv.spec.as_ref().is_some_and(|s| s.node_affinity.is_some()))
+    });
+    if affinity {
+        out.node = Some(objects.node(node_name).await.map_err(Arc::new));
     }
     for spec in tokens {
         let read = objects

@@ -20,8 +20,10 @@
 //! [`container_mounts`] for each container's spec, [`teardown_pod_volumes`] once the pod's
 //! containers are gone.
 //!
-//! PVCs, ephemeral volumes, clusterTrustBundle and podCertificate projections, and remote
-//! storage are refused with an error naming the volume and its kind. Not done yet: SELinux
+//! persistentVolumeClaim and generic `ephemeral` volumes resolve to their bound
+//! PersistentVolume (`persistent`): in-tree `local` and `hostPath` ones are served. CSI
+//! and network volumes, raw block volumes, clusterTrustBundle and podCertificate
+//! projections are refused with an error naming the volume and its kind. Not done yet: SELinux
 //! relabelling, emptyDir sizeLimit on disk (upstream enforces it by eviction), hugepages
 //! media, fsGroup on emptyDir and hostPath (upstream leaves hostPath alone too).
 
@@ -35,6 +37,7 @@ mod mounter;
 mod mounts;
 mod object_files;
 mod ownership;
+mod persistent;
 mod projected;
 mod subpath;
 mod teardown;
@@ -91,6 +94,8 @@ pub enum VolumeKind {
     Secret,
     DownwardApi,
     Projected,
+    /// A `local` PersistentVolume, bind-mounted into the pod's dir.
+    Local,
 }
 
 /// One volume as it exists on the host.
@@ -182,7 +187,7 @@ async fn setup_with(
     objects: &dyn ClusterObjects,
     m: Arc<dyn Mounter>,
 ) -> Result<PodVolumes, VolumeError> {
-    let fetched = fetch::fetch(pod, objects).await;
+    let fetched = fetch::fetch(pod, &ctx.node_name, objects).await;
     let (pod, pod_dir, ctx) = (pod.clone(), pod_dir.to_path_buf(), ctx.clone());
     tokio::task::spawn_blocking(move || setup(&pod, &pod_dir, &ctx, &fetched, m.as_ref()))
         .await
@@ -245,9 +250,8 @@ fn set_fields<T: serde::Serialize>(v: &T) -> Vec<String> {
 
 fn unsupported_hint(kind: &str) -> &'static str {
     match kind {
-        "persistentVolumeClaim" | "ephemeral" => {
-            " (persistent volumes need attach and mount support, which this agent does not have yet)"
-        }
+        "csi" => " (CSI drivers are not served by this agent yet)",
+        "Block" => " (raw block volumes are not served by this agent yet)",
         "clusterTrustBundle" | "podCertificate" => {
             " (this projection is not implemented by this agent yet)"
         }
@@ -289,7 +293,7 @@ impl Blame<'_> {
             pod: self.pod.to_string(),
             volume: self.volume.to_string(),
             kind: kind.to_string(),
-            hint: unsupported_hint(kind.rsplit('.').next().unwrap_or(kind)).to_string(),
+            hint: unsupported_hint(kind.rsplit(['.', ' ']).next().unwrap_or(kind)).to_string(),
         }
     }
     /// A reference the fetch did not read: fetch and set-up disagree on the spec.
@@ -555,6 +559,9 @@ fn setup_volume(
             write_files(&dir, &payload, own, blame)?;
             Ok(read_only(dir, VolumeKind::Projected))
         }
+        "persistentVolumeClaim" | "ephemeral" => {
+            persistent::setup(pod, vol, pod_dir, fetched, blame, m)
+        }
         other => Err(blame.unsupported(other)),
     }
 }
@@ -603,3 +610,5 @@ fn write_files(
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_persistent;

@@ -16,6 +16,8 @@ pub trait Mounter: Send + Sync {
     fn unmount(&self, path: &Path) -> io::Result<()>;
     /// Bind-mounts `source` (not recursively, as upstream's subPath mounts) onto `target`.
     fn bind(&self, source: &Path, target: &Path) -> io::Result<()>;
+    /// Makes the bind mount at `target` read-only.
+    fn remount_read_only(&self, target: &Path) -> io::Result<()>;
     /// Every mount point at or below `dir`.
     fn mounts_under(&self, dir: &Path) -> io::Result<Vec<PathBuf>>;
 }
@@ -73,6 +75,17 @@ impl Mounter for SysMounter {
             target,
             None::<&str>,
             MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .map_err(io::Error::from)
+    }
+
+    fn remount_read_only(&self, target: &Path) -> io::Result<()> {
+        mount(
+            None::<&str>,
+            target,
+            None::<&str>,
+            MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY,
             None::<&str>,
         )
         .map_err(io::Error::from)
@@ -149,6 +162,8 @@ pub struct FakeMounter {
     pub calls: std::sync::Mutex<Vec<(PathBuf, Vec<String>)>>,
     /// Each bind: the path the source resolved to when bound, and the target.
     pub binds: std::sync::Mutex<Vec<(PathBuf, PathBuf)>>,
+    /// Bind mounts made read-only.
+    pub read_only: std::sync::Mutex<std::collections::HashSet<PathBuf>>,
 }
 
 #[cfg(test)]
@@ -181,6 +196,10 @@ impl Mounter for FakeMounter {
             .unwrap()
             .push((resolved, target.to_path_buf()));
         self.mounted.lock().unwrap().insert(target.to_path_buf());
+        Ok(())
+    }
+    fn remount_read_only(&self, target: &Path) -> io::Result<()> {
+        self.read_only.lock().unwrap().insert(target.to_path_buf());
         Ok(())
     }
     fn mounts_under(&self, d: &Path) -> io::Result<Vec<PathBuf>> {

@@ -144,6 +144,9 @@ mod tests {
             fn bind(&self, _: &Path, _: &Path) -> io::Result<()> {
                 Ok(())
             }
+            fn remount_read_only(&self, _: &Path) -> io::Result<()> {
+                Ok(())
+            }
             fn mounts_under(&self, d: &Path) -> io::Result<Vec<std::path::PathBuf>> {
                 Ok(vec![d.join("kubernetes.io~empty-dir/m")])
             }

@@ -192,7 +192,10 @@ fn unsupported_and_invalid_volumes_are_named() {
         "{e}"
     );
     let e = err(json!([{"name": "claim", "persistentVolumeClaim": {"claimName": "c"}}]));
-    assert!(e.contains("kind persistentVolumeClaim"), "{e}");
+    assert!(
+        e.contains("volume \"claim\": error processing PVC ns/c"),
+        "{e}"
+    );
     let e = err(json!([{"name": "s", "secret": {}}]));
     assert!(e.contains("secret.secretName: is required"), "{e}");
     let e = err(json!([{"name": "c", "configMap": {"name": "x", "defaultMode": 0o1777}}]));

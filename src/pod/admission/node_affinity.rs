@@ -7,7 +7,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, NodeSelectorTerm, Pod};
+use k8s_openapi::api::core::v1::{
+    Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
+};
 
 /// The one field a `matchFields` requirement may name.
 const NODE_NAME_FIELD: &str = "metadata.name";
@@ -34,11 +36,16 @@ pub(crate) fn matches(pod: &Pod, node: &Node) -> bool {
             a.required_during_scheduling_ignored_during_execution
                 .as_ref()
         });
-    let Some(required) = required else {
-        return true;
-    };
+    required.is_none_or(|r| selector_matches(r, node))
+}
+
+/// Whether one of a required node selector's terms matches the Node (also a persistent
+/// volume's node affinity, as upstream's CheckNodeAffinity weighs it).
+pub(crate) fn selector_matches(selector: &NodeSelector, node: &Node) -> bool {
+    let empty = BTreeMap::new();
+    let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
     let name = node.metadata.name.as_deref().unwrap_or_default();
-    required
+    selector
         .node_selector_terms
         .iter()
         .any(|term| term_matches(term, labels, name) == Some(true))

@@ -1,0 +1,283 @@
+//! Volumes a pod gets through a PersistentVolumeClaim (a `persistentVolumeClaim` source, or
+//! the claim the ephemeral volume controller makes for an `ephemeral` one), as upstream's
+//! volume manager resolves and mounts them:
+//! - the claim must exist, not be being deleted, and be Bound; an ephemeral volume's claim
+//!   must be owned by the pod; the bound PersistentVolume's claimRef must point back at the
+//!   claim's UID. Until then the pod waits in ContainerCreating with upstream's words
+//!   (`error processing PVC ns/name: PVC is not bound`), trying again every few seconds;
+//! - the volume is read-only when the pod's claim source says `readOnly` (upstream's
+//!   NewSpecFromPersistentVolume; the PV's access modes do not make it so);
+//! - a volume's required node affinity must match this Node (upstream's CheckNodeAffinity,
+//!   "no matching NodeSelectorTerms");
+//! - in-tree `local` volumes are bind-mounted (read-only when the claim is) at
+//!   `<pod>/volumes/kubernetes.io~local-volume/<pv name>`, the pod's fsGroup applied on the
+//!   first mount when writable; `hostPath` volumes are used where they are, with the
+//!   hostPath type checks. Teardown unmounts the bind without entering it (`teardown`).
+//!
+//! Other sources (CSI, network storage) and raw block volumes are refused naming the
+//! source: they are not served by this agent yet.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Volume};
+use tracing::info;
+
+use super::fetch::{claim_name, Fetched};
+use super::mounter::Mounter;
+use super::{host_path, Blame, HostVolume, VolumeError, VolumeKind};
+use crate::objects::ObjectError;
+
+pub const LOCAL_VOLUME_PLUGIN: &str = "kubernetes.io~local-volume";
+
+/// Group bits upstream's SetVolumeOwnership adds to a writable volume's files and
+/// directories (directories also get setgid, so new files keep the group).
+const GROUP_RW: u32 = 0o660;
+const GROUP_DIR: u32 = 0o2770;
+
+/// Why a pod's claim cannot be used yet, in upstream's words.
+fn claim_reason(
+    pod: &Pod,
+    vol: &Volume,
+    claim: &str,
+    read: Option<Result<Arc<PersistentVolumeClaim>, Arc<ObjectError>>>,
+    fetched: &Fetched,
+) -> Result<(Arc<PersistentVolumeClaim>, Arc<PersistentVolume>), String> {
+    let pvc = match read {
+        Some(Ok(c)) => c,
+        Some(Err(e)) => return Err(format!("failed to fetch PVC from API server: {e}")),
+        None => return Err("the claim was not read before the set-up".into()),
+    };
+    if vol.ephemeral.is_some() {
+        let pod_uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let owned = pvc
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.controller == Some(true) && o.uid == pod_uid);
+        if !owned {
+            let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+            let name = pod.metadata.name.as_deref().unwrap_or_default();
+            return Err(format!(
+                "PVC {ns}/{claim} was not created for pod {ns}/{name} (pod is not owner)"
+            ));
+        }
+    }
+    if pvc.metadata.deletion_timestamp.is_some() {
+        return Err("PVC is being deleted".into());
+    }
+    let phase = pvc.status.as_ref().and_then(|s| s.phase.as_deref());
+    let pv_name = pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_deref())
+        .unwrap_or_default();
+    if phase != Some("Bound") || pv_name.is_empty() {
+        return Err("PVC is not bound".into());
+    }
+    let pv = match fetched.persistent_volume(pv_name) {
+        Some(Ok(pv)) => pv,
+        Some(Err(e)) => return Err(format!("failed to fetch PV {pv_name} from API server: {e}")),
+        None => return Err(format!("PV {pv_name} was not read before the set-up")),
+    };
+    let claim_ref = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
+    let Some(claim_ref) = claim_ref else {
+        return Err(format!(
+            "found PV object {pv_name} but it has a nil pv.Spec.ClaimRef indicating it is not yet bound to the claim"
+        ));
+    };
+    let want = pvc.metadata.uid.as_deref().unwrap_or_default();
+    let have = claim_ref.uid.as_deref().unwrap_or_default();
+    if have != want {
+        return Err(format!(
+            "found PV object {pv_name} but its pv.Spec.ClaimRef.UID {have} does not point to claim.UID {want}"
+        ));
+    }
+    Ok((pvc, pv))
+}
+
+/// Sets up a claim-backed volume of the pod (see the module documentation).
+pub(super) fn setup(
+    pod: &Pod,
+    vol: &Volume,
+    pod_dir: &Path,
+    fetched: &Fetched,
+    blame: &Blame<'_>,
+    m: &dyn Mounter,
+) -> Result<HostVolume, VolumeError> {
+    let claim = claim_name(pod, vol).unwrap_or_default();
+    if claim.is_empty() {
+        return Err(blame.invalid("persistentVolumeClaim.claimName", "is required".into()));
+    }
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let read = fetched.claim(&claim);
+    let transient = read
+        .as_ref()
+        .is_some_and(|r| r.as_ref().is_err_and(|e| !e.is_not_found()));
+    let (_, pv) =
+        claim_reason(pod, vol, &claim, read, fetched).map_err(|reason| VolumeError::Claim {
+            pod: blame.pod.to_string(),
+            volume: blame.volume.to_string(),
+            claim: format!("{namespace}/{claim}"),
+            reason,
+            transient,
+        })?;
+    let read_only = vol
+        .persistent_volume_claim
+        .as_ref()
+        .and_then(|c| c.read_only)
+        .unwrap_or(false);
+    let pv_name = pv.metadata.name.clone().unwrap_or_default();
+    // Errors past this point name the volume as upstream's do: by the PV's name.
+    let pv_blame = Blame {
+        pod: blame.pod,
+        volume: &pv_name,
+    };
+    let spec = pv.spec.clone().unwrap_or_default();
+    if spec.volume_mode.as_deref() == Some("Block") {
+        return Err(pv_blame.unsupported("persistentVolume volumeMode Block"));
+    }
+    if let Some(required) = spec
+        .node_affinity
+        .as_ref()
+        .and_then(|a| a.required.as_ref())
+    {
+        let node = match fetched.node() {
+            Some(Ok(n)) => n,
+            Some(Err(e)) => return Err(pv_blame.object(e)),
+            None => return Err(pv_blame.failed("the node was not read before the set-up".into())),
+        };
+        if !crate::pod::admission::node_affinity::selector_matches(required, &node) {
+            return Err(VolumeError::NodeAffinity {
+                pod: blame.pod.to_string(),
+                volume: pv_name.clone(),
+                reason: "no matching NodeSelectorTerms".into(),
+            });
+        }
+    }
+    if let Some(local) = &spec.local {
+        return setup_local(pod, &pv_name, &local.path, read_only, pod_dir, &pv_blame, m);
+    }
+    if let Some(hp) = &spec.host_path {
+        host_path::check_path(&hp.path)
+            .map_err(|r| pv_blame.invalid("persistentVolume hostPath.path", r))?;
+        let path = PathBuf::from(&hp.path);
+        host_path::check_type(&path, hp.type_.as_deref().unwrap_or(""))
+            .map_err(|r| pv_blame.failed(r))?;
+        return Ok(HostVolume {
+            path,
+            read_only,
+            kind: VolumeKind::HostPath,
+        });
+    }
+    let kind = super::set_fields(&spec)
+        .into_iter()
+        .find(|f| !NOT_SOURCES.contains(&f.as_str()))
+        .unwrap_or_else(|| "none".into());
+    Err(pv_blame.unsupported(&format!("persistentVolume.{kind}")))
+}
+
+/// The fields of a PersistentVolumeSpec that are not its volume source.
+const NOT_SOURCES: [&str; 8] = [
+    "accessModes",
+    "capacity",
+    "claimRef",
+    "mountOptions",
+    "nodeAffinity",
+    "persistentVolumeReclaimPolicy",
+    "storageClassName",
+    "volumeMode",
+];
+
+fn setup_local(
+    pod: &Pod,
+    pv_name: &str,
+    path: &str,
+    read_only: bool,
+    pod_dir: &Path,
+    blame: &Blame<'_>,
+    m: &dyn Mounter,
+) -> Result<HostVolume, VolumeError> {
+    host_path::check_path(path).map_err(|r| blame.invalid("persistentVolume local.path", r))?;
+    let source = PathBuf::from(path);
+    if std::fs::metadata(&source).is_err() {
+        return Err(blame.failed(format!(
+            "local volume path {path} does not exist on this node"
+        )));
+    }
+    let volumes_dir = pod_dir.join("volumes");
+    let plugin = volumes_dir.join(LOCAL_VOLUME_PLUGIN);
+    crate::data_dirs::ensure_private_dir(&volumes_dir)
+        .and_then(|()| crate::data_dirs::ensure_private_dir(&plugin))
+        .map_err(|e| blame.failed(e.to_string()))?;
+    let dir = plugin.join(pv_name);
+    super::empty_dir::setup_dir(&dir)
+        .map_err(|e| blame.failed(format!("cannot create {}: {e}", dir.display())))?;
+    let mounted = m
+        .mounted_fs(&dir)
+        .map_err(|e| blame.failed(format!("cannot check mounts at {}: {e}", dir.display())))?
+        .is_some();
+    if !mounted {
+        m.bind(&source, &dir).map_err(|e| {
+            blame.failed(format!(
+                "bind mount of {path} at {} failed: {e}",
+                dir.display()
+            ))
+        })?;
+        if read_only {
+            if let Err(e) = m.remount_read_only(&dir) {
+                // Never leave a writable mount of a volume meant to be read-only.
+                let _ = m.unmount(&dir);
+                return Err(blame.failed(format!(
+                    "read-only remount of {} failed: {e}",
+                    dir.display()
+                )));
+            }
+        } else if let Some(group) = super::ownership::fs_group(pod)
+            .map_err(|r| blame.invalid("securityContext.fsGroup", r))?
+        {
+            set_group(&dir, group)
+                .map_err(|e| blame.failed(format!("applying fsGroup {group} to {path}: {e}")))?;
+        }
+        info!(
+            pod = blame.pod,
+            volume = pv_name,
+            path,
+            read_only,
+            "mounted local volume"
+        );
+    }
+    Ok(HostVolume {
+        path: dir,
+        read_only,
+        kind: VolumeKind::Local,
+    })
+}
+
+/// Upstream's SetVolumeOwnership on a writable volume: every entry group-owned by the
+/// fsGroup, files group-readable and writable, directories also setgid; symlinks are
+/// re-owned but never followed, and other mounts below are not entered.
+fn set_group(root: &Path, group: u32) -> std::io::Result<()> {
+    let dev = std::fs::symlink_metadata(root)?.dev();
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(p) = todo.pop() {
+        let meta = std::fs::symlink_metadata(&p)?;
+        std::os::unix::fs::lchown(&p, None, Some(group))?;
+        if meta.file_type().is_symlink() {
+            continue;
+        }
+        let add = if meta.is_dir() { GROUP_DIR } else { GROUP_RW };
+        let mode = meta.permissions().mode() & 0o7777;
+        if mode | add != mode {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode | add))?;
+        }
+        if meta.is_dir() && meta.dev() == dev {
+            for e in std::fs::read_dir(&p)? {
+                todo.push(e?.path());
+            }
+        }
+    }
+    Ok(())
+}
