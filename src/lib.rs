@@ -4,6 +4,7 @@
 pub mod certificates;
 pub mod cm;
 pub mod config;
+pub mod csi;
 pub mod data_dirs;
 pub mod events;
 pub mod eviction;

@@ -206,6 +206,26 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             .context("reading the runtime handlers (--containerd-config)")?,
     );
     info!(path = %cfg.containerd_config.display(), handlers = %handlers.names().join(","), "runtime handlers configured");
+    // CSI drivers register through <root-dir>/plugins_registry; in cluster mode the watcher
+    // also writes the node's CSINode and the Node's driver annotation.
+    let csi_host = kubelet_rs::volume::csi::CsiHost {
+        drivers: Default::default(),
+        root_dir: cfg.root_dir.clone(),
+        node_name: cfg.node_name.clone(),
+        in_use: Default::default(),
+    };
+    let csi_node: Arc<dyn kubelet_rs::csi::node_info::CsiNodeWriter> = match &api {
+        Some(api) => Arc::new(kubelet_rs::csi::node_info::ApiNodeInfo::new(
+            api.client().clone(),
+            cfg.node_name.clone(),
+        )),
+        None => Arc::new(kubelet_rs::csi::node_info::NoApi),
+    };
+    tokio::spawn(kubelet_rs::csi::registration::run(
+        cfg.root_dir.clone(),
+        csi_host.drivers.clone(),
+        csi_node,
+    ));
     let shared = Arc::new(Shared {
         rt: runtime.clone(),
         cni,
@@ -244,6 +264,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         allocations: Arc::new(kubelet_rs::pod::allocation::Allocations::load(
             &cfg.root_dir,
         )),
+        csi: csi_host.clone(),
     });
     server_state.set_sync_loop(sync_loop);
     server_state.set_runtime(runtime.clone());
@@ -287,6 +308,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             recorder.clone(),
             pressure.clone(),
             handlers.names(),
+            csi_host.in_use.clone(),
         );
         let (_source, api_pods) =
             spawn_api_source(client.clone(), cfg.node_name.clone(), tx.clone());

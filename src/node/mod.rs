@@ -136,6 +136,7 @@ pub fn start(
     recorder: Recorder,
     pressure: crate::eviction::PressureView,
     runtime_handlers: Vec<String>,
+    volumes_in_use: crate::volume::csi::VolumesInUse,
 ) -> NodeView {
     let (publish, view) = watch::channel(None);
     let timeout = heartbeat_timeout(&cfg);
@@ -157,6 +158,7 @@ pub fn start(
                 &mut sizes,
                 &pressure,
                 &runtime_handlers,
+                &volumes_in_use,
             )
             .await;
             let mut initial = status::initial_node(&cfg);
@@ -186,6 +188,7 @@ pub fn start(
                 &mut sizes,
                 &pressure,
                 &runtime_handlers,
+                &volumes_in_use,
             )
             .await;
             if let Err(e) = updater.update(&observed).await {

@@ -58,6 +58,8 @@ pub(crate) struct Observed {
     /// The RuntimeClass handlers the node serves (`runtime::handlers`), the default `""`
     /// first.
     pub runtime_handlers: Vec<String>,
+    /// The attachable volumes mounted or being mounted here (`volume::csi::VolumesInUse`).
+    pub volumes_in_use: Vec<String>,
 }
 
 /// The Node the agent registers (upstream's initialNode), before its status is set.
@@ -239,6 +241,8 @@ pub(crate) fn set_node_status(
         status.images = Some(images.clone());
     }
     status.runtime_handlers = Some(runtime_handlers(&observed.runtime_handlers));
+    status.volumes_in_use =
+        (!observed.volumes_in_use.is_empty()).then(|| observed.volumes_in_use.clone());
 
     let conditions = status.conditions.get_or_insert_with(Vec::new);
     let mut events = conditions::set_pressure_conditions(conditions, observed.pressure, now);
@@ -373,6 +377,11 @@ pub(crate) fn status_patch(original: &Node, updated: &Node) -> Value {
     put("images", json!(new.images));
     // A list the API replaces whole (listType atomic).
     put("runtimeHandlers", json!(new.runtime_handlers));
+    // Replaced whole too; an empty list is sent, so the last volume's going clears it.
+    put(
+        "volumesInUse",
+        json!(new.volumes_in_use.clone().unwrap_or_default()),
+    );
     if let Some(p) = map_patch(old.capacity.as_ref(), new.capacity.as_ref()) {
         status.insert("capacity".into(), p);
     }

@@ -60,6 +60,7 @@ pub(crate) async fn observe(
     sizes: &mut ImageSizes,
     pressure: &crate::eviction::PressureView,
     runtime_handlers: &[String],
+    volumes_in_use: &crate::volume::csi::VolumesInUse,
 ) -> Observed {
     let (root, cni_dir) = (cfg.root_dir.clone(), cfg.cni_conf_dir.clone());
     let host = tokio::task::spawn_blocking(move || {
@@ -93,6 +94,7 @@ pub(crate) async fn observe(
         images,
         pressure: *pressure.borrow(),
         runtime_handlers: runtime_handlers.to_vec(),
+        volumes_in_use: volumes_in_use.names(),
     }
 }
 

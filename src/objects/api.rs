@@ -11,6 +11,7 @@ use chrono::Utc;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
 };
+use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
 use tokio::sync::mpsc;
 
 use super::refs::{references, ObjectRef};
@@ -194,6 +195,14 @@ impl ClusterObjects for ApiObjects {
 
     async fn node(&self, name: &str) -> Result<Arc<Node>, ObjectError> {
         super::storage::node(&self.client, name).await
+    }
+
+    async fn csi_driver(&self, name: &str) -> Result<Option<Arc<CSIDriver>>, ObjectError> {
+        super::storage::csi_driver(&self.client, name).await
+    }
+
+    async fn volume_attachment(&self, name: &str) -> Result<Arc<VolumeAttachment>, ObjectError> {
+        super::storage::volume_attachment(&self.client, name).await
     }
 
     fn unregister_pod(&self, pod_uid: &str) {

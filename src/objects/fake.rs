@@ -9,6 +9,7 @@ use chrono::Utc;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
 };
+use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
 
 use super::{
     ClusterObjects, ObjectError, ObjectKind, ServiceAccountToken, ServicesWait, TokenSpec,
@@ -32,6 +33,9 @@ pub(crate) struct FakeObjects {
     pub claims: Mutex<HashMap<(String, String), Arc<PersistentVolumeClaim>>>,
     pub volumes: Mutex<HashMap<String, Arc<PersistentVolume>>>,
     pub nodes: Mutex<HashMap<String, Arc<Node>>>,
+    /// CSIDrivers and VolumeAttachments by name.
+    pub csi_drivers: Mutex<HashMap<String, Arc<CSIDriver>>>,
+    pub attachments: Mutex<HashMap<String, Arc<VolumeAttachment>>>,
 }
 
 fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> (String, String) {
@@ -141,6 +145,13 @@ impl ClusterObjects for FakeObjects {
     async fn node(&self, name: &str) -> Result<Arc<Node>, ObjectError> {
         let found = self.nodes.lock().unwrap().get(name).cloned();
         found.ok_or_else(|| missing(super::storage::NODES, name))
+    }
+    async fn csi_driver(&self, name: &str) -> Result<Option<Arc<CSIDriver>>, ObjectError> {
+        Ok(self.csi_drivers.lock().unwrap().get(name).cloned())
+    }
+    async fn volume_attachment(&self, name: &str) -> Result<Arc<VolumeAttachment>, ObjectError> {
+        let found = self.attachments.lock().unwrap().get(name).cloned();
+        found.ok_or_else(|| missing(super::storage::ATTACHMENTS, name))
     }
     async fn services(&self, wait: ServicesWait) -> Result<Vec<Arc<Service>>, ObjectError> {
         let unsynced = self

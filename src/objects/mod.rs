@@ -31,6 +31,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{
     ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
 };
+use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
 
 /// The kind of a referenced object, in upstream's lower-case spelling for messages
 /// (`configmap "cfg" not found`, `secret "s" not found`).
@@ -190,6 +191,11 @@ pub trait ClusterObjects: Send + Sync {
     async fn persistent_volume(&self, name: &str) -> Result<Arc<PersistentVolume>, ObjectError>;
     /// A Node (this node: its labels decide a local volume's node affinity), read now.
     async fn node(&self, name: &str) -> Result<Arc<Node>, ObjectError>;
+    /// A CSIDriver, read now; None when there is none (a driver without one gets the API's
+    /// defaults: attach required, no pod info, persistent volumes only).
+    async fn csi_driver(&self, name: &str) -> Result<Option<Arc<CSIDriver>>, ObjectError>;
+    /// A VolumeAttachment, read now (a CSI volume waits for its `attached`).
+    async fn volume_attachment(&self, name: &str) -> Result<Arc<VolumeAttachment>, ObjectError>;
 }
 
 /// Whether a container start needs the Services' first listing (see
@@ -273,6 +279,17 @@ impl ClusterObjects for Standalone {
     async fn node(&self, name: &str) -> Result<Arc<Node>, ObjectError> {
         Err(ObjectError::Standalone {
             what: "node",
+            namespace: String::new(),
+            name: name.into(),
+        })
+    }
+    /// Standalone, as upstream's kubelet without a client: no CSIDriver, the defaults.
+    async fn csi_driver(&self, _name: &str) -> Result<Option<Arc<CSIDriver>>, ObjectError> {
+        Ok(None)
+    }
+    async fn volume_attachment(&self, name: &str) -> Result<Arc<VolumeAttachment>, ObjectError> {
+        Err(ObjectError::Standalone {
+            what: "volumeattachment",
             namespace: String::new(),
             name: name.into(),
         })

@@ -70,6 +70,18 @@ pub enum VolumeError {
         reason: String,
     },
 
+    /// A CSI driver's step failed or cannot happen yet (no driver registered, not attached,
+    /// NodeStage or NodePublish refused); `message` is the event's text, in upstream's words
+    /// (`MountVolume.SetUp failed for volume "pv" : rpc error: code = Internal desc = ...`).
+    #[error("pod {pod}: volume {volume:?}: {message}")]
+    Csi {
+        pod: String,
+        volume: String,
+        message: String,
+        /// Worth trying again soon (a driver that may register, an attach under way).
+        transient: bool,
+    },
+
     /// A container's volumeMount cannot be turned into a mount.
     #[error("pod {pod}: container {container:?}: volumeMounts[{index}] (volume {volume:?}): {field}: {reason}")]
     Mount {
@@ -127,6 +139,7 @@ impl VolumeError {
             // binds it then): waiting claims are looked at again soon, as upstream's
             // populator does.
             VolumeError::Claim { .. } => true,
+            VolumeError::Csi { transient, .. } => *transient,
             _ => false,
         }
     }
@@ -152,6 +165,7 @@ impl VolumeError {
             } => format!(
                 "Unable to attach or mount volumes: unmounted volumes=[{volume}], unattached volumes=[{volume}], failed to process volumes=[{volume}]: error processing PVC {claim}: {reason}"
             ),
+            VolumeError::Csi { message, .. } => message.clone(),
             VolumeError::NodeAffinity { volume, reason, .. } => {
                 format!("MountVolume.NodeAffinity check failed for volume {volume:?} : {reason}")
             }

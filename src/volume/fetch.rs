@@ -32,6 +32,9 @@ pub struct Fetched {
     volumes: BTreeMap<String, Read<Arc<PersistentVolume>>>,
     /// This node, read when a bound volume has a node affinity to check.
     node: Option<Read<Arc<Node>>>,
+    /// The CSI volumes as their drivers left them this pass (`volume::csi`), by pod volume
+    /// name.
+    pub(super) csi: BTreeMap<String, super::csi::Outcome>,
 }
 
 /// What an optional or required reference resolves to: the object, nothing (missing but
@@ -63,6 +66,13 @@ impl Fetched {
     }
     pub fn node(&self) -> Option<Read<Arc<Node>>> {
         self.node.clone()
+    }
+    /// What the CSI pass made of a volume; None when it did not look at it.
+    pub(super) fn csi_outcome(
+        &self,
+        volume: &str,
+    ) -> Option<Result<super::HostVolume, super::VolumeError>> {
+        self.csi.get(volume).cloned().map(|o| o.into_result())
     }
 }
 

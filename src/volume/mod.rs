@@ -28,6 +28,7 @@
 //! media, fsGroup on emptyDir and hostPath (upstream leaves hostPath alone too).
 
 mod atomic_writer;
+pub mod csi;
 mod downward;
 mod empty_dir;
 mod error;
@@ -96,6 +97,8 @@ pub enum VolumeKind {
     Projected,
     /// A `local` PersistentVolume, bind-mounted into the pod's dir.
     Local,
+    /// A CSI volume, published by its driver into the pod's dir.
+    Csi,
 }
 
 /// One volume as it exists on the host.
@@ -176,8 +179,9 @@ pub async fn setup_pod_volumes(
     pod_dir: &Path,
     ctx: &DownwardContext,
     objects: &dyn ClusterObjects,
+    csi: &csi::CsiHost,
 ) -> Result<PodVolumes, VolumeError> {
-    setup_with(pod, pod_dir, ctx, objects, Arc::new(SysMounter)).await
+    setup_with(pod, pod_dir, ctx, objects, csi, Arc::new(SysMounter)).await
 }
 
 async fn setup_with(
@@ -185,9 +189,12 @@ async fn setup_with(
     pod_dir: &Path,
     ctx: &DownwardContext,
     objects: &dyn ClusterObjects,
+    csi_host: &csi::CsiHost,
     m: Arc<dyn Mounter>,
 ) -> Result<PodVolumes, VolumeError> {
-    let fetched = fetch::fetch(pod, &ctx.node_name, objects).await;
+    let mut fetched = fetch::fetch(pod, &ctx.node_name, objects).await;
+    // The CSI drivers' calls are async: made now, their outcomes read by the blocking pass.
+    csi::set_up(pod, pod_dir, &mut fetched, objects, csi_host, m.clone()).await;
     let (pod, pod_dir, ctx) = (pod.clone(), pod_dir.to_path_buf(), ctx.clone());
     tokio::task::spawn_blocking(move || setup(&pod, &pod_dir, &ctx, &fetched, m.as_ref()))
         .await
@@ -198,7 +205,9 @@ async fn setup_with(
 /// volumes (and anything else mounted under its volumes dir) and removes both dirs, never following a symlink or crossing a mount, so
 /// hostPath content is never touched. Idempotent; an error means "retry later" and leaves
 /// whatever could not be unmounted in place.
-pub async fn teardown_pod_volumes(pod_dir: &Path) -> Result<(), VolumeError> {
+pub async fn teardown_pod_volumes(pod_dir: &Path, csi: &csi::CsiHost) -> Result<(), VolumeError> {
+    // The drivers first: they unmount what they mounted, and may keep state to release.
+    csi::tear_down(pod_dir, csi, Arc::new(SysMounter)).await?;
     let pod_dir = pod_dir.to_path_buf();
     tokio::task::spawn_blocking(move || teardown::teardown(&pod_dir, &SysMounter))
         .await
@@ -250,7 +259,6 @@ fn set_fields<T: serde::Serialize>(v: &T) -> Vec<String> {
 
 fn unsupported_hint(kind: &str) -> &'static str {
     match kind {
-        "csi" => " (CSI drivers are not served by this agent yet)",
         "Block" => " (raw block volumes are not served by this agent yet)",
         "clusterTrustBundle" | "podCertificate" => {
             " (this projection is not implemented by this agent yet)"
@@ -562,6 +570,9 @@ fn setup_volume(
         "persistentVolumeClaim" | "ephemeral" => {
             persistent::setup(pod, vol, pod_dir, fetched, blame, m)
         }
+        "csi" => fetched.csi_outcome(name).unwrap_or_else(|| {
+            Err(blame.failed("the CSI volume was not set up before this pass".into()))
+        }),
         other => Err(blame.unsupported(other)),
     }
 }

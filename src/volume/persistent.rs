@@ -14,8 +14,9 @@
 //!   first mount when writable; `hostPath` volumes are used where they are, with the
 //!   hostPath type checks. Teardown unmounts the bind without entering it (`teardown`).
 //!
-//! Other sources (CSI, network storage) and raw block volumes are refused naming the
-//! source: they are not served by this agent yet.
+//! CSI volumes are set up by their driver (`csi`, before this blocking pass). Other sources
+//! (network storage) and raw block volumes are refused naming the source: they are not
+//! served by this agent yet.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -98,15 +99,14 @@ fn claim_reason(
     Ok((pvc, pv))
 }
 
-/// Sets up a claim-backed volume of the pod (see the module documentation).
-pub(super) fn setup(
+/// A claim-backed volume of the pod followed to its PersistentVolume, with whether the pod
+/// asks for it read-only; the errors in upstream's words.
+pub(super) fn resolve(
     pod: &Pod,
     vol: &Volume,
-    pod_dir: &Path,
     fetched: &Fetched,
     blame: &Blame<'_>,
-    m: &dyn Mounter,
-) -> Result<HostVolume, VolumeError> {
+) -> Result<(Arc<PersistentVolume>, bool), VolumeError> {
     let claim = claim_name(pod, vol).unwrap_or_default();
     if claim.is_empty() {
         return Err(blame.invalid("persistentVolumeClaim.claimName", "is required".into()));
@@ -129,6 +129,19 @@ pub(super) fn setup(
         .as_ref()
         .and_then(|c| c.read_only)
         .unwrap_or(false);
+    Ok((pv, read_only))
+}
+
+/// Sets up a claim-backed volume of the pod (see the module documentation).
+pub(super) fn setup(
+    pod: &Pod,
+    vol: &Volume,
+    pod_dir: &Path,
+    fetched: &Fetched,
+    blame: &Blame<'_>,
+    m: &dyn Mounter,
+) -> Result<HostVolume, VolumeError> {
+    let (pv, read_only) = resolve(pod, vol, fetched, blame)?;
     let pv_name = pv.metadata.name.clone().unwrap_or_default();
     // Errors past this point name the volume as upstream's do: by the PV's name.
     let pv_blame = Blame {
@@ -159,6 +172,12 @@ pub(super) fn setup(
     }
     if let Some(local) = &spec.local {
         return setup_local(pod, &pv_name, &local.path, read_only, pod_dir, &pv_blame, m);
+    }
+    if spec.csi.is_some() {
+        // Mounted by the driver before this blocking pass (`volume::csi`).
+        return fetched.csi_outcome(&vol.name).unwrap_or_else(|| {
+            Err(pv_blame.failed("the CSI volume was not set up before this pass".into()))
+        });
     }
     if let Some(hp) = &spec.host_path {
         host_path::check_path(&hp.path)
@@ -259,7 +278,7 @@ fn setup_local(
 /// Upstream's SetVolumeOwnership on a writable volume: every entry group-owned by the
 /// fsGroup, files group-readable and writable, directories also setgid; symlinks are
 /// re-owned but never followed, and other mounts below are not entered.
-fn set_group(root: &Path, group: u32) -> std::io::Result<()> {
+pub(super) fn set_group(root: &Path, group: u32) -> std::io::Result<()> {
     let dev = std::fs::symlink_metadata(root)?.dev();
     let mut todo = vec![root.to_path_buf()];
     while let Some(p) = todo.pop() {

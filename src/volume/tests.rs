@@ -252,9 +252,15 @@ async fn real_tmpfs_lifecycle_as_root() {
         {"name": "info", "downwardAPI": {"items": [
             {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}}
     ]));
-    let v = setup_pod_volumes(&p, &pod_dir, &ctx(), &crate::objects::Standalone)
-        .await
-        .unwrap();
+    let v = setup_pod_volumes(
+        &p,
+        &pod_dir,
+        &ctx(),
+        &crate::objects::Standalone,
+        &Default::default(),
+    )
+    .await
+    .unwrap();
     let mem = v.get("mem").unwrap().path.clone();
     let info = v.get("info").unwrap().path.clone();
     let sys = SysMounter;
@@ -265,9 +271,15 @@ async fn real_tmpfs_lifecycle_as_root() {
     assert_eq!(fs::read_to_string(info.join("name")).unwrap(), "web");
 
     fs::write(mem.join("data"), "in memory").unwrap();
-    setup_pod_volumes(&p, &pod_dir, &ctx(), &crate::objects::Standalone)
-        .await
-        .unwrap();
+    setup_pod_volumes(
+        &p,
+        &pod_dir,
+        &ctx(),
+        &crate::objects::Standalone,
+        &Default::default(),
+    )
+    .await
+    .unwrap();
     let real = fs::canonicalize(&mem).unwrap();
     let table = fs::read_to_string("/proc/self/mountinfo").unwrap();
     let stacked = mounter::parse_mountinfo(&table)
@@ -277,10 +289,14 @@ async fn real_tmpfs_lifecycle_as_root() {
     assert_eq!(stacked, 1, "second setup must not mount again");
     assert_eq!(fs::read_to_string(mem.join("data")).unwrap(), "in memory");
 
-    teardown_pod_volumes(&pod_dir).await.unwrap();
+    teardown_pod_volumes(&pod_dir, &Default::default())
+        .await
+        .unwrap();
     assert_eq!(sys.mounted_fs(&mem).unwrap(), None);
     assert!(!pod_dir.join("volumes").exists());
-    teardown_pod_volumes(&pod_dir).await.unwrap();
+    teardown_pod_volumes(&pod_dir, &Default::default())
+        .await
+        .unwrap();
 }
 
 // configMap, secret and projected volumes over the objects seam (FakeObjects).
@@ -331,7 +347,7 @@ async fn set_up(
     m: &Arc<FakeMounter>,
 ) -> Result<PodVolumes, VolumeError> {
     let m: Arc<dyn Mounter> = m.clone();
-    setup_with(p, pod_dir, &ctx(), objects, m).await
+    setup_with(p, pod_dir, &ctx(), objects, &Default::default(), m).await
 }
 
 #[tokio::test]
@@ -628,9 +644,16 @@ async fn only_a_failed_read_is_retried_soon() {
     let tmp = tempfile::tempdir().unwrap();
     let p = pod(json!([{"name": "cfg", "configMap": {"name": "cfg"}}]));
     let m: Arc<dyn Mounter> = Arc::new(FakeMounter::default());
-    let standalone = setup_with(&p, tmp.path(), &ctx(), &crate::objects::Standalone, m)
-        .await
-        .unwrap_err();
+    let standalone = setup_with(
+        &p,
+        tmp.path(),
+        &ctx(),
+        &crate::objects::Standalone,
+        &Default::default(),
+        m,
+    )
+    .await
+    .unwrap_err();
     assert!(
         standalone.event_message().starts_with(
             "MountVolume.SetUp failed for volume \"cfg\" : cannot get configmap ns/cfg"

@@ -228,11 +228,11 @@ async fn a_host_path_volume_is_used_in_place_and_other_sources_are_refused() {
     assert!(host.is_dir(), "DirectoryOrCreate made it");
 
     let o = objects(
-        vec![claim("data", "Bound", "pv-csi")],
+        vec![claim("data", "Bound", "pv-nfs")],
         vec![volume(
-            "pv-csi",
+            "pv-nfs",
             "uid-data",
-            json!({"csi": {"driver": "hostpath.csi.k8s.io", "volumeHandle": "h"}}),
+            json!({"nfs": {"server": "nfs.example", "path": "/export"}}),
         )],
     );
     let e = set_up(&pod(data_claim(false)), tmp.path(), &o, &m)
@@ -240,9 +240,9 @@ async fn a_host_path_volume_is_used_in_place_and_other_sources_are_refused() {
         .unwrap_err();
     let e = e.to_string();
     assert!(
-        e.contains("volume \"pv-csi\"")
-            && e.contains("persistentVolume.csi")
-            && e.contains("CSI drivers are not served"),
+        e.contains("volume \"pv-nfs\"")
+            && e.contains("persistentVolume.nfs")
+            && e.contains("not supported by this node agent"),
         "{e}"
     );
 }

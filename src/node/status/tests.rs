@@ -38,6 +38,7 @@ pub(crate) fn observed() -> Observed {
         }]),
         pressure: Default::default(),
         runtime_handlers: vec!["".into(), "runc".into()],
+        volumes_in_use: vec![],
     }
 }
 

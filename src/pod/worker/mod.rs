@@ -106,6 +106,8 @@ pub struct Shared {
     pub start_slots: Arc<Semaphore>,
     /// The resources allocated to each pod's containers (in-place resize), checkpointed.
     pub allocations: Arc<super::allocation::Allocations>,
+    /// The registered CSI drivers and the volumes in use, for CSI volumes.
+    pub csi: crate::volume::csi::CsiHost,
 }
 
 /// How many pods may be in a pass of their first start at once. Without a bound, pods

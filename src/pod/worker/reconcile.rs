@@ -174,7 +174,8 @@ impl Worker {
         // or Secret, or a renewed token, is rewritten into the volume (subPath mounts keep
         // the version they were started with, as upstream).
         let (objects, pod_dir) = (self.shared.objects.clone(), self.pod_dir().dir);
-        match volume::setup_pod_volumes(pod, &pod_dir, &downward, &*objects).await {
+        match volume::setup_pod_volumes(pod, &pod_dir, &downward, &*objects, &self.shared.csi).await
+        {
             Ok(v) => {
                 // Refreshes that failed leave the volume as it was and the pod running (as
                 // upstream's failed remounts): they show as FailedMount events and are

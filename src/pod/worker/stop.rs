@@ -188,7 +188,7 @@ impl Worker {
             return;
         }
         let pod_dir = self.pod_dir();
-        if let Err(e) = volume::teardown_pod_volumes(&pod_dir.dir).await {
+        if let Err(e) = volume::teardown_pod_volumes(&pod_dir.dir, &self.shared.csi).await {
             warn!(pod = %self.pod_ref.display(), error = %e, "cannot tear down the ended pod's volumes; retrying");
             return;
         }
@@ -295,7 +295,7 @@ impl Worker {
         .await;
         let pod_dir = self.pod_dir();
         // Volumes first: removing the pod dir must never walk into a mounted tmpfs.
-        volume::teardown_pod_volumes(&pod_dir.dir).await?;
+        volume::teardown_pod_volumes(&pod_dir.dir, &self.shared.csi).await?;
         let dir = pod_dir.dir.clone();
         blocking(move || pod_dir.remove())
             .await

@@ -95,6 +95,7 @@ pub(crate) fn test_shared(
         objects: Arc::new(crate::objects::Standalone),
         handlers: Arc::new(crate::runtime::handlers::RuntimeHandlers::default()),
         allocations: Arc::new(crate::pod::allocation::Allocations::load(&dir.join("root"))),
+        csi: Default::default(),
     })
 }
 
