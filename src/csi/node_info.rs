@@ -39,6 +39,10 @@ pub enum NodeInfoError {
 /// Where registration writes what it learnt; the API in cluster mode, nowhere standalone.
 #[async_trait]
 pub trait CsiNodeWriter: Send + Sync {
+    /// What exists before any driver registers (upstream makes the node's CSINode at start).
+    async fn init(&self) -> Result<(), NodeInfoError> {
+        Ok(())
+    }
     async fn install(&self, driver: &str, info: &NodeInfo) -> Result<(), NodeInfoError>;
     async fn uninstall(&self, driver: &str) -> Result<(), NodeInfoError>;
 }
@@ -257,6 +261,10 @@ impl ApiNodeInfo {
 
 #[async_trait]
 impl CsiNodeWriter for ApiNodeInfo {
+    async fn init(&self) -> Result<(), NodeInfoError> {
+        self.ensure_csi_node().await.map(|_| ())
+    }
+
     async fn install(&self, driver: &str, info: &NodeInfo) -> Result<(), NodeInfoError> {
         // The Node first, as upstream: the attacher reads the node ID from its annotation.
         self.update_node(driver, Some(info)).await?;

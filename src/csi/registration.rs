@@ -92,6 +92,16 @@ pub async fn run(root_dir: PathBuf, drivers: Drivers, node: Arc<dyn CsiNodeWrite
     if let Err(e) = crate::data_dirs::ensure_private_dir(&dir) {
         warn!(dir = %dir.display(), error = %e, "cannot create the plugin registration folder; CSI drivers cannot register");
     }
+    // The node's CSINode, once its Node exists (registration may still be under way).
+    let init = node.clone();
+    tokio::spawn(async move {
+        let mut delay = RETRY_FIRST;
+        while let Err(e) = init.init().await {
+            tracing::debug!(error = %e, "the node's CSINode is not there yet; retrying");
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(RETRY_MAX);
+        }
+    });
     let mut watcher = Watcher {
         dir,
         drivers,

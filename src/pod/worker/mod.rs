@@ -110,6 +110,30 @@ pub struct Shared {
     pub csi: crate::volume::csi::CsiHost,
 }
 
+impl Shared {
+    /// The Node's allocatable cpu (millicores) and memory, as its status reports them
+    /// (capacity less kubeReserved, systemReserved and the hard eviction threshold): what a
+    /// resourceFieldRef to a limit the container and the pod leave unset gives, as upstream's
+    /// defaultPodLimitsForDownwardAPI reads it from the Node.
+    pub(crate) fn node_allocatable(&self) -> (i64, i64) {
+        let capacity = std::collections::BTreeMap::from([
+            ("cpu".to_string(), self.cpu_capacity_millis),
+            ("memory".to_string(), self.memory_capacity),
+        ]);
+        let reserved = crate::node::resources::reservation(
+            &capacity,
+            &self.cfg.kube_reserved,
+            &self.cfg.system_reserved,
+            &self.cfg.eviction_hard,
+        );
+        let a = crate::node::resources::allocatable(&capacity, &reserved);
+        (
+            a.get("cpu").copied().unwrap_or(self.cpu_capacity_millis),
+            a.get("memory").copied().unwrap_or(self.memory_capacity),
+        )
+    }
+}
+
 /// How many pods may be in a pass of their first start at once. Without a bound, pods
 /// written together (a boot, a manifest folder, a DaemonSet rollout onto a fresh node)
 /// advance in lockstep through the same containerd, CNI and shim work and all finish near

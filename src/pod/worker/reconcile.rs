@@ -165,8 +165,8 @@ impl Worker {
             host_ip: self.shared.host_ip.clone(),
             pod_ips: sandbox.ips.clone(),
             allocatable: Allocatable {
-                cpu_millis: Some(self.shared.cpu_capacity_millis),
-                memory_bytes: Some(self.shared.memory_capacity),
+                cpu_millis: Some(self.shared.node_allocatable().0),
+                memory_bytes: Some(self.shared.node_allocatable().1),
                 ephemeral_storage_bytes: None,
             },
         };

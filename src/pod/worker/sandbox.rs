@@ -336,8 +336,8 @@ impl Worker {
             pod_ips: ips.to_vec(),
             host_ip: self.shared.host_ip.clone(),
             node_name: self.shared.cfg.node_name.clone(),
-            allocatable_cpu_millis: self.shared.cpu_capacity_millis,
-            allocatable_memory: self.shared.memory_capacity,
+            allocatable_cpu_millis: self.shared.node_allocatable().0,
+            allocatable_memory: self.shared.node_allocatable().1,
             swap: self
                 .shared
                 .cm

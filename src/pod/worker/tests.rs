@@ -708,3 +708,39 @@ async fn start_slots_bound_first_starts_but_not_image_pulls_or_started_pods() {
     assert!(settled.is_ok(), "a started pod waited for a start slot");
     drop(held);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_limit_left_unset_is_the_nodes_allocatable_in_the_downward_api() {
+    // Upstream's defaultPodLimitsForDownwardAPI reads the Node's allocatable: capacity less
+    // the reservations and the hard eviction threshold, not the machine's capacity.
+    let h = harness_with(|cfg| {
+        cfg.eviction_hard = crate::config::node::parse_eviction_thresholds(
+            &[("memory.available".to_string(), "100Mi".to_string())].into(),
+        )
+        .unwrap();
+        cfg.system_reserved = [("cpu".to_string(), "500m".parse().unwrap())].into();
+    });
+    let p: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web", "namespace": "default", "uid": UID},
+        "spec": {
+            "hostNetwork": true,
+            "containers": [{"name": "app", "image": "busybox", "env": [
+                {"name": "MEMORY_LIMIT", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory"}}},
+                {"name": "CPU_LIMIT", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}}
+            ]}]
+        }
+    }))
+    .unwrap();
+    let mut w = worker(&h, &p);
+    w.pass(&p).await;
+    let env = h
+        .fake
+        .spec_of("app")
+        .and_then(|s| s.process().clone())
+        .and_then(|p| p.env().clone())
+        .unwrap_or_default();
+    let memory = (8i64 << 30) - (100 << 20);
+    assert!(env.contains(&format!("MEMORY_LIMIT={memory}")), "{env:?}");
+    // 2000m less 500m reserved, rounded up to whole cores as the downward API does.
+    assert!(env.contains(&"CPU_LIMIT=2".to_string()), "{env:?}");
+}
