@@ -50,6 +50,8 @@ fi
 # and stopped on exit. A missing Go toolchain or a failed build fails the run.
 CLUSTER_DIR="${KUBELET_RS_CLUSTER_DIR:-/var/lib/kubelet-rs-cluster}"
 step k8s-build hack/cluster/build.sh
+# The CSI test's driver, registrar and upstream's external-attacher (hack/csi, cached likewise).
+step csi-build hack/csi/build.sh
 # After k8s-build: the metrics-server image packs the binary that step builds.
 step build-images hack/build-images.sh
 # Upstream's node conformance suite (e2e_node.test, built once per version beside the control

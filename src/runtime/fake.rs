@@ -285,7 +285,7 @@ impl FakeRuntime {
     }
 
     /// Calls `note` at each resources update with the container's name; what it returns
-    /// is logged with the call.
+    /// is logged with the call (and on a "noted" line at each task start and kill).
     pub(crate) fn note_updates(&self, note: impl Fn(&str) -> String + Send + Sync + 'static) {
         self.lock().update_note = Some(Arc::new(note));
     }
@@ -503,7 +503,7 @@ impl Runtime for FakeRuntime {
 
     async fn start_task(&self, id: &str, _io: &TaskIo) -> Result<u32> {
         let target = self.target(id);
-        self.enter("start_task", target).await?;
+        self.enter("start_task", target.clone()).await?;
         let mut st = self.lock();
         let name = match st.containers.get(id) {
             Some(c) => c
@@ -513,6 +513,11 @@ impl Runtime for FakeRuntime {
                 .unwrap_or_default(),
             None => return Err(Self::not_found("start task", id)),
         };
+        if let Some(note) = st.update_note.clone() {
+            // What the note sees as the task starts, on a line of its own.
+            let line = format!("noted start_task {target} {}", note(&name));
+            st.calls.push(line);
+        }
         let script = st
             .scripts
             .get_mut(&name)
@@ -609,6 +614,11 @@ impl Runtime for FakeRuntime {
         let target = self.target(id);
         self.enter("kill", format!("{target} {signal}")).await?;
         let mut st = self.lock();
+        if let Some(note) = st.update_note.clone() {
+            let name = target.split('#').next().unwrap_or_default().to_string();
+            let line = format!("noted kill {target} {}", note(&name));
+            st.calls.push(line);
+        }
         if let Some(t) = st.containers.get_mut(id).and_then(|c| c.task.as_mut()) {
             let ends = signal == libc::SIGKILL as u32 || !t.ignores_term;
             if t.state == TaskState::Running && ends {

@@ -227,7 +227,17 @@ impl Worker {
         if self.deferred() {
             next = next.min(crate::pod::allocation::DEFERRED_RETRY);
         }
-        // The running containers get what was allocated to them before anything starts.
+        // The running containers get what was allocated to them before anything starts, in
+        // upstream's SyncPod order: those whose resizePolicy restarts them are stopped
+        // first, then the pod cgroup and the others are resized in place, then the stopped
+        // ones start with their new resources. Stopped after the pod cgroup shrank, a
+        // container would still hold a cpu quota above its parent's, which cgroup v1
+        // refuses; started before it grew, it would ask for more than its parent has.
+        let restarts = self.resize_restarts(pod);
+        for (c, kind, r) in &restarts {
+            self.stop_for_restart(pod, c, *kind, r, &sandbox, Restart::Resize)
+                .await?;
+        }
         match self.actuate_resize(pod).await {
             Ok(()) => self.resize_error = None,
             Err(e) => {
@@ -235,6 +245,10 @@ impl Worker {
                 self.resize_error = Some(e.to_string());
                 next = next.min(RETRY * 5);
             }
+        }
+        for (c, kind, r) in &restarts {
+            self.start(pod, c, *kind, r.attempt + 1, &sandbox, None)
+                .await;
         }
 
         // Ephemeral containers start once, before the init containers (as upstream's
@@ -266,15 +280,6 @@ impl Worker {
                 .map(|r| (*r).clone());
             if let Some(r) = changed {
                 self.restart_changed(pod, c, Kind::App, &r, &sandbox, Restart::Changed)
-                    .await?;
-                continue;
-            }
-            let resize = tries
-                .first()
-                .filter(|r| resize::needs_restart(c, r))
-                .map(|r| (*r).clone());
-            if let Some(r) = resize {
-                self.restart_changed(pod, c, Kind::App, &r, &sandbox, Restart::Resize)
                     .await?;
                 continue;
             }
@@ -323,13 +328,11 @@ impl Worker {
         for c in init_specs.iter().filter(|c| is_sidecar(c)) {
             let tries = attempts(self.records(), &c.name, Kind::Init);
             let newest = tries.first().filter(|r| r.is_running());
-            let why = match newest {
-                Some(r) if labels::spec_changed(&r.labels, c) => Some(Restart::Changed),
-                Some(r) if resize::needs_restart(c, r) => Some(Restart::Resize),
-                _ => None,
-            };
-            if let (Some(r), Some(why)) = (newest.map(|r| (*r).clone()), why) {
-                self.restart_changed(pod, c, Kind::Init, &r, sandbox, why)
+            let changed = newest
+                .filter(|r| labels::spec_changed(&r.labels, c))
+                .map(|r| (*r).clone());
+            if let Some(r) = changed {
+                self.restart_changed(pod, c, Kind::Init, &r, sandbox, Restart::Changed)
                     .await?;
             }
         }
@@ -436,6 +439,43 @@ impl Worker {
         sandbox: &super::Sandbox,
         why: Restart,
     ) -> Result<(), RuntimeError> {
+        self.stop_for_restart(pod, c, kind, r, sandbox, why).await?;
+        self.start(pod, c, kind, r.attempt + 1, sandbox, None).await;
+        Ok(())
+    }
+
+    /// The running containers (main ones and sidecars) that take their allocated resources
+    /// only through a restart.
+    fn resize_restarts(&self, pod: &Pod) -> Vec<(Container, Kind, ContainerRecord)> {
+        let Some(spec) = pod.spec.as_ref() else {
+            return Vec::new();
+        };
+        let sidecars = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .filter(|c| is_sidecar(c));
+        sidecars
+            .map(|c| (c, Kind::Init))
+            .chain(spec.containers.iter().map(|c| (c, Kind::App)))
+            .filter_map(|(c, kind)| {
+                let r = attempts(self.records(), &c.name, kind).first().copied()?;
+                (resize::needs_restart(c, r) && !labels::spec_changed(&r.labels, c))
+                    .then(|| (c.clone(), kind, r.clone()))
+            })
+            .collect()
+    }
+
+    /// Stops a running container that is to start again at once, saying why.
+    async fn stop_for_restart(
+        &mut self,
+        pod: &Pod,
+        c: &Container,
+        kind: Kind,
+        r: &ContainerRecord,
+        sandbox: &super::Sandbox,
+        why: Restart,
+    ) -> Result<(), RuntimeError> {
         info!(pod = %self.pod_ref.display(), container = %c.name, container_id = %r.id, reason = ?why, "restarting container");
         self.probes.remove(&r.id);
         let msg = match (why, kind) {
@@ -459,7 +499,6 @@ impl Worker {
             )
             .await?;
         self.saw_exit(&id, status);
-        self.start(pod, c, kind, r.attempt + 1, sandbox, None).await;
         Ok(())
     }
 

@@ -92,6 +92,7 @@ fn get(m: &Option<BTreeMap<String, ApiQuantity>>, name: &str) -> Option<Quantity
 struct Values {
     cpu_request: i64,
     cpu_limit: i64,
+    memory_request: i64,
     memory_limit: i64,
 }
 
@@ -99,6 +100,7 @@ fn values(r: &ResourceRequirements) -> Values {
     Values {
         cpu_request: get(&r.requests, "cpu").map_or(0, |q| q.milli_value()),
         cpu_limit: get(&r.limits, "cpu").map_or(0, |q| q.milli_value()),
+        memory_request: get(&r.requests, "memory").map_or(0, |q| q.value()),
         memory_limit: get(&r.limits, "memory").map_or(0, |q| q.value()),
     }
 }
@@ -134,8 +136,8 @@ fn restart_policy<'a>(c: &'a Container, resource: &str) -> &'a str {
 }
 
 /// The running container `r` of `c` must be restarted to get its allocated resources: a
-/// value changed whose resource's resizePolicy is RestartContainer (upstream's
-/// computePodResizeAction; a memory request alone never restarts, as no cgroup holds it).
+/// request or limit changed whose resource's resizePolicy is RestartContainer (upstream's
+/// computePodResizeAction: a memory request alone restarts too, though no cgroup holds it).
 pub(super) fn needs_restart(c: &Container, r: &ContainerRecord) -> bool {
     let Some(actual) = actual(r).filter(|_| r.is_running()) else {
         return false;
@@ -145,7 +147,8 @@ pub(super) fn needs_restart(c: &Container, r: &ContainerRecord) -> bool {
         values(&c.resources.clone().unwrap_or_default()),
     );
     let cpu = have.cpu_limit != want.cpu_limit || have.cpu_request != want.cpu_request;
-    let memory = have.memory_limit != want.memory_limit;
+    let memory =
+        have.memory_limit != want.memory_limit || have.memory_request != want.memory_request;
     (cpu && restart_policy(c, "cpu") == "RestartContainer")
         || (memory && restart_policy(c, "memory") == "RestartContainer")
 }

@@ -16,11 +16,16 @@ use super::*;
 use crate::cm::{CgroupFs, ContainerManager};
 
 fn resized(cpu: &str, memory: &str, policy: Option<&str>) -> Pod {
-    let mut c = json!({"name": "app", "image": "busybox",
+    let c = json!({"name": "app", "image": "busybox",
         "resources": {"requests": {"cpu": cpu, "memory": memory},
                       "limits": {"cpu": cpu, "memory": memory}}});
-    if let Some(p) = policy {
-        c["resizePolicy"] = json!([{"resourceName": "cpu", "restartPolicy": p}]);
+    with_policy(c, policy.map(|p| ("cpu", p)))
+}
+
+/// A pod of the one container `c`, whose `resource` has the resizePolicy given.
+fn with_policy(mut c: serde_json::Value, policy: Option<(&str, &str)>) -> Pod {
+    if let Some((resource, p)) = policy {
+        c["resizePolicy"] = json!([{"resourceName": resource, "restartPolicy": p}]);
     }
     serde_json::from_value(json!({
         "metadata": {"name": "web", "namespace": "default", "uid": UID,
@@ -65,10 +70,16 @@ fn resize_harness(dir: &Path) -> (Harness, PathBuf) {
     shared.allocations = Arc::new(crate::pod::allocation::Allocations::load(dir));
     let noted = cgroups.clone();
     h.fake.note_updates(move |_| {
+        // A Burstable pod's cgroup is elsewhere: its values show empty.
+        let at = |f: &str| {
+            std::fs::read_to_string(pod_cgroup(&noted).join(f))
+                .map(|v| v.trim().to_string())
+                .unwrap_or_default()
+        };
         format!(
             "pod[memory.max={} cpu.max={}]",
-            read(pod_cgroup(&noted).join("memory.max")),
-            read(pod_cgroup(&noted).join("cpu.max"))
+            at("memory.max"),
+            at("cpu.max")
         )
     });
     (
@@ -273,4 +284,68 @@ async fn restart_container_policy_restarts_the_container_with_its_new_resources(
     let spec = h.fake.spec_of("app").unwrap();
     let res = spec.linux().as_ref().unwrap().resources().clone().unwrap();
     assert_eq!(res.cpu().as_ref().unwrap().quota(), Some(100_000));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_container_restarted_for_a_smaller_cpu_is_stopped_before_the_pod_cgroup_shrinks() {
+    // On cgroup v1 a pod cgroup's cpu quota cannot go under a child's: the container that
+    // still has the old quota goes first, and its successor starts under the new one.
+    let dir = tempfile::tempdir().unwrap();
+    let (h, _cgroups) = resize_harness(dir.path());
+    let p = resized("1", "128Mi", Some("RestartContainer"));
+    let mut w = worker(&h, &p);
+    w.pass(&p).await;
+    let down = resized("500m", "128Mi", Some("RestartContainer"));
+    w.pass(&down).await;
+    w.pass(&down).await;
+    let noted = h.fake.calls_of("noted");
+    let at = |prefix: &str| {
+        noted
+            .iter()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} in {noted:?}"))
+            .clone()
+    };
+    assert!(
+        at("noted kill app#0").ends_with("cpu.max=100000 100000]"),
+        "{noted:?}"
+    );
+    assert!(
+        at("noted start_task app#1").ends_with("cpu.max=50000 100000]"),
+        "{noted:?}"
+    );
+    assert_eq!(status_of(&h, "app").restart_count, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_memory_request_change_alone_restarts_a_restart_container_memory_policy() {
+    // Upstream compares the memory request too: under RestartContainer a new request
+    // restarts the container, though no cgroup holds it.
+    let dir = tempfile::tempdir().unwrap();
+    let (h, _cgroups) = resize_harness(dir.path());
+    let burstable = |request: &str| {
+        with_policy(
+            json!({"name": "app", "image": "busybox",
+                "resources": {"requests": {"cpu": "500m", "memory": request},
+                              "limits": {"cpu": "500m", "memory": "256Mi"}}}),
+            Some(("memory", "RestartContainer")),
+        )
+    };
+    let p = burstable("200Mi");
+    let mut w = worker(&h, &p);
+    w.pass(&p).await;
+    let down = burstable("100Mi");
+    w.pass(&down).await;
+    w.pass(&down).await;
+    assert_eq!(
+        h.fake.calls_of("start_task"),
+        ["start_task POD#0", "start_task app#0", "start_task app#1"]
+    );
+    let app = status_of(&h, "app");
+    assert_eq!(app.restart_count, 1);
+    assert_eq!(quantity(&app.allocated_resources, "memory"), "100Mi");
+    assert_eq!(
+        quantity(&app.resources.unwrap().requests, "memory"),
+        "100Mi"
+    );
 }

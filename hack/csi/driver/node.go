@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+const injectedFailure = "injected NodePublishVolume failure"
+
+type node struct {
+	csi.UnimplementedNodeServer
+	cfg *config
+	// One mount operation at a time: a retry of a slow call must not race the call.
+	mu sync.Mutex
+}
+
+// volumeDir is where volume id's data lives: <data-dir>/volumes/<id>.
+func (s *node) volumeDir(id string) (string, error) {
+	if id == "" || id == "." || id == ".." || strings.ContainsAny(id, "/\x00") {
+		return "", status.Errorf(codes.InvalidArgument, "invalid volume_id %q", id)
+	}
+	return filepath.Join(s.cfg.dataDir, "volumes", id), nil
+}
+
+// ensureVolumeDir creates id's directory, writable by any user a pod runs as.
+func (s *node) ensureVolumeDir(id string) (string, error) {
+	dir, err := s.volumeDir(id)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return "", status.Errorf(codes.Internal, "creating %s: %v", dir, err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		return "", status.Errorf(codes.Internal, "chmod %s: %v", dir, err)
+	}
+	return dir, nil
+}
+
+func checkCapability(c *csi.VolumeCapability) error {
+	if c == nil {
+		return status.Error(codes.InvalidArgument, "volume_capability is required")
+	}
+	if c.GetBlock() != nil {
+		return status.Error(codes.InvalidArgument, "block volumes are not supported")
+	}
+	return nil
+}
+
+func (s *node) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	return &csi.NodeGetInfoResponse{NodeId: s.cfg.nodeID}, nil
+}
+
+func (s *node) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	return &csi.NodeGetCapabilitiesResponse{Capabilities: []*csi.NodeServiceCapability{{
+		Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{
+			Type: csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
+		}},
+	}}}, nil
+}
+
+func (s *node) NodeStageVolume(_ context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
+	staging := req.GetStagingTargetPath()
+	if staging == "" {
+		return nil, status.Error(codes.InvalidArgument, "staging_target_path is required")
+	}
+	if err := checkCapability(req.GetVolumeCapability()); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	src, err := s.ensureVolumeDir(req.GetVolumeId())
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(staging, 0o750); err != nil {
+		return nil, status.Errorf(codes.Internal, "creating %s: %v", staging, err)
+	}
+	mounted, err := isMountPoint(staging)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if mounted {
+		return &csi.NodeStageVolumeResponse{}, nil
+	}
+	if err := bindMount(src, staging, false); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+func (s *node) NodeUnstageVolume(_ context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
+	staging := req.GetStagingTargetPath()
+	if req.GetVolumeId() == "" || staging == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id and staging_target_path are required")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := unmountAll(staging); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if err := removeDir(staging); err != nil {
+		return nil, status.Errorf(codes.Internal, "removing %s: %v", staging, err)
+	}
+	return &csi.NodeUnstageVolumeResponse{}, nil
+}
+
+func (s *node) NodePublishVolume(_ context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	if s.cfg.failPublish != "" {
+		if _, err := os.Stat(s.cfg.failPublish); err == nil {
+			return nil, status.Error(codes.Internal, injectedFailure)
+		}
+	}
+	target := req.GetTargetPath()
+	if target == "" {
+		return nil, status.Error(codes.InvalidArgument, "target_path is required")
+	}
+	if err := checkCapability(req.GetVolumeCapability()); err != nil {
+		return nil, err
+	}
+	if _, err := s.volumeDir(req.GetVolumeId()); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	src := req.GetStagingTargetPath()
+	if src != "" {
+		staged, err := isMountPoint(src)
+		if err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		if !staged {
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %s", req.GetVolumeId(), src)
+		}
+	} else {
+		// No staging: an inline ephemeral volume (the node agent does not stage those).
+		dir, err := s.ensureVolumeDir(req.GetVolumeId())
+		if err != nil {
+			return nil, err
+		}
+		src = dir
+	}
+
+	mounted, err := isMountPoint(target)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if mounted {
+		return &csi.NodePublishVolumeResponse{}, nil
+	}
+	created := false
+	if _, err := os.Stat(target); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(target, 0o750); err != nil {
+			return nil, status.Errorf(codes.Internal, "creating %s: %v", target, err)
+		}
+		created = true
+	} else if err != nil {
+		return nil, status.Errorf(codes.Internal, "stat %s: %v", target, err)
+	}
+	if err := bindMount(src, target, req.GetReadonly()); err != nil {
+		if created {
+			_ = removeDir(target)
+		}
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+func (s *node) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+	target := req.GetTargetPath()
+	if req.GetVolumeId() == "" || target == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id and target_path are required")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := unmountAll(target); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if err := removeDir(target); err != nil {
+		return nil, status.Errorf(codes.Internal, "removing %s: %v", target, err)
+	}
+	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+func (s *node) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
+	path := req.GetVolumePath()
+	if req.GetVolumeId() == "" || path == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id and volume_path are required")
+	}
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil, status.Errorf(codes.NotFound, "%s does not exist", path)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return nil, status.Errorf(codes.Internal, "statfs %s: %v", path, err)
+	}
+	bsize := int64(st.Bsize)
+	return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
+		{
+			Unit:      csi.VolumeUsage_BYTES,
+			Total:     int64(st.Blocks) * bsize,
+			Available: int64(st.Bavail) * bsize,
+			Used:      int64(st.Blocks-st.Bfree) * bsize,
+		},
+		{
+			Unit:      csi.VolumeUsage_INODES,
+			Total:     int64(st.Files),
+			Available: int64(st.Ffree),
+			Used:      int64(st.Files - st.Ffree),
+		},
+	}}, nil
+}
