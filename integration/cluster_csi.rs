@@ -249,7 +249,7 @@ spec:
       terminationGracePeriodSeconds: 1
       containers:
       - name: main
-        image: busybox
+        image: {image}
         imagePullPolicy: Never
         command: [sh, -c, 'if [ -f /data/f ]; then echo found $(cat /data/f); else echo first > /data/f; fi; sleep 3600']
         volumeMounts: [{{name: data, mountPath: /data}}]
@@ -259,7 +259,8 @@ spec:
       storageClassName: {class}
       accessModes: [ReadWriteOnce]
       resources: {{requests: {{storage: 1Gi}}}}
-"
+",
+        image = common::BUSYBOX
     ));
     let pod = format!("{sts}-0");
     let running = n.wait_api_pod(&pod, 180, "Running on its CSI volume", is_running);
@@ -352,14 +353,15 @@ spec:
   terminationGracePeriodSeconds: 1
   containers:
   - name: main
-    image: busybox
+    image: {image}
     imagePullPolicy: Never
     command: [sh, -c, 'echo ok > /scratch/f && sleep 3600']
     volumeMounts: [{{name: scratch, mountPath: /scratch}}]
   volumes:
   - name: scratch
     csi: {{driver: {driver}}}
-"
+",
+        image = common::BUSYBOX
     ));
     let want = "MountVolume.SetUp failed for volume \"scratch\" : rpc error: code = Internal desc = injected NodePublishVolume failure";
     n.wait_api(60, "the FailedMount event", |_| {

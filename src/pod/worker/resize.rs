@@ -31,16 +31,11 @@ const REASON_ERROR: &str = "Error";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ResizeError {
-    /// Upstream's words: a memory limit below what the pod uses is not set (the kernel
-    /// would reclaim, then OOM-kill).
-    #[error(
-        "Aborting attempt to set pod memory limit less than current memory usage for pod {pod}"
-    )]
-    PodMemoryBelowUsage { pod: String },
-    #[error(
-        "Aborting attempt to set container {container} memory limit less than current memory usage"
-    )]
-    ContainerMemoryBelowUsage { container: String },
+    /// A memory limit below what the pod or a container uses now is not set at all (the
+    /// kernel would reclaim, then OOM-kill): upstream checks every lowered limit before
+    /// it changes anything, and says so in these words.
+    #[error("cannot decrease memory limits: {}", aggregate(.0))]
+    MemoryBelowUsage(Vec<BelowUsage>),
     #[error("pod cgroup: {0}")]
     Cgroup(#[from] CgroupError),
     #[error("updating container {container}: {source}")]
@@ -49,6 +44,35 @@ pub enum ResizeError {
         #[source]
         source: RuntimeError,
     },
+}
+
+/// One lowered memory limit that is under the current usage (upstream's words).
+#[derive(Debug, thiserror::Error)]
+pub enum BelowUsage {
+    #[error("attempting to set pod memory limit ({limit}) below current usage ({usage})")]
+    Pod { limit: i64, usage: i64 },
+    #[error(
+        "attempting to set container {container:?} memory limit ({limit}) below current usage ({usage})"
+    )]
+    Container {
+        container: String,
+        limit: i64,
+        usage: i64,
+    },
+}
+
+/// Several errors as upstream's aggregate prints them: one alone, more in brackets.
+fn aggregate(errors: &[BelowUsage]) -> String {
+    match errors {
+        [one] => one.to_string(),
+        many => format!(
+            "[{}]",
+            many.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
 }
 
 /// The label value of a container's resources: its cpu and memory requests and limits.
@@ -298,23 +322,14 @@ impl Worker {
         }
         info!(pod = %self.pod_ref.display(), containers = updates.len(), "resizing pod in place");
         let (now, target) = pod_values.unwrap_or_default();
+        self.check_memory_usage(pod, &updates, now.memory, target.memory)
+            .await?;
 
-        // Memory first. A pod limit below what the pod uses now is not set at all.
+        // Memory first.
         let memory_moves = updates
             .iter()
             .any(|u| values(&u.actual).memory_limit != values(&u.want).memory_limit);
         if memory_moves || now.memory != target.memory {
-            if let (Some(cm), Some(new)) = (&cm, target.memory.filter(|m| *m > 0)) {
-                if limit(now.memory) > new {
-                    let (cm, p) = (cm.clone(), pod.clone());
-                    let usage = blocking(move || cm.pod_memory_usage(&p)).await?;
-                    if usage >= new {
-                        return Err(ResizeError::PodMemoryBelowUsage {
-                            pod: self.pod_ref.name.clone(),
-                        });
-                    }
-                }
-            }
             let part = ResourceConfig {
                 memory: Some(target.memory.unwrap_or(-1)),
                 ..ResourceConfig::default()
@@ -420,14 +435,6 @@ impl Worker {
         for i in order {
             let u = &mut updates[i];
             let next = with_resource(&u.actual, &u.want, resource);
-            let (old, new) = (values(&u.actual), values(&next));
-            if resource == "memory"
-                && new.memory_limit > 0
-                && limit(Some(old.memory_limit)) > new.memory_limit
-            {
-                self.check_container_memory(&u.id, &u.name, new.memory_limit)
-                    .await?;
-            }
             let container = Container {
                 name: u.name.clone(),
                 resources: Some(next.clone()),
@@ -467,34 +474,58 @@ impl Worker {
         Ok(())
     }
 
-    /// A container's memory limit is not set below what it uses now.
-    async fn check_container_memory(
+    /// Every memory limit the resize lowers (the pod's, its containers') is above what
+    /// it holds now, checked before anything changes so a refused resize leaves nothing
+    /// half done (upstream's validateMemoryResizeAction).
+    async fn check_memory_usage(
         &self,
-        id: &str,
-        name: &str,
-        new: i64,
+        pod: &Pod,
+        updates: &[Update],
+        now: Option<i64>,
+        target: Option<i64>,
     ) -> Result<(), ResizeError> {
         let Some(cm) = self.shared.cm.clone() else {
             return Ok(());
         };
-        let Some(parent) = self
-            .records()
-            .iter()
-            .find(|r| r.id == id)
-            .and_then(|r| r.labels.get(labels::CGROUP_PARENT).cloned())
-        else {
-            return Ok(());
-        };
-        let cgroup = format!("{parent}/{id}");
-        // A container cgroup the agent cannot read (runc's systemd naming) is not checked.
-        if let Ok(usage) = blocking(move || cm.memory_usage(&cgroup)).await {
+        let mut errors = Vec::new();
+        if let Some(new) = target.filter(|m| *m > 0 && limit(now) > *m) {
+            let (cm, p) = (cm.clone(), pod.clone());
+            let usage = blocking(move || cm.pod_memory_usage(&p)).await?;
             if usage >= new {
-                return Err(ResizeError::ContainerMemoryBelowUsage {
-                    container: name.to_string(),
-                });
+                errors.push(BelowUsage::Pod { limit: new, usage });
             }
         }
-        Ok(())
+        for u in updates {
+            let (old, new) = (values(&u.actual).memory_limit, values(&u.want).memory_limit);
+            if new <= 0 || limit(Some(old)) <= new {
+                continue;
+            }
+            let Some(parent) = self
+                .records()
+                .iter()
+                .find(|r| r.id == u.id)
+                .and_then(|r| r.labels.get(labels::CGROUP_PARENT).cloned())
+            else {
+                continue;
+            };
+            let (cm, cgroup) = (cm.clone(), format!("{parent}/{}", u.id));
+            // A container cgroup the agent cannot read (runc's systemd naming) is not
+            // checked: the pod's limit, checked above, still holds the line.
+            if let Ok(usage) = blocking(move || cm.memory_usage(&cgroup)).await {
+                if usage >= new {
+                    errors.push(BelowUsage::Container {
+                        container: u.name.clone(),
+                        limit: new,
+                        usage,
+                    });
+                }
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ResizeError::MemoryBelowUsage(errors))
+        }
     }
 
     /// Keeps the pass's view current with labels the resize wrote.

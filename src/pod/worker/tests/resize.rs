@@ -177,6 +177,15 @@ async fn a_resize_is_applied_in_place_pod_cgroup_first_up_and_last_down() {
         (100u64 << 20).to_string(),
     )
     .unwrap();
+    // So does its container (in the tree as the cgroupfs driver names it).
+    let id = status_of(&h, "app").container_id.unwrap();
+    let id = id.rsplit('/').next().unwrap();
+    std::fs::create_dir_all(pod_cgroup(&cgroups).join(id)).unwrap();
+    std::fs::write(
+        pod_cgroup(&cgroups).join(id).join("memory.current"),
+        (90u64 << 20).to_string(),
+    )
+    .unwrap();
     h.fake.clear_calls();
     w.pass(&resized("250m", "32Mi", None)).await;
     assert!(h.fake.calls_of("update_resources").is_empty());
@@ -184,7 +193,10 @@ async fn a_resize_is_applied_in_place_pod_cgroup_first_up_and_last_down() {
     assert_eq!(c.reason.as_deref(), Some("Error"));
     assert_eq!(
         c.message.as_deref(),
-        Some("Aborting attempt to set pod memory limit less than current memory usage for pod web")
+        Some(
+            "cannot decrease memory limits: [attempting to set pod memory limit (33554432) below current usage (104857600), \
+             attempting to set container \"app\" memory limit (33554432) below current usage (94371840)]"
+        )
     );
 }
 
