@@ -6,7 +6,8 @@
 //!   and the Node carries its node ID;
 //! - a StatefulSet's claim (a pre-made PV of the driver) is attached by the external-attacher,
 //!   staged and published at upstream's paths with the attachment's publish context, and in
-//!   the Node's volumesInUse; the pod survives an agent kill -9 with one mount, and the data
+//!   the Node's volumesInUse; its usage (NodeGetVolumeStats) is in /stats/summary under its
+//!   claim and in the kubelet_volume_stats_* series; the pod survives an agent kill -9 with one mount, and the data
 //!   it wrote is there for the pod the StatefulSet makes after a deletion;
 //! - a NodePublishVolume failure is a FailedMount in upstream's words and leaves no mount
 //!   folder; an inline ephemeral volume runs once the driver stops failing;
@@ -137,7 +138,11 @@ fn is_running(pod: &Value) -> bool {
 #[ignore = "needs root, containerd, the control plane and hack/csi's binaries: run hack/test.sh"]
 fn a_csi_driver_registers_and_serves_a_statefulset_and_an_inline_volume() {
     let (ours, attacher_dir) = csi_bins();
-    let mut n = ClusterNode::start("cluster-csi", &[]);
+    // Volume stats asked of the driver every 2 s (upstream's default: a minute).
+    let mut n = ClusterNode::start(
+        "cluster-csi",
+        &["--volume-stats-agg-period=2s", "--housekeeping-interval=1s"],
+    );
     let node = n.name().to_string();
     let root = n.root.path().join("root");
     let work = tempfile::tempdir().unwrap();
@@ -314,6 +319,37 @@ spec:
         })
     });
 
+    // The volume's usage, as the driver reports it, in /stats/summary under its claim and
+    // in the kubelet_volume_stats_* series.
+    let claim = format!("data-{pod}");
+    n.wait_until(60, "the volume's stats in /stats/summary", || {
+        let Some((200, body)) = common::http_get(n.port, "/stats/summary") else {
+            return false;
+        };
+        let summary: Value = serde_json::from_str(&body).unwrap_or_default();
+        summary["pods"].as_array().into_iter().flatten().any(|p| {
+            p["podRef"]["name"] == pod.as_str()
+                && p["volume"].as_array().into_iter().flatten().any(|v| {
+                    v["name"] == "data"
+                        && v["pvcRef"]["name"] == claim.as_str()
+                        && v["pvcRef"]["namespace"] == "default"
+                        && v["capacityBytes"].as_u64().is_some_and(|c| c > 0)
+                        && v["usedBytes"].is_u64()
+                        && v["inodes"].as_u64().is_some_and(|i| i > 0)
+                })
+        })
+    });
+    assert!(
+        count(&reqs, "NodeGetVolumeStats") >= 1,
+        "asked of the driver"
+    );
+    let series = format!(
+        "kubelet_volume_stats_capacity_bytes{{namespace=\"default\",persistentvolumeclaim=\"{claim}\"}}"
+    );
+    n.wait_until(30, "the kubelet_volume_stats_* series", || {
+        common::http_get(n.port, "/metrics").is_some_and(|(_, m)| m.contains(&series))
+    });
+
     // kill -9 with the volume mounted: the pod runs on, one mount, no new publish.
     let main_id = container_status(&running, "main")["containerID"].clone();
     let publishes = count(&reqs, "NodePublishVolume");
@@ -435,7 +471,6 @@ spec:
         })
     });
 
-    let claim = format!("data-{pod}");
     for (kind, name) in [("statefulset", sts.as_str()), ("pvc", claim.as_str())] {
         n.cluster
             .kubectl(&["-n", "default", "delete", kind, name, "--wait=false"]);

@@ -269,7 +269,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     server_state.set_sync_loop(sync_loop);
     server_state.set_runtime(runtime.clone());
 
-    let collector = start_stats(&cfg, &server_state, stats_pods);
+    let collector = start_stats(&cfg, &server_state, stats_pods, &csi_host.drivers);
     let image_gc = start_image_gc(&cfg, &runtime);
     let pressure = start_eviction(&cfg, collector, evictions, image_gc, &recorder);
 
@@ -470,6 +470,7 @@ fn start_stats(
     cfg: &Arc<Config>,
     server: &Arc<server::ServerState>,
     pods: StatsPods,
+    drivers: &kubelet_rs::csi::Drivers,
 ) -> Option<CollectorSummaries> {
     let cgroups = match Cgroups::detect() {
         Ok(c) => c,
@@ -484,6 +485,29 @@ fn start_stats(
     // walked on the same cadence here (containerd's own usage scan is no cheaper).
     c.disk_usage_interval = cfg.volume_stats_agg_period;
     c.node_fs_dir = cfg.root_dir.clone();
+    // The CSI volumes' usage is their drivers' word, asked on a task of its own.
+    let csi_targets = {
+        let pods = pods.clone();
+        move || {
+            let targets: Vec<std::path::PathBuf> = pods
+                .read()
+                .map(|m| {
+                    m.values()
+                        .flat_map(|p| &p.volumes)
+                        .filter(|v| v.measure == kubelet_rs::stats::Measure::Reported)
+                        .map(|v| v.path.clone())
+                        .collect()
+                })
+                .unwrap_or_default();
+            kubelet_rs::csi::stats::published(&targets)
+        }
+    };
+    tokio::spawn(kubelet_rs::csi::stats::run(
+        drivers.clone(),
+        csi_targets,
+        c.reported_volumes.clone(),
+        cfg.volume_stats_agg_period,
+    ));
     // The `pods` system container is kubepods wherever cgroupRoot and the driver put it.
     let layout = kubelet_rs::cm::Layout::from_config(cfg);
     c.pods_cgroup = layout.kubepods().to_path(layout.driver);

@@ -201,6 +201,26 @@ impl DriverClient {
         Ok(())
     }
 
+    /// The volume's usage (upstream sends the volume ID and the pod's target path only).
+    pub(crate) async fn volume_stats(
+        &self,
+        volume_id: &str,
+        target: &Path,
+    ) -> Result<pb::NodeGetVolumeStatsResponse, CsiError> {
+        let req = pb::NodeGetVolumeStatsRequest {
+            volume_id: volume_id.to_string(),
+            volume_path: target.to_string_lossy().into_owned(),
+            staging_target_path: String::new(),
+        };
+        Ok(self
+            .node()
+            .await?
+            .node_get_volume_stats(request(req, INFO_TIMEOUT))
+            .await
+            .map_err(CsiError::Rpc)?
+            .into_inner())
+    }
+
     pub(crate) async fn unpublish(&self, volume_id: &str, target: &Path) -> Result<(), CsiError> {
         let req = pb::NodeUnpublishVolumeRequest {
             volume_id: volume_id.to_string(),

@@ -30,6 +30,8 @@ pub(crate) struct FakeDriver {
     pub calls: Arc<Mutex<Vec<Call>>>,
     pub stage: bool,
     pub mount_group: bool,
+    /// GET_VOLUME_STATS: NodeGetVolumeStats answers 1 GiB with the target's length used.
+    pub volume_stats: bool,
     pub fail_publish: Arc<Mutex<Option<Status>>>,
     pub mounted: Arc<Mutex<std::collections::HashSet<PathBuf>>>,
 }
@@ -175,9 +177,32 @@ impl node_server::Node for FakeDriver {
     }
     async fn node_get_volume_stats(
         &self,
-        _: Request<pb::NodeGetVolumeStatsRequest>,
+        r: Request<pb::NodeGetVolumeStatsRequest>,
     ) -> Result<Response<pb::NodeGetVolumeStatsResponse>, Status> {
-        Err(Status::unimplemented("no stats"))
+        let r = r.into_inner();
+        self.record(Call {
+            volume_id: r.volume_id.clone(),
+            target: r.volume_path.clone(),
+            staging: r.staging_target_path,
+            ..blank("NodeGetVolumeStats")
+        });
+        if !self.volume_stats {
+            return Err(Status::unimplemented("no stats"));
+        }
+        use pb::volume_usage::Unit;
+        let usage = |unit: Unit, total: i64, used: i64| pb::VolumeUsage {
+            available: total - used,
+            total,
+            used,
+            unit: unit as i32,
+        };
+        Ok(Response::new(pb::NodeGetVolumeStatsResponse {
+            usage: vec![
+                usage(Unit::Bytes, 1 << 30, r.volume_path.len() as i64),
+                usage(Unit::Inodes, 100, 1),
+            ],
+            volume_condition: None,
+        }))
     }
     async fn node_get_capabilities(
         &self,
@@ -190,6 +215,9 @@ impl node_server::Node for FakeDriver {
         }
         if self.mount_group {
             types.push(Type::VolumeMountGroup);
+        }
+        if self.volume_stats {
+            types.push(Type::GetVolumeStats);
         }
         let capabilities = types
             .into_iter()

@@ -8,12 +8,14 @@
 //! - `client`: the calls the node side makes to a driver's Node service over its unix
 //!   socket, each with a deadline.
 //! - `Drivers`: who is registered now, read by the volume set-up (`volume::csi`).
+//! - `stats`: the published volumes' usage (NodeGetVolumeStats), polled for the collector.
 
 pub mod client;
 #[cfg(test)]
 pub(crate) mod fake;
 pub mod node_info;
 pub mod registration;
+pub mod stats;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -11,6 +11,8 @@ mod registry;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::stats::summary::{FsStats, PvcReference};
+
 pub use registry::{
     exponential_buckets, format_float, Collector, Counter, Gauge, Histogram, Registry, Scalar,
     Stability, DEFAULT_BUCKETS,
@@ -29,7 +31,38 @@ pub struct KubeletMetrics {
     pub probe_total: Arc<Counter>,
     pub process_start_time: Arc<Gauge>,
     pub evictions: Arc<Counter>,
+    /// kubelet_volume_stats_*, in `VOLUME_STATS`' order.
+    pub volume_stats: Vec<Arc<Gauge>>,
 }
+
+/// The PVC-backed volumes' families (upstream's volumeStatsCollector), each with the value
+/// of the summary it carries.
+const VOLUME_STATS: [(&str, &str); 6] = [
+    (
+        "kubelet_volume_stats_capacity_bytes",
+        "Capacity in bytes of the volume",
+    ),
+    (
+        "kubelet_volume_stats_available_bytes",
+        "Number of available bytes in the volume",
+    ),
+    (
+        "kubelet_volume_stats_used_bytes",
+        "Number of used bytes in the volume",
+    ),
+    (
+        "kubelet_volume_stats_inodes",
+        "Maximum number of inodes in the volume",
+    ),
+    (
+        "kubelet_volume_stats_inodes_free",
+        "Number of free inodes in the volume",
+    ),
+    (
+        "kubelet_volume_stats_inodes_used",
+        "Number of used inodes in the volume",
+    ),
+];
 
 struct Registries {
     main: Registry,
@@ -117,6 +150,17 @@ fn registries() -> &'static Registries {
                 Stability::Alpha,
                 &["eviction_signal"],
             ))),
+            volume_stats: VOLUME_STATS
+                .iter()
+                .map(|&(name, help)| {
+                    main.register(Arc::new(Scalar::gauge(
+                        name,
+                        help,
+                        Stability::Alpha,
+                        &["namespace", "persistentvolumeclaim"],
+                    )))
+                })
+                .collect(),
         };
         // The Go client's process collector, as component-base puts it on /metrics.
         main.register(Arc::new(process::ProcessCollector));
@@ -190,6 +234,40 @@ pub fn set_running(pods: usize, containers_by_state: &[(&str, usize)]) {
     }
 }
 
+/// The claims' volume usage from a stats snapshot: one series per claim (the first pod
+/// that has it, as upstream), each value as far as the volume reports it.
+pub fn set_volume_stats(volumes: &[(&PvcReference, &FsStats)]) {
+    let series = volume_series(volumes);
+    for (gauge, s) in kubelet().volume_stats.iter().zip(series.iter()) {
+        gauge.set_all(s);
+    }
+}
+
+/// Each `VOLUME_STATS` family's series: (namespace, claim) and the value.
+fn volume_series<'a>(volumes: &[(&'a PvcReference, &FsStats)]) -> [Vec<(Vec<&'a str>, f64)>; 6] {
+    let mut seen = std::collections::HashSet::new();
+    let mut series: [Vec<(Vec<&str>, f64)>; 6] = Default::default();
+    for (pvc, fs) in volumes {
+        if !seen.insert((pvc.namespace.as_str(), pvc.name.as_str())) {
+            continue;
+        }
+        let values = [
+            fs.capacity_bytes,
+            fs.available_bytes,
+            fs.used_bytes,
+            fs.inodes,
+            fs.inodes_free,
+            fs.inodes_used,
+        ];
+        for (out, v) in series.iter_mut().zip(values) {
+            if let Some(v) = v {
+                out.push((vec![pvc.namespace.as_str(), pvc.name.as_str()], v as f64));
+            }
+        }
+    }
+    series
+}
+
 pub fn set_node_name(node: &str) {
     let m = kubelet();
     m.node_name.reset();
@@ -258,6 +336,40 @@ pub fn http_request(method: &str, path: &str, server_type: &str, long_running: b
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_claim_has_one_series_per_family_from_its_first_pod_with_what_it_reports() {
+        let claim = |name: &str| PvcReference {
+            name: name.into(),
+            namespace: "db".into(),
+        };
+        let fs = |used: Option<u64>| FsStats {
+            time: crate::stats::summary::Time(chrono::Utc::now()),
+            available_bytes: Some(10),
+            capacity_bytes: Some(30),
+            used_bytes: used,
+            inodes_free: None,
+            inodes: None,
+            inodes_used: None,
+        };
+        let (a, b) = (claim("data-0"), claim("data-1"));
+        let (first, second, partial) = (fs(Some(20)), fs(Some(5)), fs(None));
+        let series = volume_series(&[(&a, &first), (&a, &second), (&b, &partial)]);
+        let [capacity, available, used, inodes, _, _] = &series;
+        assert_eq!(
+            capacity,
+            &[(vec!["db", "data-0"], 30.0), (vec!["db", "data-1"], 30.0)]
+        );
+        assert_eq!(available.len(), 2);
+        assert_eq!(
+            used,
+            &[(vec!["db", "data-0"], 20.0)],
+            "the first pod's; none unreported"
+        );
+        assert!(inodes.is_empty());
+        let names: Vec<_> = VOLUME_STATS.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names[2], "kubelet_volume_stats_used_bytes");
+    }
 
     #[test]
     fn helpers_land_in_the_served_registries() {

@@ -229,6 +229,16 @@ impl Scalar {
         self.values.lock().expect("metric lock").insert(key, value);
     }
 
+    /// Replaces every series at once (a scrape sees the old set or the new one, never a
+    /// half-written one).
+    pub fn set_all(&self, series: &[(Vec<&str>, f64)]) {
+        let values = series
+            .iter()
+            .map(|(labels, v)| (self.desc.key(labels), *v))
+            .collect();
+        *self.values.lock().expect("metric lock") = values;
+    }
+
     /// Forgets every label combination (a gauge re-set from scratch each time).
     pub fn reset(&self) {
         self.values.lock().expect("metric lock").clear();

@@ -43,13 +43,44 @@ pub struct ContainerInfo {
 }
 
 /// A volume whose usage is reported under `volume` (and counted in ephemeral storage when
-/// it lives on the node's filesystem, like emptyDir, configMap or secret).
+/// it lives on the node's filesystem, like emptyDir or configMap).
 #[derive(Debug, Clone, PartialEq)]
 pub struct VolumeInfo {
     pub name: String,
     pub path: PathBuf,
     pub ephemeral: bool,
+    pub measure: Measure,
+    /// The claim behind it (a persistentVolumeClaim or generic ephemeral volume): its
+    /// stats carry `pvcRef` and are the `kubelet_volume_stats_*` series.
+    pub pvc: Option<PvcReference>,
 }
+
+/// How a volume's usage is found, as upstream's volume plugins' metrics providers do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Measure {
+    /// Walked for what it holds, its filesystem's statfs for the rest (emptyDir, configMap,
+    /// secret, downwardAPI, projected: upstream's MetricsDu).
+    Walk,
+    /// Its filesystem's statfs alone, used = capacity - free (a `local` PV: MetricsStatFS).
+    StatFs,
+    /// What its driver last said (`reported_volumes`, CSI's NodeGetVolumeStats).
+    Reported,
+}
+
+/// A volume's usage as its driver reports it, each value as far as it does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReportedUsage {
+    pub capacity: Option<u64>,
+    pub available: Option<u64>,
+    pub used: Option<u64>,
+    pub inodes: Option<u64>,
+    pub inodes_free: Option<u64>,
+    pub inodes_used: Option<u64>,
+}
+
+/// Drivers' reports by the volume's path, filled outside the collector (the driver calls
+/// are async; the tick is not).
+pub type ReportedVolumes = Arc<RwLock<HashMap<PathBuf, ReportedUsage>>>;
 
 /// One running pod, as the runtime knows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -124,6 +155,8 @@ pub struct CollectorConfig {
     /// /sys (block devices, DMI) and /etc (machine-id, os-release), injectable for tests.
     pub sys_root: PathBuf,
     pub etc_root: PathBuf,
+    /// The `Measure::Reported` volumes' usage.
+    pub reported_volumes: ReportedVolumes,
 }
 
 impl CollectorConfig {
@@ -145,6 +178,7 @@ impl CollectorConfig {
             kubelet_start_time: Utc::now(),
             sys_root: PathBuf::from("/sys"),
             etc_root: PathBuf::from("/etc"),
+            reported_volumes: ReportedVolumes::default(),
         }
     }
 }
@@ -460,7 +494,7 @@ impl Collector {
         };
         let node = self.node_stats(&mut tick, node_fs, image_fs);
         let pod_infos = pods;
-        let pods = pods
+        let pods: Vec<PodStats> = pods
             .iter()
             .filter_map(|p| self.pod_stats(&mut tick, p, node_fs, image_fs))
             .collect();
@@ -476,6 +510,12 @@ impl Collector {
         state.previous_cpu = current_cpu;
         state.disk.retain(&walked);
         drop(state);
+        let claims: Vec<_> = pods
+            .iter()
+            .flat_map(|p| &p.volume_stats)
+            .filter_map(|v| Some((v.pvc_ref.as_ref()?, &v.fs)))
+            .collect();
+        crate::metrics::set_volume_stats(&claims);
         let mut cache = self.cache.write().unwrap_or_else(|p| p.into_inner());
         *cache = Snapshot {
             summary: Some(Summary { node, pods }),
@@ -689,17 +729,44 @@ impl Collector {
 
         let mut volume_stats = Vec::new();
         for v in &pod.volumes {
-            let Some(used) = tick.walk(&v.path) else {
-                continue;
+            let fs = match v.measure {
+                Measure::Walk => {
+                    let Some(used) = tick.walk(&v.path) else {
+                        continue;
+                    };
+                    if v.ephemeral {
+                        ephemeral = ephemeral + used;
+                    }
+                    fs_stats(tick.now, statvfs(&v.path).ok(), Some(used))
+                }
+                Measure::StatFs => {
+                    let Ok(c) = statvfs(&v.path) else { continue };
+                    let used = DiskUsage {
+                        bytes: c.used,
+                        inodes: c.inodes_used(),
+                    };
+                    fs_stats(tick.now, Some(c), Some(used))
+                }
+                Measure::Reported => {
+                    let reported = self.config.reported_volumes.read();
+                    let Some(u) = reported.ok().and_then(|m| m.get(&v.path).copied()) else {
+                        continue;
+                    };
+                    FsStats {
+                        time: tick.now,
+                        available_bytes: u.available,
+                        capacity_bytes: u.capacity,
+                        used_bytes: u.used,
+                        inodes_free: u.inodes_free,
+                        inodes: u.inodes,
+                        inodes_used: u.inodes_used,
+                    }
+                }
             };
-            if v.ephemeral {
-                ephemeral = ephemeral + used;
-            }
-            let cap = statvfs(&v.path).ok();
             volume_stats.push(VolumeStats {
-                fs: fs_stats(tick.now, cap, Some(used)),
+                fs,
                 name: v.name.clone(),
-                pvc_ref: None,
+                pvc_ref: v.pvc.clone(),
                 volume_health_stats: None,
             });
         }

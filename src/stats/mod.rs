@@ -29,8 +29,8 @@ pub mod summary;
 
 pub use cgroup::{CgroupSample, CgroupVersion, Cgroups, MemorySample, PidsSample, ProcessCgroup};
 pub use collector::{
-    cgroup_of_pid, usage_nano_cores, Collector, CollectorConfig, ContainerInfo, PodInfo, PodLister,
-    SandboxInfo, Snapshot, VolumeInfo,
+    cgroup_of_pid, usage_nano_cores, Collector, CollectorConfig, ContainerInfo, Measure, PodInfo,
+    PodLister, ReportedUsage, ReportedVolumes, SandboxInfo, Snapshot, VolumeInfo,
 };
 pub use error::StatsError;
 pub use prometheus::{render_resource_metrics, CONTENT_TYPE as METRICS_CONTENT_TYPE};

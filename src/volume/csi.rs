@@ -145,6 +145,11 @@ pub(crate) struct PublishedData {
     pub volume_lifecycle_mode: String,
 }
 
+/// What `vol_data.json` says of the volume published at `target` (its driver and handle).
+pub(crate) fn published_data(target: &Path) -> Option<PublishedData> {
+    read_json(target.parent()?).ok()
+}
+
 /// The `vol_data.json` beside a staging path.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

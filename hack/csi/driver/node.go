@@ -61,11 +61,18 @@ func (s *node) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeG
 }
 
 func (s *node) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
-	return &csi.NodeGetCapabilitiesResponse{Capabilities: []*csi.NodeServiceCapability{{
-		Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{
-			Type: csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
-		}},
-	}}}, nil
+	caps := []csi.NodeServiceCapability_RPC_Type{
+		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
+		// As hostpath drivers do: the kubelet asks for the volumes' usage.
+		csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
+	}
+	out := &csi.NodeGetCapabilitiesResponse{}
+	for _, c := range caps {
+		out.Capabilities = append(out.Capabilities, &csi.NodeServiceCapability{
+			Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: c}},
+		})
+	}
+	return out, nil
 }
 
 func (s *node) NodeStageVolume(_ context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {

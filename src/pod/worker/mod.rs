@@ -182,6 +182,8 @@ pub struct Worker {
     started_any: bool,
     /// Each container's writable layer (overlay upper dir), looked up once per container.
     upper_dirs: HashMap<String, Option<PathBuf>>,
+    /// The pod's volumes as the stats collector measures them, from the last set-up.
+    stats_volumes: Vec<crate::stats::VolumeInfo>,
     /// The pod's records as this pass listed them, kept current with what the pass did;
     /// `None` when the pass could not list them (then nothing is published).
     view: Option<Vec<ContainerRecord>>,
@@ -305,6 +307,7 @@ impl Worker {
             probes: HashMap::new(),
             wake: Arc::new(Notify::new()),
             upper_dirs: HashMap::new(),
+            stats_volumes: Vec::new(),
             start_recorded: false,
             started_any: false,
             image_failures: HashMap::new(),

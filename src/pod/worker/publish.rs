@@ -3,7 +3,7 @@
 //! pass's own view, so publishing costs no runtime listing.
 
 use chrono::Utc;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Volume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tracing::{info, warn};
 
@@ -12,6 +12,9 @@ use super::Worker;
 use crate::pod::status::{self, StatusInput};
 use crate::runtime::containers::{ContainerRecord, State};
 use crate::runtime::labels::{self, Kind};
+use crate::stats::summary::PvcReference;
+use crate::stats::{Measure, VolumeInfo};
+use crate::volume::{PodVolumes, VolumeKind};
 
 impl Worker {
     /// Computes the pod's status from the pass's view and hands it to the status manager.
@@ -52,7 +55,7 @@ impl Worker {
         });
         let mut status = status;
         self.resize_status(pod, &records, &mut status);
-        self.publish_stats_info(pod, &records, status.start_time.as_ref())
+        self.publish_stats_info(&records, status.start_time.as_ref())
             .await;
         self.view = Some(records);
         let mut out = pod.clone();
@@ -78,12 +81,7 @@ impl Worker {
     }
 
     /// Tells the stats collector what of this pod runs now (it never asks the runtime).
-    async fn publish_stats_info(
-        &mut self,
-        pod: &Pod,
-        records: &[ContainerRecord],
-        start: Option<&Time>,
-    ) {
+    async fn publish_stats_info(&mut self, records: &[ContainerRecord], start: Option<&Time>) {
         let Some(sandbox) = latest_sandbox(records).filter(|s| s.is_running()) else {
             if let Ok(mut m) = self.shared.stats_pods.write() {
                 m.remove(&self.pod_ref.uid);
@@ -128,7 +126,7 @@ impl Worker {
         self.upper_dirs
             .retain(|id, _| records.iter().any(|r| &r.id == id));
         let pod_dir = self.pod_dir();
-        let volumes = stats_volumes(pod, &pod_dir.dir);
+        let volumes = self.stats_volumes.clone();
         let info = crate::stats::PodInfo {
             uid: self.pod_ref.uid.clone(),
             name: self.pod_ref.name.clone(),
@@ -156,20 +154,51 @@ impl Worker {
     }
 }
 
-/// The pod's volumes the collector measures: its emptyDirs, those on the node's disk
-/// counted in its ephemeral storage, memory-backed ones (tmpfs: memory, not disk) only
-/// reported, as upstream's IsLocalEphemeralVolume tells them apart.
-fn stats_volumes(pod: &Pod, pod_dir: &std::path::Path) -> Vec<crate::stats::VolumeInfo> {
-    pod.spec
+/// The pod's volumes the collector measures, as upstream's volume plugins measure them:
+/// emptyDir, configMap, secret, downwardAPI and projected walked, a `local` PV by its
+/// filesystem, a CSI volume as its driver reports it; hostPath not at all. Those on the
+/// node's disk count in the pod's ephemeral storage (upstream's IsLocalEphemeralVolume:
+/// emptyDir not in memory, configMap); a claim's volume names its claim.
+pub(super) fn stats_volumes(pod: &Pod, volumes: &PodVolumes) -> Vec<VolumeInfo> {
+    let spec: Vec<&Volume> = pod
+        .spec
         .iter()
         .flat_map(|s| s.volumes.iter().flatten())
-        .filter_map(|v| Some((v, v.empty_dir.as_ref()?)))
-        .map(|(v, e)| crate::stats::VolumeInfo {
-            name: v.name.clone(),
-            path: pod_dir
-                .join("volumes/kubernetes.io~empty-dir")
-                .join(&v.name),
-            ephemeral: e.medium.as_deref() != Some("Memory"),
+        .collect();
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let pod_name = pod.metadata.name.clone().unwrap_or_default();
+    volumes
+        .iter()
+        .filter_map(|(name, v)| {
+            let (measure, ephemeral) = match v.kind {
+                VolumeKind::EmptyDir | VolumeKind::ConfigMap => (Measure::Walk, true),
+                VolumeKind::EmptyDirMemory
+                | VolumeKind::Secret
+                | VolumeKind::DownwardApi
+                | VolumeKind::Projected => (Measure::Walk, false),
+                VolumeKind::Local => (Measure::StatFs, false),
+                VolumeKind::Csi => (Measure::Reported, false),
+                VolumeKind::HostPath => return None,
+            };
+            let source = spec.iter().find(|s| s.name == name);
+            let claim = source.and_then(|s| {
+                if let Some(c) = &s.persistent_volume_claim {
+                    Some(c.claim_name.clone())
+                } else {
+                    // A generic ephemeral volume's claim is named after the pod and volume.
+                    s.ephemeral.as_ref().map(|_| format!("{pod_name}-{name}"))
+                }
+            });
+            Some(VolumeInfo {
+                name: name.to_string(),
+                path: v.path.clone(),
+                ephemeral,
+                measure,
+                pvc: claim.map(|name| PvcReference {
+                    name,
+                    namespace: namespace.clone(),
+                }),
+            })
         })
         .collect()
 }
@@ -183,25 +212,77 @@ mod tests {
     use super::*;
 
     #[test]
-    fn memory_backed_empty_dirs_are_reported_but_not_ephemeral_storage() {
+    fn volumes_are_measured_as_upstreams_plugins_measure_them() {
         let pod: Pod = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "p", "uid": "u"},
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
             "spec": {
                 "containers": [{"name": "c", "image": "busybox"}],
                 "volumes": [
                     {"name": "disk", "emptyDir": {}},
                     {"name": "shm", "emptyDir": {"medium": "Memory"}},
                     {"name": "cfg", "configMap": {"name": "x"}},
+                    {"name": "token", "projected": {"sources": []}},
+                    {"name": "host", "hostPath": {"path": "/srv"}},
+                    {"name": "db", "persistentVolumeClaim": {"claimName": "data"}},
+                    {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
                 ],
             },
         }))
         .unwrap();
-        let v = stats_volumes(&pod, std::path::Path::new("/r/pods/u"));
-        let seen: Vec<_> = v.iter().map(|v| (v.name.as_str(), v.ephemeral)).collect();
-        assert_eq!(seen, [("disk", true), ("shm", false)]);
+        let dir = std::path::Path::new("/r/pods/u/volumes");
+        let mut v = PodVolumes::new("p_ns(u)", "/r/pods/u");
+        for (name, kind, sub) in [
+            ("disk", VolumeKind::EmptyDir, "kubernetes.io~empty-dir/disk"),
+            (
+                "shm",
+                VolumeKind::EmptyDirMemory,
+                "kubernetes.io~empty-dir/shm",
+            ),
+            ("cfg", VolumeKind::ConfigMap, "kubernetes.io~configmap/cfg"),
+            (
+                "token",
+                VolumeKind::Projected,
+                "kubernetes.io~projected/token",
+            ),
+            ("host", VolumeKind::HostPath, "/srv"),
+            ("db", VolumeKind::Local, "kubernetes.io~local-volume/pv-1"),
+            ("scratch", VolumeKind::Csi, "kubernetes.io~csi/pvc-2/mount"),
+        ] {
+            let host = crate::volume::HostVolume {
+                path: dir.join(sub),
+                read_only: false,
+                kind,
+            };
+            v.insert(name, host);
+        }
+        let got = stats_volumes(&pod, &v);
+        let seen: Vec<_> = got
+            .iter()
+            .map(|v| {
+                let claim = v
+                    .pvc
+                    .as_ref()
+                    .map(|p| format!("{}/{}", p.namespace, p.name));
+                (v.name.as_str(), v.measure, v.ephemeral, claim)
+            })
+            .collect();
         assert_eq!(
-            v[0].path,
-            std::path::Path::new("/r/pods/u/volumes/kubernetes.io~empty-dir/disk")
+            seen,
+            [
+                ("cfg", Measure::Walk, true, None),
+                ("db", Measure::StatFs, false, Some("ns/data".into())),
+                ("disk", Measure::Walk, true, None),
+                (
+                    "scratch",
+                    Measure::Reported,
+                    false,
+                    Some("ns/p-scratch".into())
+                ),
+                ("shm", Measure::Walk, false, None),
+                ("token", Measure::Walk, false, None),
+            ],
+            "hostPath is not measured; a claim's volume names it"
         );
+        assert_eq!(got[2].path, dir.join("kubernetes.io~empty-dir/disk"));
     }
 }

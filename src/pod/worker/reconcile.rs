@@ -189,6 +189,7 @@ impl Worker {
                         stale.event_message.clone(),
                     );
                 }
+                self.stats_volumes = super::publish::stats_volumes(pod, &v);
                 sandbox.volumes = Some(v);
             }
             Err(e) => {

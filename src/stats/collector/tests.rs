@@ -96,11 +96,15 @@ fn fixture() -> Fixture {
                 name: "cache".into(),
                 path: empty_dir,
                 ephemeral: true,
+                measure: Measure::Walk,
+                pvc: None,
             },
             VolumeInfo {
                 name: "shm".into(),
                 path: memory_dir,
                 ephemeral: false,
+                measure: Measure::Walk,
+                pvc: None,
             },
         ],
         host_files: vec![hosts],
@@ -705,4 +709,75 @@ fn cadvisor_series_of_a_v2_pod() {
     assert!(p
         .find("container_last_seen", &[("name", "dead")])
         .is_empty());
+}
+
+#[test]
+fn claims_volumes_are_measured_by_statfs_or_their_drivers_word() {
+    let mut f = fixture();
+    let local = f._tmp.path().join("volumes/local-pv");
+    std::fs::create_dir_all(&local).unwrap();
+    let csi = f._tmp.path().join("volumes/csi/mount");
+    let unreported = f._tmp.path().join("volumes/csi-2/mount");
+    let claim = |name: &str| {
+        Some(PvcReference {
+            name: name.into(),
+            namespace: "default".into(),
+        })
+    };
+    f.pod.volumes = vec![
+        VolumeInfo {
+            name: "db".into(),
+            path: local.clone(),
+            ephemeral: false,
+            measure: Measure::StatFs,
+            pvc: claim("data-db"),
+        },
+        VolumeInfo {
+            name: "scratch".into(),
+            path: csi.clone(),
+            ephemeral: false,
+            measure: Measure::Reported,
+            pvc: claim("web-scratch"),
+        },
+        VolumeInfo {
+            name: "other".into(),
+            path: unreported,
+            ephemeral: false,
+            measure: Measure::Reported,
+            pvc: claim("not-reported"),
+        },
+    ];
+    let reported = ReportedUsage {
+        capacity: Some(1 << 30),
+        available: Some(1000 << 20),
+        used: Some(24 << 20),
+        inodes: Some(1000),
+        inodes_free: Some(990),
+        inodes_used: Some(10),
+    };
+    f.config
+        .reported_volumes
+        .write()
+        .unwrap()
+        .insert(csi, reported);
+    let c = Collector::new(f.config.clone(), Cgroups::v2_at(&f.cgroup_root));
+    c.collect(std::slice::from_ref(&f.pod));
+    let s = c.summary(false).unwrap();
+    let v = &s.pods[0].volume_stats;
+    let names: Vec<_> = v.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["db", "scratch"],
+        "a volume its driver said nothing of is left out"
+    );
+    let fs = statvfs(&local).unwrap();
+    assert_eq!(v[0].fs.capacity_bytes, Some(fs.capacity));
+    assert!(
+        v[0].fs.used_bytes.is_some_and(|u| u > 0),
+        "the filesystem's use"
+    );
+    assert_eq!(v[0].pvc_ref.as_ref().unwrap().name, "data-db");
+    assert_eq!(v[1].fs.used_bytes, Some(24 << 20));
+    assert_eq!(v[1].fs.inodes_free, Some(990));
+    assert_eq!(v[1].pvc_ref.as_ref().unwrap().name, "web-scratch");
 }
