@@ -7,8 +7,9 @@
 //! - a StatefulSet's claim (a pre-made PV of the driver) is attached by the external-attacher,
 //!   staged and published at upstream's paths with the attachment's publish context, and in
 //!   the Node's volumesInUse; its usage (NodeGetVolumeStats) is in /stats/summary under its
-//!   claim and in the kubelet_volume_stats_* series; the pod survives an agent kill -9 with one mount, and the data
-//!   it wrote is there for the pod the StatefulSet makes after a deletion;
+//!   claim and in the kubelet_volume_stats_* series; the pod survives an agent kill -9 with
+//!   one mount, and the data it wrote is there for the pod the StatefulSet makes after a
+//!   deletion;
 //! - a NodePublishVolume failure is a FailedMount in upstream's words and leaves no mount
 //!   folder; an inline ephemeral volume runs once the driver stops failing;
 //! - once the pods are gone the volume is unpublished and unstaged, nothing stays mounted,
