@@ -21,6 +21,7 @@ pub(crate) struct Call {
     pub volume_context: Vec<(String, String)>,
     pub mode: i32,
     pub mount_group: String,
+    pub secrets: Vec<(String, String)>,
 }
 
 /// The driver: it records every call, marks targets and staging paths as mounted in the
@@ -75,6 +76,7 @@ fn blank(method: &'static str) -> Call {
         volume_context: vec![],
         mode: 0,
         mount_group: String::new(),
+        secrets: vec![],
     }
 }
 
@@ -109,6 +111,7 @@ impl node_server::Node for FakeDriver {
             volume_context: sorted(&r.volume_context),
             mode,
             mount_group,
+            secrets: sorted(&r.secrets),
             ..blank("NodeStageVolume")
         });
         Ok(Response::new(pb::NodeStageVolumeResponse {}))
@@ -144,6 +147,7 @@ impl node_server::Node for FakeDriver {
             volume_context: sorted(&r.volume_context),
             mode,
             mount_group,
+            secrets: sorted(&r.secrets),
             ..blank("NodePublishVolume")
         });
         if let Some(s) = self.fail_publish.lock().unwrap().clone() {

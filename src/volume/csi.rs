@@ -23,8 +23,11 @@
 //! (and after an agent restart) make no driver call. The driver calls run on the async
 //! runtime before the blocking set-up pass, which only reads their outcome.
 //!
-//! Not done yet: nodeStageSecretRef/nodePublishSecretRef (refused, naming the field),
-//! serviceAccount tokens for drivers that ask (tokenRequests), requiresRepublish, raw block
+//! The drivers' Secrets (a PV's nodeStageSecretRef and nodePublishSecretRef, an inline
+//! volume's nodePublishSecretRef in the pod's namespace) are read through `objects` at
+//! each call and sent with it; one that cannot be read is a transient FailedMount.
+//!
+//! Not done yet: serviceAccount tokens for drivers that ask (tokenRequests), requiresRepublish, raw block
 //! volumes, SELinux mount contexts.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -177,8 +180,10 @@ struct CsiVolume {
     access_modes: Vec<String>,
     mount_options: Vec<String>,
     lifecycle: &'static str,
-    /// A secret reference the agent cannot serve yet: the field's name.
-    secret_field: Option<&'static str>,
+    /// The Secrets (namespace, name) whose data goes with NodeStageVolume and
+    /// NodePublishVolume.
+    stage_secret: Option<(String, String)>,
+    publish_secret: Option<(String, String)>,
 }
 
 /// What the CSI pass made of one volume, for the blocking pass to report.
@@ -224,10 +229,12 @@ fn csi_volumes(pod: &Pod, fetched: &Fetched, pod_name: &str) -> Vec<CsiVolume> {
                 access_modes: vec![],
                 mount_options: vec![],
                 lifecycle: EPHEMERAL,
-                secret_field: src
-                    .node_publish_secret_ref
-                    .is_some()
-                    .then_some("csi.nodePublishSecretRef"),
+                stage_secret: None,
+                // An inline volume's Secret is the pod's namespace's.
+                publish_secret: src.node_publish_secret_ref.as_ref().map(|r| {
+                    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+                    (ns, r.name.clone())
+                }),
             });
         } else if let Some(v) = persistent_csi(pod, vol, fetched, pod_name) {
             out.push(v);
@@ -269,14 +276,39 @@ fn persistent_csi(pod: &Pod, vol: &Volume, fetched: &Fetched, pod_name: &str) ->
         access_modes,
         mount_options: spec.mount_options.clone().unwrap_or_default(),
         lifecycle: PERSISTENT,
-        secret_field: if src.node_stage_secret_ref.is_some() {
-            Some("csi.nodeStageSecretRef")
-        } else {
-            src.node_publish_secret_ref
-                .is_some()
-                .then_some("csi.nodePublishSecretRef")
-        },
+        stage_secret: src.node_stage_secret_ref.as_ref().map(secret_ref),
+        publish_secret: src.node_publish_secret_ref.as_ref().map(secret_ref),
     })
+}
+
+fn secret_ref(r: &k8s_openapi::api::core::v1::SecretReference) -> (String, String) {
+    (
+        r.namespace.clone().unwrap_or_default(),
+        r.name.clone().unwrap_or_default(),
+    )
+}
+
+/// A Secret's data as a driver gets it (upstream's getCredentialsFromSecret), or
+/// upstream's words for why not: `fetching <field> ns/name failed: ...`.
+async fn credentials(
+    objects: &dyn ClusterObjects,
+    field: &str,
+    secret: &Option<(String, String)>,
+) -> Result<HashMap<String, String>, String> {
+    let Some((ns, name)) = secret else {
+        return Ok(HashMap::new());
+    };
+    match objects.secret(ns, name).await {
+        Ok(s) => Ok(s
+            .data
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), String::from_utf8_lossy(&v.0).into_owned()))
+            .collect()),
+        Err(e) => Err(format!(
+            "fetching {field} {ns}/{name} failed: {LOG_PREFIX}failed to find the secret {name} in the namespace {ns} with error: {e}"
+        )),
+    }
 }
 
 /// Kubernetes access modes as CSI ones (upstream's asCSIAccessModeV1 and its
@@ -448,14 +480,6 @@ async fn set_up_one(
             return Ok(done);
         }
     }
-    if let Some(field) = v.secret_field {
-        return Err((
-            set_up_failed(format!(
-                "{field} is not supported by this node agent yet (the driver's secrets are not read)"
-            )),
-            false,
-        ));
-    }
     let Some(driver) = host.drivers.get(&v.driver) else {
         let reason = format!(
             "driver name {} not found in the list of registered CSI drivers",
@@ -579,12 +603,16 @@ async fn set_up_one(
             })?
         };
         if !staged {
+            // A Secret that cannot be read may be a moment away (upstream: transient).
+            let secrets = credentials(objects, "NodeStageSecretRef", &v.stage_secret)
+                .await
+                .map_err(|e| (mount_device_failed(e), true))?;
             let req = pb::NodeStageVolumeRequest {
                 volume_id: v.handle.clone(),
                 publish_context: publish_context.clone(),
                 staging_target_path: path.to_string_lossy().into_owned(),
                 volume_capability: Some(cap.clone()),
-                secrets: HashMap::new(),
+                secrets,
                 volume_context: v.attributes.clone().into_iter().collect(),
             };
             if let Err(e) = client.stage(req).await {
@@ -627,6 +655,9 @@ async fn set_up_one(
     if csi_driver.and_then(|d| d.spec.pod_info_on_mount) == Some(true) {
         context.extend(pod_info(pod, v.lifecycle));
     }
+    let secrets = credentials(objects, "NodePublishSecretRef", &v.publish_secret)
+        .await
+        .map_err(|e| (set_up_failed(e), true))?;
     let req = pb::NodePublishVolumeRequest {
         volume_id: v.handle.clone(),
         publish_context,
@@ -637,7 +668,7 @@ async fn set_up_one(
         target_path: target.to_string_lossy().into_owned(),
         volume_capability: Some(cap),
         readonly: v.read_only,
-        secrets: HashMap::new(),
+        secrets,
         volume_context: context,
     };
     if let Err(e) = client.publish(req).await {

@@ -442,3 +442,64 @@ async fn a_driver_that_applies_fs_group_itself_gets_it_as_the_mount_group() {
         "2000"
     );
 }
+
+#[tokio::test]
+async fn the_drivers_secrets_go_with_stage_and_publish_and_a_missing_one_is_a_transient_failed_mount(
+) {
+    let n = node(true, true);
+    n.put_claim_and_volume("pv-1", "vol-7");
+    n.put_driver(json!({"attachRequired": false}));
+    // The PV names a Secret for each call, in namespaces of their own.
+    {
+        let mut volumes = n.objects.volumes.lock().unwrap();
+        let pv = volumes.get_mut("pv-1").unwrap();
+        let csi = Arc::make_mut(pv)
+            .spec
+            .as_mut()
+            .unwrap()
+            .csi
+            .as_mut()
+            .unwrap();
+        csi.node_stage_secret_ref = Some(k8s_openapi::api::core::v1::SecretReference {
+            name: Some("stage-creds".into()),
+            namespace: Some("storage".into()),
+        });
+        csi.node_publish_secret_ref = Some(k8s_openapi::api::core::v1::SecretReference {
+            name: Some("publish-creds".into()),
+            namespace: Some("storage".into()),
+        });
+    }
+    let put = |name: &str, key: &str, value: &str| {
+        let s: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "storage"},
+            "data": {key: base64::Engine::encode(&base64::engine::general_purpose::STANDARD, value)}
+        }))
+        .unwrap();
+        n.objects.put_secret(s);
+    };
+    put("stage-creds", "user", "alice");
+
+    // The publish Secret is not there yet: staged with its Secret, then a transient failure.
+    let e = n.set_up(&claim_pod("uid-a")).await.unwrap_err();
+    assert!(e.is_transient());
+    assert!(
+        e.event_message().starts_with(
+            "MountVolume.SetUp failed for volume \"pv-1\" : fetching NodePublishSecretRef storage/publish-creds failed: \
+             kubernetes.io/csi: failed to find the secret publish-creds in the namespace storage with error: "
+        ),
+        "{}",
+        e.event_message()
+    );
+    assert_eq!(n.driver.methods(), ["NodeStageVolume"]);
+    assert_eq!(
+        n.driver.call("NodeStageVolume").unwrap().secrets,
+        kv(&[("user", "alice")])
+    );
+
+    put("publish-creds", "token", "s3cr3t");
+    n.set_up(&claim_pod("uid-a")).await.unwrap();
+    assert_eq!(
+        n.driver.call("NodePublishVolume").unwrap().secrets,
+        kv(&[("token", "s3cr3t")])
+    );
+}
