@@ -6,12 +6,18 @@
 # binaries (hack/cluster/build.sh).
 #
 #   hack/bench/cluster.sh --agent kubelet-rs|upstream [--dir DIR] [--port-offset N] [--volumes]
-#                         [--streaming] [--top]
+#                         [--claims] [--streaming] [--top]
 #
 # --volumes: every pod also mounts what real pods mount: the apiserver's default
 # kube-api-access-* volume (a service-account token from the TokenRequest API, the cluster CA
 # from the kube-root-ca.crt ConfigMap, the namespace) and one configMap and one secret volume
 # (automountServiceAccountToken left on; the ConfigMap and Secret are made once, up front).
+#
+# --claims: every pod also mounts a persistentVolumeClaim of its own, bound (before the round's
+# t0, so the PV controller's binding is not in the figures) to a `local` PV of the node (a folder
+# under DIR/claims, node affinity on the node's hostname): what the agent does for a stateful
+# pod (read the claim and the PV, check the affinity, bind-mount the volume) is in (a). The
+# claims and PVs of a round go with its pods.
 #
 # --streaming: instead of (a), (c) and (d), the streaming endpoints through the apiserver, with
 # kubectl's default transport: the latency of `kubectl exec <pod> -- true` (EXEC_RUNS calls, one
@@ -64,6 +70,7 @@ AGENT=""
 DIR=/var/lib/kubelet-rs-bench-cluster
 OFFSET=300
 VOLUMES=0
+CLAIMS=0
 STREAMING=0
 TOP=0
 while (($# > 0)); do
@@ -72,9 +79,10 @@ while (($# > 0)); do
 	--dir) DIR="$2"; shift ;;
 	--port-offset) OFFSET="$2"; shift ;;
 	--volumes) VOLUMES=1 ;;
+	--claims) CLAIMS=1 ;;
 	--streaming) STREAMING=1 ;;
 	--top) TOP=1 ;;
-	-h | --help) sed -n '2,57s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,63s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	*) die "unknown argument '$1' (see --help)" ;;
 	esac
 	shift
@@ -267,6 +275,14 @@ write_round() {
       - {name: cfg, mountPath: /etc/cfg}
       - {name: sec, mountPath: /etc/sec}"
 	fi
+	if ((CLAIMS)); then
+		volumes="${volumes:-
+    volumes:}
+    - {name: data, persistentVolumeClaim: {claimName: CLAIM}}"
+		mounts="${mounts:-
+      volumeMounts:}
+      - {name: data, mountPath: /data}"
+	fi
 	{
 		echo "apiVersion: v1"
 		echo "kind: List"
@@ -287,17 +303,59 @@ write_round() {
     - name: c
       image: docker.io/library/busybox:1.36
       imagePullPolicy: IfNotPresent
-      command: ["sleep", "3600"]$mounts$volumes
+      command: ["sleep", "3600"]$mounts${volumes//CLAIM/$POD_PREFIX$round-$i}
 YAML
 		done
 	} >"$BENCH/$round.yaml"
 }
+
+# --claims: a local PV and its claim, bound to each other, for every pod of the round.
+write_claims() {
+	local round="$1" n="$2" i name
+	{
+		echo "apiVersion: v1"
+		echo "kind: List"
+		echo "items:"
+		for ((i = 0; i < n; i++)); do
+			name="$POD_PREFIX$round-$i"
+			mkdir -p "$DIR/claims/$name"
+			cat <<YAML
+- apiVersion: v1
+  kind: PersistentVolume
+  metadata: {name: $name, labels: {app: krs-bench, round: "$round"}}
+  spec:
+    capacity: {storage: 1Gi}
+    accessModes: [ReadWriteOnce]
+    persistentVolumeReclaimPolicy: Retain
+    storageClassName: krs-bench-local
+    claimRef: {namespace: default, name: $name}
+    local: {path: $DIR/claims/$name}
+    nodeAffinity:
+      required:
+        nodeSelectorTerms:
+        - matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [$NODE]}]
+- apiVersion: v1
+  kind: PersistentVolumeClaim
+  metadata: {name: $name, namespace: default, labels: {app: krs-bench, round: "$round"}}
+  spec:
+    storageClassName: krs-bench-local
+    volumeName: $name
+    accessModes: [ReadWriteOnce]
+    resources: {requests: {storage: 1Gi}}
+YAML
+		done
+	} >"$BENCH/$round-claims.yaml"
+	kc create -f "$BENCH/$round-claims.yaml" >/dev/null
+	wait_until 120 "the claims of round $round Bound" claims_bound "$round" "$n"
+}
+claims_bound() { [[ "$(kc get pvc -l "round=$1" -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' | grep -c '^Bound$')" -ge "$2" ]]; }
 
 # One round: N pods created at once; appends each pod's latency (ms) to $BENCH/latency-N and
 # the round's last one to $BENCH/all-N.
 run_round() {
 	local round="$1" n="$2" keep="${3:-}" t0
 	write_round "$round" "$n"
+	((CLAIMS == 0)) || write_claims "$round" "$n"
 	t0="$(now_us)"
 	kc create -f "$BENCH/$round.yaml" >/dev/null
 	awk -v a="$t0" -v b="$(now_us)" 'BEGIN { printf "%.0f\n", (b - a) / 1000 }' >>"$BENCH/created-$n"
@@ -309,6 +367,9 @@ run_round() {
 	if [[ -z "$keep" ]]; then
 		kc delete pods -l "round=$round" --wait=true --timeout=180s >/dev/null
 		wait_until 180 "the pods of round $round to be gone" none_left "$round"
+		if ((CLAIMS)); then
+			kc delete pvc,pv -l "round=$round" --wait=true --timeout=120s >/dev/null
+		fi
 	fi
 }
 
@@ -340,6 +401,14 @@ wait_until 120 "the node's taints to be lifted" node_untainted
 if ((VOLUMES)); then
 	kc create configmap krs-bench-cfg --from-literal=app.conf=threads=4 >/dev/null
 	kc create secret generic krs-bench-sec --from-literal=password=hunter2 >/dev/null
+fi
+if ((CLAIMS)); then
+	kc apply -f - >/dev/null <<'YAML'
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: krs-bench-local}
+provisioner: kubernetes.io/no-provisioner
+YAML
 fi
 sleep 5
 
@@ -503,7 +572,7 @@ awk '{
 
 per_min() { awk -v n="$1" -v s="$IDLE_SECONDS" 'BEGIN { printf "%.1f", n * 60 / s }'; }
 echo
-echo "### $AGENT (node $NODE,$( ((VOLUMES)) && echo " pods with token, configMap and secret volumes,") $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "### $AGENT (node $NODE,$( ((VOLUMES)) && echo " pods with token, configMap and secret volumes,")$( ((CLAIMS)) && echo " pods with a local PV claim each,") $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg))"
 echo
 echo "| measure | value |"
 echo "|---|---|"
