@@ -285,7 +285,7 @@ impl FakeRuntime {
     }
 
     /// Calls `note` at each resources update with the container's name; what it returns
-    /// is logged with the call (and on a "noted" line at each task start and kill).
+    /// is logged with the call (and on a "noted" line at each task start, kill and delete).
     pub(crate) fn note_updates(&self, note: impl Fn(&str) -> String + Send + Sync + 'static) {
         self.lock().update_note = Some(Arc::new(note));
     }
@@ -652,8 +652,14 @@ impl Runtime for FakeRuntime {
 
     async fn delete_task(&self, id: &str) -> Result<()> {
         let target = self.target(id);
-        self.enter("delete_task", target).await?;
-        if let Some(c) = self.lock().containers.get_mut(id) {
+        self.enter("delete_task", target.clone()).await?;
+        let mut st = self.lock();
+        if let Some(note) = st.update_note.clone() {
+            let name = target.split('#').next().unwrap_or_default().to_string();
+            let line = format!("noted delete_task {target} {}", note(&name));
+            st.calls.push(line);
+        }
+        if let Some(c) = st.containers.get_mut(id) {
             c.task = None;
         }
         Ok(())

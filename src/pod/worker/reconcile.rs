@@ -239,6 +239,11 @@ impl Worker {
             self.stop_for_restart(pod, c, *kind, r, &sandbox, Restart::Resize)
                 .await?;
         }
+        if !restarts.is_empty() {
+            // Their tasks deleted now: an exited container's cgroup, quota and all, stays
+            // until then, and still holds the pod cgroup's quota up.
+            self.finalize_view().await?;
+        }
         match self.actuate_resize(pod).await {
             Ok(()) => self.resize_error = None,
             Err(e) => {

@@ -322,6 +322,11 @@ async fn a_container_restarted_for_a_smaller_cpu_is_stopped_before_the_pod_cgrou
         at("noted kill app#0").ends_with("cpu.max=100000 100000]"),
         "{noted:?}"
     );
+    // Its task (and with it its cgroup) is gone before the pod's quota is lowered too.
+    assert!(
+        at("noted delete_task app#0").ends_with("cpu.max=100000 100000]"),
+        "{noted:?}"
+    );
     assert!(
         at("noted start_task app#1").ends_with("cpu.max=50000 100000]"),
         "{noted:?}"
