@@ -93,6 +93,18 @@ struct FakeState {
     update_note: Option<UpdateNote>,
 }
 
+impl FakeState {
+    /// What the update note (`note_updates`) sees at `op` on `target` (`name#attempt`), on
+    /// a "noted" line of its own.
+    fn note(&mut self, op: &str, target: &str) {
+        if let Some(note) = self.update_note.clone() {
+            let name = target.split('#').next().unwrap_or_default();
+            let line = format!("noted {op} {target} {}", note(name));
+            self.calls.push(line);
+        }
+    }
+}
+
 type UpdateNote = Arc<dyn Fn(&str) -> String + Send + Sync>;
 
 /// The fake runtime; cheap to clone (clones share their state).
@@ -513,11 +525,7 @@ impl Runtime for FakeRuntime {
                 .unwrap_or_default(),
             None => return Err(Self::not_found("start task", id)),
         };
-        if let Some(note) = st.update_note.clone() {
-            // What the note sees as the task starts, on a line of its own.
-            let line = format!("noted start_task {target} {}", note(&name));
-            st.calls.push(line);
-        }
+        st.note("start_task", &target);
         let script = st
             .scripts
             .get_mut(&name)
@@ -614,11 +622,7 @@ impl Runtime for FakeRuntime {
         let target = self.target(id);
         self.enter("kill", format!("{target} {signal}")).await?;
         let mut st = self.lock();
-        if let Some(note) = st.update_note.clone() {
-            let name = target.split('#').next().unwrap_or_default().to_string();
-            let line = format!("noted kill {target} {}", note(&name));
-            st.calls.push(line);
-        }
+        st.note("kill", &target);
         if let Some(t) = st.containers.get_mut(id).and_then(|c| c.task.as_mut()) {
             let ends = signal == libc::SIGKILL as u32 || !t.ignores_term;
             if t.state == TaskState::Running && ends {
@@ -654,11 +658,7 @@ impl Runtime for FakeRuntime {
         let target = self.target(id);
         self.enter("delete_task", target.clone()).await?;
         let mut st = self.lock();
-        if let Some(note) = st.update_note.clone() {
-            let name = target.split('#').next().unwrap_or_default().to_string();
-            let line = format!("noted delete_task {target} {}", note(&name));
-            st.calls.push(line);
-        }
+        st.note("delete_task", &target);
         if let Some(c) = st.containers.get_mut(id) {
             c.task = None;
         }
