@@ -572,7 +572,11 @@ cleanup_agent() {
 	while read -r pin; do
 		[[ -n "$pin" ]] || continue
 		if [[ -z "$(ip netns pids "$(basename "$pin")" 2>/dev/null)" ]]; then
-			ip netns delete "$(basename "$pin")" 2>/dev/null || { umount "$pin" 2>/dev/null; rm -f "$pin"; }
+			# A pin still mounted elsewhere (another mount namespace holds it) stays: a warning,
+			# not the end of the clean-up (set -e stopped it before the results were written).
+			ip netns delete "$(basename "$pin")" 2>/dev/null ||
+				{ umount "$pin" 2>/dev/null; rm -f "$pin" 2>/dev/null; } ||
+				warn "$agent: network namespace pin $pin is busy; it stays"
 		fi
 	done < <(netns_pins | new_lines "$work/before.netns")
 	local live file
