@@ -431,12 +431,12 @@ async fn unstage(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::tests::{node, Node, DRIVER};
+mod tests_support {
+    use super::super::tests::Node;
     use super::*;
-    use serde_json::{json, Value};
+    use serde_json::json;
 
-    fn block_pod(uid: &str, read_only: bool) -> Pod {
+    pub(super) fn block_pod(uid: &str, read_only: bool) -> Pod {
         serde_json::from_value(json!({
             "metadata": {"name": format!("db-{uid}"), "namespace": "ns", "uid": uid},
             "spec": {
@@ -449,12 +449,20 @@ mod tests {
         .unwrap()
     }
 
-    fn block_volume(n: &Node) {
+    pub(super) fn block_volume(n: &Node) {
         n.put_claim_and_volume("pv-1", "vol-7");
         let mut volumes = n.objects.volumes.lock().unwrap();
         let pv = Arc::make_mut(volumes.get_mut("pv-1").unwrap());
         pv.spec.as_mut().unwrap().volume_mode = Some("Block".into());
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{node, DRIVER};
+    use super::tests_support::{block_pod, block_volume};
+    use super::*;
+    use serde_json::{json, Value};
 
     #[tokio::test]
     async fn a_block_claim_is_staged_published_and_mapped_at_upstreams_paths_and_undone_by_the_last_pod(
@@ -594,5 +602,67 @@ mod tests {
             e.event_message()
         );
         assert!(fs.driver.methods().is_empty());
+    }
+
+    /// An agent restarted finds the map on disk: no driver call, the volume in use again,
+    /// and its teardown unmaps, unpublishes and unstages what the earlier agent made.
+    #[tokio::test]
+    async fn a_restarted_agent_keeps_a_mapped_volume_and_tears_it_down_without_leaks() {
+        let n = node(true, true);
+        block_volume(&n);
+        n.put_driver(json!({"attachRequired": true}));
+        let va: k8s_openapi::api::storage::v1::VolumeAttachment = serde_json::from_value(json!({
+            "metadata": {"name": super::super::attachment_name("vol-7", DRIVER, "node-1")},
+            "spec": {"attacher": DRIVER, "nodeName": "node-1", "source": {"persistentVolumeName": "pv-1"}},
+            "status": {"attached": true}
+        }))
+        .unwrap();
+        n.objects.attachments.lock().unwrap().insert(
+            super::super::attachment_name("vol-7", DRIVER, "node-1"),
+            Arc::new(va),
+        );
+        let pod = block_pod("uid-a", false);
+        n.set_up(&pod).await.unwrap();
+        assert_eq!(n.driver.methods().len(), 2);
+
+        // The new process: nothing in memory but the registered driver.
+        let restarted = CsiHost {
+            in_use: Default::default(),
+            ..n.host.clone()
+        };
+        let ctx = crate::volume::DownwardContext {
+            node_name: "node-1".into(),
+            ..Default::default()
+        };
+        let v = crate::volume::setup_with(
+            &pod,
+            &n.pod_dir("uid-a"),
+            &ctx,
+            &n.objects,
+            &restarted,
+            n.m.clone(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(v.get("data").unwrap().kind, VolumeKind::Block);
+        assert_eq!(n.driver.methods().len(), 2, "the driver is asked nothing");
+        assert_eq!(
+            restarted.in_use.names(),
+            [format!("kubernetes.io/csi/{DRIVER}^vol-7")],
+            "in use again: the attach/detach controller must not detach it"
+        );
+        super::super::tear_down(&n.pod_dir("uid-a"), &restarted, n.m.clone())
+            .await
+            .unwrap();
+        assert_eq!(
+            n.driver.methods()[2..],
+            ["NodeUnpublishVolume", "NodeUnstageVolume"]
+        );
+        assert!(n.driver.mounted.lock().unwrap().is_empty());
+        assert!(restarted.in_use.names().is_empty());
+        assert!(!n
+            .root
+            .join("plugins/kubernetes.io/csi/volumeDevices/pv-1")
+            .exists());
     }
 }
