@@ -22,6 +22,8 @@ pub(crate) struct Call {
     pub mode: i32,
     pub mount_group: String,
     pub secrets: Vec<(String, String)>,
+    /// The capability's access type is Block (a raw block volume).
+    pub block: bool,
 }
 
 /// The driver: it records every call, marks targets and staging paths as mounted in the
@@ -77,7 +79,15 @@ fn blank(method: &'static str) -> Call {
         mode: 0,
         mount_group: String::new(),
         secrets: vec![],
+        block: false,
     }
+}
+
+fn is_block(c: &Option<pb::VolumeCapability>) -> bool {
+    matches!(
+        c.as_ref().and_then(|c| c.access_type.as_ref()),
+        Some(pb::volume_capability::AccessType::Block(_))
+    )
 }
 
 fn mode_and_group(c: &Option<pb::VolumeCapability>) -> (i32, String) {
@@ -112,6 +122,7 @@ impl node_server::Node for FakeDriver {
             mode,
             mount_group,
             secrets: sorted(&r.secrets),
+            block: is_block(&r.volume_capability),
             ..blank("NodeStageVolume")
         });
         Ok(Response::new(pb::NodeStageVolumeResponse {}))
@@ -148,6 +159,7 @@ impl node_server::Node for FakeDriver {
             mode,
             mount_group,
             secrets: sorted(&r.secrets),
+            block: is_block(&r.volume_capability),
             ..blank("NodePublishVolume")
         });
         if let Some(s) = self.fail_publish.lock().unwrap().clone() {
@@ -155,7 +167,12 @@ impl node_server::Node for FakeDriver {
             let _ = std::fs::create_dir_all(&r.target_path);
             return Err(s);
         }
-        std::fs::create_dir_all(&r.target_path)?;
+        if is_block(&r.volume_capability) {
+            // A block volume is published as a file (here an empty one, for a device node).
+            std::fs::write(&r.target_path, "")?;
+        } else {
+            std::fs::create_dir_all(&r.target_path)?;
+        }
         self.mounted
             .lock()
             .unwrap()
@@ -171,7 +188,9 @@ impl node_server::Node for FakeDriver {
             .lock()
             .unwrap()
             .remove(Path::new(&r.target_path));
-        let _ = std::fs::remove_dir(&r.target_path);
+        if std::fs::remove_dir(&r.target_path).is_err() {
+            let _ = std::fs::remove_file(&r.target_path);
+        }
         self.record(Call {
             volume_id: r.volume_id,
             target: r.target_path,

@@ -30,10 +30,12 @@ use super::RuntimeError;
 use crate::quantity::Quantity;
 use crate::volume::Allocatable;
 
+mod devices;
 mod env;
 pub mod seccomp;
 mod service_env;
 
+pub use devices::{add_devices, DeviceInfo};
 pub use env::{container_env, env_references, expand, EnvError, EnvObjects, EnvReferences};
 pub use service_env::{service_env, service_links_enabled};
 
@@ -974,7 +976,7 @@ mod tests {
         }
     }
 
-    fn pod(container: Value) -> (Pod, Container) {
+    pub(super) fn pod(container: Value) -> (Pod, Container) {
         let p: Pod = serde_json::from_value(json!({
             "metadata": {"name": "p-node", "namespace": "default", "uid": "u1", "labels": {"app": "x"}},
             "spec": {"containers": [container]}
@@ -995,7 +997,7 @@ mod tests {
         }
     }
 
-    fn spec_of(p: &Pod, c: &Container) -> Result<Spec, RuntimeError> {
+    pub(super) fn spec_of(p: &Pod, c: &Container) -> Result<Spec, RuntimeError> {
         let env =
             container_env(p, c, &image(), &ctx(), &EnvObjects::default()).map_err(|e| match e {
                 EnvError::Spec(e) => e,

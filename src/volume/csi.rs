@@ -27,8 +27,11 @@
 //! volume's nodePublishSecretRef in the pod's namespace) are read through `objects` at
 //! each call and sent with it; one that cannot be read is a transient FailedMount.
 //!
-//! Not done yet: serviceAccount tokens for drivers that ask (tokenRequests), requiresRepublish, raw block
-//! volumes, SELinux mount contexts.
+//! Raw block volumes (a PV with volumeMode Block) are staged, published and mapped as
+//! upstream's CSI block mapper does (`block`).
+//!
+//! Not done yet: serviceAccount tokens for drivers that ask (tokenRequests), requiresRepublish,
+//! SELinux mount contexts.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -184,6 +187,9 @@ struct CsiVolume {
     /// NodePublishVolume.
     stage_secret: Option<(String, String)>,
     publish_secret: Option<(String, String)>,
+    /// A raw block volume (the PV's volumeMode Block): staged and published as a device
+    /// and mapped for the pod (`block`).
+    block: bool,
 }
 
 /// What the CSI pass made of one volume, for the blocking pass to report.
@@ -230,6 +236,7 @@ fn csi_volumes(pod: &Pod, fetched: &Fetched, pod_name: &str) -> Vec<CsiVolume> {
                 mount_options: vec![],
                 lifecycle: EPHEMERAL,
                 stage_secret: None,
+                block: false,
                 // An inline volume's Secret is the pod's namespace's.
                 publish_secret: src.node_publish_secret_ref.as_ref().map(|r| {
                     let ns = pod.metadata.namespace.clone().unwrap_or_default();
@@ -256,8 +263,12 @@ fn persistent_csi(pod: &Pod, vol: &Volume, fetched: &Fetched, pod_name: &str) ->
     let (pv, claim_read_only) = super::persistent::resolve(pod, vol, fetched, &blame).ok()?;
     let spec = pv.spec.as_ref()?;
     let src = spec.csi.as_ref()?;
-    if spec.volume_mode.as_deref() == Some("Block") {
-        // Refused by the set-up pass, naming the mode.
+    let mode = super::block::volume_mode(&pv);
+    if super::block::uses(pod)
+        .check(pod_name, &vol.name, mode)
+        .is_err()
+    {
+        // Refused by the set-up pass, in upstream's words; the driver is not asked.
         return None;
     }
     let access_modes = spec.access_modes.clone().unwrap_or_default();
@@ -278,6 +289,7 @@ fn persistent_csi(pod: &Pod, vol: &Volume, fetched: &Fetched, pod_name: &str) ->
         lifecycle: PERSISTENT,
         stage_secret: src.node_stage_secret_ref.as_ref().map(secret_ref),
         publish_secret: src.node_publish_secret_ref.as_ref().map(secret_ref),
+        block: mode == super::block::BLOCK,
     })
 }
 
@@ -474,96 +486,23 @@ async fn set_up_one(
     if v.lifecycle == PERSISTENT {
         host.in_use.add(&unique, uid);
     }
+    if v.block {
+        return block::set_up(pod, pod_dir, v, objects, host, m, &attachment).await;
+    }
     {
         let (m, t) = (m.clone(), target.clone());
         if blocking(move || mounted(&m, &t)).await.unwrap_or(false) {
             return Ok(done);
         }
     }
-    let Some(driver) = host.drivers.get(&v.driver) else {
-        let reason = format!(
-            "driver name {} not found in the list of registered CSI drivers",
-            v.driver
-        );
-        // Upstream treats a driver that has not registered yet as transient.
-        return Err(if v.lifecycle == PERSISTENT {
-            (
-                mount_device_failed(format!(
-                    "{LOG_PREFIX}attacher.MountDevice failed to create newCsiDriverClient: {reason}"
-                )),
-                true,
-            )
-        } else {
-            (
-                set_up_failed(format!(
-                    "{LOG_PREFIX}mounter.SetUpAt failed to get CSI client: {reason}"
-                )),
-                true,
-            )
-        });
-    };
-    let csi_driver = objects.csi_driver(&v.driver).await.map_err(|e| {
-        (
-            set_up_failed(format!(
-                "{LOG_PREFIX}failed to read CSIDriver {}: {e}",
-                v.driver
-            )),
-            true,
-        )
-    })?;
+    let Prepared {
+        client,
+        csi_driver,
+        publish_context,
+        caps,
+    } = prepare(v, objects, host, &attachment, Step::Mount).await?;
     let csi_driver = csi_driver.as_deref();
-    let modes = csi_driver
-        .and_then(|d| d.spec.volume_lifecycle_modes.clone())
-        .unwrap_or_else(|| vec![PERSISTENT.into()]);
-    if !modes.iter().any(|m| m == v.lifecycle) {
-        return Err((
-            set_up_failed(format!(
-                "{LOG_PREFIX}mounter.SetupAt failed to check volume lifecycle mode: volume mode {:?} not supported by driver {} (only supports {:?})",
-                v.lifecycle, v.driver, modes
-            )),
-            false,
-        ));
-    }
-    let client = DriverClient::new(&driver.endpoint);
     let rpc_failed = |e: CsiError| e.to_string();
-
-    // Attach: the controller's VolumeAttachment, waited for.
-    let mut publish_context = HashMap::new();
-    let attach_required = csi_driver
-        .and_then(|d| d.spec.attach_required)
-        .unwrap_or(true);
-    if v.lifecycle == PERSISTENT && attach_required {
-        let va = objects.volume_attachment(&attachment).await;
-        let status = va.as_ref().ok().and_then(|va| va.status.clone());
-        match status {
-            Some(s) if s.attached => {
-                publish_context.extend(s.attachment_metadata.unwrap_or_default());
-            }
-            other => {
-                let why = match (&va, other.and_then(|s| s.attach_error)) {
-                    (_, Some(err)) => format!(
-                        "attachment {attachment} failed: {}",
-                        err.message.unwrap_or_default()
-                    ),
-                    (Err(e), _) if !e.is_not_found() => {
-                        format!("cannot read VolumeAttachment {attachment}: {e}")
-                    }
-                    _ => format!("volume {} is not attached to this node yet (VolumeAttachment {attachment})", v.spec_name),
-                };
-                return Err((
-                    format!(
-                        "Unable to attach or mount volumes: unmounted volumes=[{0}], unattached volumes=[{0}]: {why}",
-                        v.pod_volume
-                    ),
-                    true,
-                ));
-            }
-        }
-    }
-    let caps = client
-        .node_capabilities()
-        .await
-        .map_err(|e| (mount_device_failed(rpc_failed(e)), true))?;
     let group = if v.read_only {
         None
     } else {
@@ -698,6 +637,158 @@ async fn set_up_one(
     Ok(done)
 }
 
+/// What every CSI set-up needs first: the registered driver's client, its CSIDriver, the
+/// attachment's publish context (waited for when the driver needs attaching) and the
+/// driver's node capabilities.
+struct Prepared {
+    client: DriverClient,
+    csi_driver: Option<Arc<CSIDriver>>,
+    publish_context: HashMap<String, String>,
+    caps: NodeCapabilities,
+}
+
+/// Which of upstream's operations a set-up is, for its words: a file system volume's mount
+/// (MountVolume.MountDevice, then MountVolume.SetUp) or a raw block volume's map
+/// (MapVolume.SetUpDevice, then MapVolume.MapPodDevice).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Mount,
+    Map,
+}
+
+impl Step {
+    /// The words of a failure while staging (or before).
+    fn stage_failed(self, v: &CsiVolume, reason: String) -> String {
+        let op = match self {
+            Step::Mount => "MountVolume.MountDevice",
+            Step::Map => "MapVolume.SetUpDevice",
+        };
+        format!("{op} failed for volume {:?} : {reason}", v.spec_name)
+    }
+    /// The words of a failure while publishing.
+    fn publish_failed(self, v: &CsiVolume, reason: String) -> String {
+        let op = match self {
+            Step::Mount => "MountVolume.SetUp",
+            Step::Map => "MapVolume.MapPodDevice",
+        };
+        format!("{op} failed for volume {:?} : {reason}", v.spec_name)
+    }
+}
+
+async fn prepare(
+    v: &CsiVolume,
+    objects: &dyn ClusterObjects,
+    host: &CsiHost,
+    attachment: &str,
+    step: Step,
+) -> Result<Prepared, (String, bool)> {
+    let Some(driver) = host.drivers.get(&v.driver) else {
+        let reason = format!(
+            "driver name {} not found in the list of registered CSI drivers",
+            v.driver
+        );
+        // Upstream treats a driver that has not registered yet as transient.
+        return Err(if step == Step::Map {
+            (
+                step.stage_failed(
+                    v,
+                    format!(
+                        "{LOG_PREFIX}blockMapper.SetUpDevice failed to get CSI client: {reason}"
+                    ),
+                ),
+                true,
+            )
+        } else if v.lifecycle == PERSISTENT {
+            (
+                step.stage_failed(
+                    v,
+                    format!("{LOG_PREFIX}attacher.MountDevice failed to create newCsiDriverClient: {reason}"),
+                ),
+                true,
+            )
+        } else {
+            (
+                step.publish_failed(
+                    v,
+                    format!("{LOG_PREFIX}mounter.SetUpAt failed to get CSI client: {reason}"),
+                ),
+                true,
+            )
+        });
+    };
+    let csi_driver = objects.csi_driver(&v.driver).await.map_err(|e| {
+        (
+            step.publish_failed(
+                v,
+                format!("{LOG_PREFIX}failed to read CSIDriver {}: {e}", v.driver),
+            ),
+            true,
+        )
+    })?;
+    let modes = csi_driver
+        .as_deref()
+        .and_then(|d| d.spec.volume_lifecycle_modes.clone())
+        .unwrap_or_else(|| vec![PERSISTENT.into()]);
+    if !modes.iter().any(|m| m == v.lifecycle) {
+        return Err((
+            step.publish_failed(
+                v,
+                format!(
+                    "{LOG_PREFIX}mounter.SetupAt failed to check volume lifecycle mode: volume mode {:?} not supported by driver {} (only supports {:?})",
+                    v.lifecycle, v.driver, modes
+                ),
+            ),
+            false,
+        ));
+    }
+    let client = DriverClient::new(&driver.endpoint);
+
+    // Attach: the controller's VolumeAttachment, waited for.
+    let mut publish_context = HashMap::new();
+    let attach_required = csi_driver
+        .as_deref()
+        .and_then(|d| d.spec.attach_required)
+        .unwrap_or(true);
+    if v.lifecycle == PERSISTENT && attach_required {
+        let va = objects.volume_attachment(attachment).await;
+        let status = va.as_ref().ok().and_then(|va| va.status.clone());
+        match status {
+            Some(s) if s.attached => {
+                publish_context.extend(s.attachment_metadata.unwrap_or_default());
+            }
+            other => {
+                let why = match (&va, other.and_then(|s| s.attach_error)) {
+                    (_, Some(err)) => format!(
+                        "attachment {attachment} failed: {}",
+                        err.message.unwrap_or_default()
+                    ),
+                    (Err(e), _) if !e.is_not_found() => {
+                        format!("cannot read VolumeAttachment {attachment}: {e}")
+                    }
+                    _ => format!("volume {} is not attached to this node yet (VolumeAttachment {attachment})", v.spec_name),
+                };
+                return Err((
+                    format!(
+                        "Unable to attach or mount volumes: unmounted volumes=[{0}], unattached volumes=[{0}]: {why}",
+                        v.pod_volume
+                    ),
+                    true,
+                ));
+            }
+        }
+    }
+    let caps = client
+        .node_capabilities()
+        .await
+        .map_err(|e| (step.stage_failed(v, e.to_string()), true))?;
+    Ok(Prepared {
+        client,
+        csi_driver,
+        publish_context,
+        caps,
+    })
+}
+
 /// Unpublishes the pod's CSI volumes and unstages those no other pod uses, from their
 /// `vol_data.json`; the folders go once the driver is done. Idempotent; an error leaves the
 /// volume for the next try.
@@ -706,6 +797,7 @@ pub(super) async fn tear_down(
     host: &CsiHost,
     m: Arc<dyn Mounter>,
 ) -> Result<(), VolumeError> {
+    block::tear_down(pod_dir, host, &m).await?;
     let dir = pod_dir.join("volumes").join(CSI_PLUGIN);
     let entries: Vec<PathBuf> = {
         let d = dir.clone();
@@ -888,5 +980,6 @@ async fn remove_staging(staging: &Path) {
     .await;
 }
 
+mod block;
 #[cfg(test)]
 mod tests;

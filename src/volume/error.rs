@@ -82,6 +82,38 @@ pub enum VolumeError {
         transient: bool,
     },
 
+    /// A claim's volume mode disagrees with how a container uses it (upstream's populator:
+    /// a Block volume in volumeMounts, a Filesystem one in volumeDevices).
+    #[error("pod {pod}: container {container:?}: volume {volume:?}: volume {volume} has volumeMode {mode}, but is specified in {field}")]
+    VolumeMode {
+        pod: String,
+        /// The first container naming the volume in `field`.
+        container: String,
+        volume: String,
+        mode: String,
+        field: &'static str,
+    },
+
+    /// Mapping a raw block volume failed (upstream's "MapVolume.<op> failed").
+    #[error("pod {pod}: MapVolume.{op} failed for volume {volume:?} : {reason}")]
+    Map {
+        pod: String,
+        volume: String,
+        op: &'static str,
+        reason: String,
+    },
+
+    /// A container's volumeDevice cannot be given to it (upstream's makeBlockVolumes).
+    #[error("pod {pod}: container {container:?}: volumeDevices[{index}] (volume {volume:?}): {field}: {reason}")]
+    Device {
+        pod: String,
+        container: String,
+        index: usize,
+        volume: String,
+        field: &'static str,
+        reason: String,
+    },
+
     /// A container's volumeMount cannot be turned into a mount.
     #[error("pod {pod}: container {container:?}: volumeMounts[{index}] (volume {volume:?}): {field}: {reason}")]
     Mount {
@@ -166,6 +198,14 @@ impl VolumeError {
                 "Unable to attach or mount volumes: unmounted volumes=[{volume}], unattached volumes=[{volume}], failed to process volumes=[{volume}]: error processing PVC {claim}: {reason}"
             ),
             VolumeError::Csi { message, .. } => message.clone(),
+            VolumeError::VolumeMode {
+                volume, mode, field, ..
+            } => format!(
+                "Unable to attach or mount volumes: unmounted volumes=[{volume}], unattached volumes=[{volume}], failed to process volumes=[{volume}]: volume {volume} has volumeMode {mode}, but is specified in {field}"
+            ),
+            VolumeError::Map {
+                volume, op, reason, ..
+            } => format!("MapVolume.{op} failed for volume {volume:?} : {reason}"),
             VolumeError::NodeAffinity { volume, reason, .. } => {
                 format!("MountVolume.NodeAffinity check failed for volume {volume:?} : {reason}")
             }
@@ -179,7 +219,9 @@ impl VolumeError {
     pub fn waiting_reason(&self) -> &'static str {
         match self {
             // Upstream's makeMounts fails the container's config for a subPath too.
-            VolumeError::Mount { .. } | VolumeError::SubPath { .. } => "CreateContainerConfigError",
+            VolumeError::Mount { .. }
+            | VolumeError::SubPath { .. }
+            | VolumeError::Device { .. } => "CreateContainerConfigError",
             _ => "ContainerCreating",
         }
     }

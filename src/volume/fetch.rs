@@ -35,6 +35,8 @@ pub struct Fetched {
     /// The CSI volumes as their drivers left them this pass (`volume::csi`), by pod volume
     /// name.
     pub(super) csi: BTreeMap<String, super::csi::Outcome>,
+    /// The agent's root dir: raw block volumes are mapped under its `plugins` folder.
+    pub(super) root_dir: std::path::PathBuf,
 }
 
 /// What an optional or required reference resolves to: the object, nothing (missing but

@@ -21,13 +21,16 @@
 //! containers are gone.
 //!
 //! persistentVolumeClaim and generic `ephemeral` volumes resolve to their bound
-//! PersistentVolume (`persistent`): in-tree `local` and `hostPath` ones are served. CSI
-//! and network volumes, raw block volumes, clusterTrustBundle and podCertificate
-//! projections are refused with an error naming the volume and its kind. Not done yet: SELinux
+//! PersistentVolume (`persistent`): in-tree `local` and `hostPath` ones are served, CSI ones
+//! through their driver (`csi`); with `volumeMode: Block` (local and CSI) they are raw block
+//! volumes, mapped for the containers' volumeDevices (`block`, [`container_devices`]).
+//! Network volumes, clusterTrustBundle and podCertificate projections are refused with an
+//! error naming the volume and its kind. Not done yet: SELinux
 //! relabelling, emptyDir sizeLimit on disk (upstream enforces it by eviction), hugepages
 //! media, fsGroup on emptyDir and hostPath (upstream leaves hostPath alone too).
 
 mod atomic_writer;
+mod block;
 pub mod csi;
 mod downward;
 mod empty_dir;
@@ -52,6 +55,7 @@ use tracing::{debug, info};
 
 use crate::objects::{ClusterObjects, ObjectError, ObjectKind};
 
+pub use block::container_devices;
 pub use downward::{format_map, go_quote, resource_value};
 pub use error::VolumeError;
 pub use mounts::container_mounts;
@@ -99,6 +103,9 @@ pub enum VolumeKind {
     Local,
     /// A CSI volume, published by its driver into the pod's dir.
     Csi,
+    /// A raw block volume (volumeMode Block: a `local` or CSI PV): `path` is the pod's link
+    /// to the device, `<pod>/volumeDevices/<plugin>/<pv>`.
+    Block,
 }
 
 /// One volume as it exists on the host.
@@ -193,6 +200,7 @@ async fn setup_with(
     m: Arc<dyn Mounter>,
 ) -> Result<PodVolumes, VolumeError> {
     let mut fetched = fetch::fetch(pod, &ctx.node_name, objects).await;
+    fetched.root_dir = csi_host.root_dir.clone();
     // The CSI drivers' calls are async: made now, their outcomes read by the blocking pass.
     csi::set_up(pod, pod_dir, &mut fetched, objects, csi_host, m.clone()).await;
     let (pod, pod_dir, ctx) = (pod.clone(), pod_dir.to_path_buf(), ctx.clone());
@@ -208,10 +216,13 @@ async fn setup_with(
 pub async fn teardown_pod_volumes(pod_dir: &Path, csi: &csi::CsiHost) -> Result<(), VolumeError> {
     // The drivers first: they unmount what they mounted, and may keep state to release.
     csi::tear_down(pod_dir, csi, Arc::new(SysMounter)).await?;
-    let pod_dir = pod_dir.to_path_buf();
-    tokio::task::spawn_blocking(move || teardown::teardown(&pod_dir, &SysMounter))
-        .await
-        .map_err(|e| VolumeError::Worker(e.to_string()))?
+    let (pod_dir, root_dir) = (pod_dir.to_path_buf(), csi.root_dir.clone());
+    tokio::task::spawn_blocking(move || {
+        block::tear_down_local(&pod_dir, &root_dir, &SysMounter)?;
+        teardown::teardown(&pod_dir, &SysMounter)
+    })
+    .await
+    .map_err(|e| VolumeError::Worker(e.to_string()))?
 }
 
 fn pod_display(pod: &Pod) -> String {
@@ -259,7 +270,7 @@ fn set_fields<T: serde::Serialize>(v: &T) -> Vec<String> {
 
 fn unsupported_hint(kind: &str) -> &'static str {
     match kind {
-        "Block" => " (raw block volumes are not served by this agent yet)",
+        "Block" => " (raw block volumes are served from in-tree local and CSI volumes only)",
         "clusterTrustBundle" | "podCertificate" => {
             " (this projection is not implemented by this agent yet)"
         }

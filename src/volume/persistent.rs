@@ -14,9 +14,11 @@
 //!   first mount when writable; `hostPath` volumes are used where they are, with the
 //!   hostPath type checks. Teardown unmounts the bind without entering it (`teardown`).
 //!
+//! A PV with `volumeMode: Block` is a raw block volume (`block`): its mode is checked
+//! against the containers' use of it, an in-tree `local` one mapped here.
+//!
 //! CSI volumes are set up by their driver (`csi`, before this blocking pass). Other sources
-//! (network storage) and raw block volumes are refused naming the source: they are not
-//! served by this agent yet.
+//! (network storage) are refused naming the source: they are not served by this agent yet.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -149,9 +151,9 @@ pub(super) fn setup(
         volume: &pv_name,
     };
     let spec = pv.spec.clone().unwrap_or_default();
-    if spec.volume_mode.as_deref() == Some("Block") {
-        return Err(pv_blame.unsupported("persistentVolume volumeMode Block"));
-    }
+    // Upstream's populator: the pod's volume, by its own name, against the PV's mode.
+    let mode = super::block::volume_mode(&pv);
+    super::block::uses(pod).check(blame.pod, &vol.name, mode)?;
     if let Some(required) = spec
         .node_affinity
         .as_ref()
@@ -170,14 +172,19 @@ pub(super) fn setup(
             });
         }
     }
-    if let Some(local) = &spec.local {
-        return setup_local(pod, &pv_name, &local.path, read_only, pod_dir, &pv_blame, m);
-    }
     if spec.csi.is_some() {
-        // Mounted by the driver before this blocking pass (`volume::csi`).
+        // Set up (mounted or mapped) by the driver before this blocking pass (`volume::csi`).
         return fetched.csi_outcome(&vol.name).unwrap_or_else(|| {
             Err(pv_blame.failed("the CSI volume was not set up before this pass".into()))
         });
+    }
+    if mode == super::block::BLOCK {
+        return setup_block(
+            pod, &spec, &pv_name, read_only, pod_dir, fetched, &pv_blame, m,
+        );
+    }
+    if let Some(local) = &spec.local {
+        return setup_local(pod, &pv_name, &local.path, read_only, pod_dir, &pv_blame, m);
     }
     if let Some(hp) = &spec.host_path {
         host_path::check_path(&hp.path)
@@ -196,6 +203,39 @@ pub(super) fn setup(
         .find(|f| !NOT_SOURCES.contains(&f.as_str()))
         .unwrap_or_else(|| "none".into());
     Err(pv_blame.unsupported(&format!("persistentVolume.{kind}")))
+}
+
+/// A PV with volumeMode Block but not CSI (mapped by its driver before this pass): an
+/// in-tree `local` device is mapped here; other sources have no block mapper, as upstream's.
+#[allow(clippy::too_many_arguments)]
+fn setup_block(
+    pod: &Pod,
+    spec: &k8s_openapi::api::core::v1::PersistentVolumeSpec,
+    pv_name: &str,
+    read_only: bool,
+    pod_dir: &Path,
+    fetched: &Fetched,
+    blame: &Blame<'_>,
+    m: &dyn Mounter,
+) -> Result<HostVolume, VolumeError> {
+    if let Some(local) = &spec.local {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        return super::block::set_up_local(
+            uid,
+            pv_name,
+            &local.path,
+            read_only,
+            pod_dir,
+            &fetched.root_dir,
+            blame,
+            m,
+        );
+    }
+    let kind = super::set_fields(spec)
+        .into_iter()
+        .find(|f| !NOT_SOURCES.contains(&f.as_str()))
+        .unwrap_or_else(|| "none".into());
+    Err(blame.unsupported(&format!("persistentVolume.{kind} volumeMode Block")))
 }
 
 /// The fields of a PersistentVolumeSpec that are not its volume source.

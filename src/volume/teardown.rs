@@ -29,7 +29,9 @@ fn err(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> VolumeError {
 pub fn teardown(pod_dir: &Path, m: &dyn Mounter) -> Result<(), VolumeError> {
     // The subPath binds first: they hold views into the volumes.
     unmount_and_remove(&pod_dir.join(SUBPATHS_DIR), m)?;
-    unmount_and_remove(&pod_dir.join("volumes"), m)
+    unmount_and_remove(&pod_dir.join("volumes"), m)?;
+    // Only links to devices are left there once the block volumes are unmapped (before).
+    unmount_and_remove(&pod_dir.join(super::block::VOLUME_DEVICES_DIR), m)
 }
 
 /// Unmounts everything at or below `root` (deepest first), then removes `root`.

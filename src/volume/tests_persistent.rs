@@ -277,3 +277,67 @@ async fn an_ephemeral_volume_uses_its_pods_own_claim_only() {
     let v = set_up(&pod(vols), tmp.path(), &o, &m).await.unwrap();
     assert_eq!(v.get("scratch").unwrap().kind, VolumeKind::Local);
 }
+
+#[tokio::test]
+async fn a_block_volume_needs_volume_devices_and_only_local_and_csi_serve_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = FakeMounter::default();
+    let mounted: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "db", "namespace": "ns", "uid": "pod-uid"},
+        "spec": {"containers": [{"name": "c", "image": "i",
+                                 "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                 "volumes": data_claim(false)}
+    }))
+    .unwrap();
+    let local = volume(
+        "pv-raw",
+        "uid-data",
+        json!({"volumeMode": "Block", "local": {"path": "/dev/null"}}),
+    );
+    let o = objects(vec![claim("data", "Bound", "pv-raw")], vec![local]);
+    let e = set_up(&mounted, tmp.path(), &o, &m).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "pod db_ns(pod-uid): container \"c\": volume \"data\": volume data has volumeMode Block, but is specified in volumeMounts"
+    );
+    assert!(m.binds.lock().unwrap().is_empty(), "nothing mapped");
+
+    let mut device = mounted.clone();
+    let c = &mut device.spec.as_mut().unwrap().containers[0];
+    c.volume_mounts = None;
+    c.volume_devices = Some(vec![serde_json::from_value(
+        json!({"name": "data", "devicePath": "/dev/xvda"}),
+    )
+    .unwrap()]);
+    // /dev/null is a character device: a local block PV must be a block device.
+    let e = set_up(&device, tmp.path(), &o, &m).await.unwrap_err();
+    assert_eq!(
+        e.event_message(),
+        "MapVolume.MapPodDevice failed for volume \"pv-raw\" : local volume path /dev/null is not a block device"
+    );
+
+    let host = volume(
+        "pv-raw",
+        "uid-data",
+        json!({"volumeMode": "Block", "hostPath": {"path": "/dev/null"}}),
+    );
+    let o = objects(vec![claim("data", "Bound", "pv-raw")], vec![host]);
+    let e = set_up(&device, tmp.path(), &o, &m).await.unwrap_err();
+    assert!(
+        e.to_string().ends_with(
+            "volume kind persistentVolume.hostPath volumeMode Block is not supported by this node agent \
+             (raw block volumes are served from in-tree local and CSI volumes only)"
+        ),
+        "{e}"
+    );
+
+    // A Filesystem volume in volumeDevices.
+    let files = volume("pv-raw", "uid-data", json!({"local": {"path": tmp.path()}}));
+    let o = objects(vec![claim("data", "Bound", "pv-raw")], vec![files]);
+    let e = set_up(&device, tmp.path(), &o, &m).await.unwrap_err();
+    assert!(
+        e.to_string()
+            .ends_with("volume data has volumeMode Filesystem, but is specified in volumeDevices"),
+        "{e}"
+    );
+}

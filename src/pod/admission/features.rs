@@ -125,9 +125,6 @@ fn container_wants(c: &Container, at: &str, want: &mut impl FnMut(&'static str, 
         );
     }
     unmasked_proc(c.security_context.as_ref(), at, want);
-    if !c.volume_devices.as_deref().unwrap_or_default().is_empty() {
-        want("BlockVolume", format!("{at}.volumeDevices"));
-    }
 }
 
 #[cfg(test)]
@@ -212,7 +209,6 @@ mod tests {
             "Pod requires node features that are not available: \
              DynamicResourceAllocation (spec.containers[1].resources.claims), \
              ProcMountType (spec.containers[1].securityContext.procMount: Unmasked), \
-             BlockVolume (spec.containers[1].volumeDevices), \
              ProcMountType (spec.ephemeralContainers[0].securityContext.procMount: Unmasked) \
              (not implemented by kubelet-rs yet)"
         );

@@ -178,7 +178,8 @@ pub(super) fn stats_volumes(pod: &Pod, volumes: &PodVolumes) -> Vec<VolumeInfo> 
                 | VolumeKind::Projected => (Measure::Walk, false),
                 VolumeKind::Local => (Measure::StatFs, false),
                 VolumeKind::Csi => (Measure::Reported, false),
-                VolumeKind::HostPath => return None,
+                // Raw block volumes: not measured yet (upstream reports their capacity).
+                VolumeKind::HostPath | VolumeKind::Block => return None,
             };
             let source = spec.iter().find(|s| s.name == name);
             let claim = source.and_then(|s| {

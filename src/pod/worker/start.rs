@@ -255,14 +255,19 @@ impl Worker {
             .map_err(|e| config_error(e.to_string()))?;
         // Mount sources are resolved on the host (subPath directories made, symlinks
         // checked): file-system work, off the async runtime.
-        let mut mounts = match sandbox.volumes.clone() {
+        let (mut mounts, devices) = match sandbox.volumes.clone() {
             Some(v) => {
                 let (container, env) = (c.clone(), env.clone());
-                blocking(move || volume::container_mounts(&container, &v, &env))
-                    .await
-                    .map_err(|e| Waiting::new(e.waiting_reason(), e.to_string()))?
+                blocking(move || {
+                    Ok::<_, volume::VolumeError>((
+                        volume::container_mounts(&container, &v, &env)?,
+                        volume::container_devices(&container, &v)?,
+                    ))
+                })
+                .await
+                .map_err(|e| Waiting::new(e.waiting_reason(), e.to_string()))?
             }
-            None => Vec::new(),
+            None => (Vec::new(), Vec::new()),
         };
         // The instance's termination message file, after the volume mounts (as upstream).
         let message_file = match c
@@ -303,6 +308,17 @@ impl Worker {
             }
             _ => config_error(e.to_string()),
         })?;
+        // The raw block volumes' devices, resolved on the host as containerd's CRI resolves
+        // a container's devices (a device that cannot be read fails its CreateContainer).
+        if !devices.is_empty() {
+            let (name, spec) = (c.name.clone(), oci);
+            oci = blocking(move || {
+                let mut spec = spec;
+                spec::add_devices(&mut spec, &name, &devices).map(|()| spec)
+            })
+            .await
+            .map_err(|e| Waiting::new("CreateContainerError", e.to_string()))?;
+        }
         let id = new_container_id();
         self.set_seccomp(pod, c, &id, &mut oci).await?;
         spec::set_cgroup_leaf(&mut oci, &ctx.cgroup_parent, &id);

@@ -19,7 +19,7 @@ use crate::objects::fake::FakeObjects;
 use crate::volume::mounter::Mounter;
 use crate::volume::{setup_with, DownwardContext};
 
-const DRIVER: &str = "csi.example.com";
+pub(super) const DRIVER: &str = "csi.example.com";
 
 /// Mount points as the fake driver leaves them.
 struct SeesDriver(Arc<Mutex<HashSet<PathBuf>>>);
@@ -55,17 +55,17 @@ impl Mounter for SeesDriver {
     }
 }
 
-struct Node {
+pub(super) struct Node {
     _tmp: tempfile::TempDir,
-    root: PathBuf,
-    driver: FakeDriver,
-    host: CsiHost,
-    objects: FakeObjects,
-    m: Arc<dyn Mounter>,
+    pub(super) root: PathBuf,
+    pub(super) driver: FakeDriver,
+    pub(super) host: CsiHost,
+    pub(super) objects: FakeObjects,
+    pub(super) m: Arc<dyn Mounter>,
     _server: tokio::task::JoinHandle<()>,
 }
 
-fn node(stage: bool, registered: bool) -> Node {
+pub(super) fn node(stage: bool, registered: bool) -> Node {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().to_path_buf();
     let driver = FakeDriver {
@@ -103,10 +103,10 @@ fn node(stage: bool, registered: bool) -> Node {
 }
 
 impl Node {
-    fn pod_dir(&self, uid: &str) -> PathBuf {
+    pub(super) fn pod_dir(&self, uid: &str) -> PathBuf {
         self.root.join("pods").join(uid)
     }
-    fn put_claim_and_volume(&self, pv: &str, handle: &str) {
+    pub(super) fn put_claim_and_volume(&self, pv: &str, handle: &str) {
         let claim: PersistentVolumeClaim = serde_json::from_value(json!({
             "metadata": {"name": "data", "namespace": "ns", "uid": "claim-uid"},
             "spec": {"volumeName": pv}, "status": {"phase": "Bound"}
@@ -134,7 +134,7 @@ impl Node {
             .unwrap()
             .insert(pv.into(), Arc::new(volume));
     }
-    fn put_driver(&self, spec: Value) {
+    pub(super) fn put_driver(&self, spec: Value) {
         let d: CSIDriver =
             serde_json::from_value(json!({"metadata": {"name": DRIVER}, "spec": spec})).unwrap();
         self.objects
@@ -143,7 +143,7 @@ impl Node {
             .unwrap()
             .insert(DRIVER.into(), Arc::new(d));
     }
-    async fn set_up(&self, pod: &Pod) -> Result<crate::volume::PodVolumes, VolumeError> {
+    pub(super) async fn set_up(&self, pod: &Pod) -> Result<crate::volume::PodVolumes, VolumeError> {
         let uid = pod.metadata.uid.clone().unwrap();
         let ctx = DownwardContext {
             node_name: "node-1".into(),
@@ -159,7 +159,7 @@ impl Node {
         )
         .await
     }
-    async fn tear_down(&self, uid: &str) -> Result<(), VolumeError> {
+    pub(super) async fn tear_down(&self, uid: &str) -> Result<(), VolumeError> {
         tear_down(&self.pod_dir(uid), &self.host, self.m.clone()).await
     }
 }
