@@ -137,19 +137,33 @@ pub fn mount<E>(
     result
 }
 
-/// A CSI volume's stage and publish by `driver`, timed as one `volume_mount`.
+/// A CSI volume's stage and publish by `driver`, timed as one `volume_mount` until it is
+/// mounted (later passes find it mounted and keep it, as upstream mounts it once).
 pub async fn csi_mount<T, E>(
+    pod: &Pod,
+    volume: &str,
     driver: &str,
     f: impl std::future::Future<Output = Result<T, E>>,
 ) -> Result<T, E> {
     let started = Instant::now();
     let result = f.await;
-    observe(
-        &format!("kubernetes.io/csi:{driver}"),
-        "volume_mount",
-        started,
-        result.is_ok(),
+    let key = (
+        pod.metadata.uid.clone().unwrap_or_default(),
+        volume.to_string(),
     );
+    let mounted_before = state()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .mounted_once
+        .contains(&key);
+    if !mounted_before {
+        observe(
+            &format!("kubernetes.io/csi:{driver}"),
+            "volume_mount",
+            started,
+            result.is_ok(),
+        );
+    }
     result
 }
 
@@ -250,10 +264,16 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        let _ = rt.block_on(csi_mount(driver, async { Err::<(), _>("timeout") }));
+        let _ = rt.block_on(csi_mount(&p, "data", driver, async {
+            Err::<(), _>("timeout")
+        }));
         assert_eq!(count(&csi_plugin, "fail-unknown"), 1);
+        let _ = rt.block_on(csi_mount(&p, "data", driver, async { Ok::<_, ()>(()) }));
         let _ = mount::<()>(&p, &csi, || Ok(host(VolumeKind::Csi)));
         assert_eq!(total(&csi_plugin, "actual_state_of_world"), Some(1.0));
+        // Mounted: the next passes keep it and count nothing.
+        let _ = rt.block_on(csi_mount(&p, "data", driver, async { Ok::<_, ()>(()) }));
+        assert_eq!(count(&csi_plugin, "success"), 1);
 
         forget_pod("uid-storage-test");
         assert_eq!(total(&csi_plugin, "desired_state_of_world"), None);

@@ -424,6 +424,8 @@ pub(super) async fn set_up(
     let pod_name = super::pod_display(pod);
     for v in csi_volumes(pod, fetched, &pod_name) {
         let result = crate::metrics::storage::csi_mount(
+            pod,
+            &v.pod_volume,
             &v.driver,
             set_up_one(pod, pod_dir, &v, objects, host, &m, &pod_name),
         )
