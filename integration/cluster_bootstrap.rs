@@ -74,6 +74,28 @@ fn issued_pem(csr: &Value) -> Option<String> {
     String::from_utf8(bytes).ok()
 }
 
+/// The agent's /metrics (its read-only port).
+fn own_metrics(n: &ClusterNode) -> String {
+    let (code, body) = common::http_get(n.port, "/metrics").expect("/metrics answers");
+    assert_eq!(code, 200, "{body}");
+    body
+}
+
+/// The sum of the samples of `name` whose labels include each of `labels` (`code="200"`);
+/// None when there is none.
+fn sample_sum(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    let values: Vec<f64> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (n, rest) = series.split_once('{').unwrap_or((series, ""));
+            (n == name && labels.iter().all(|x| rest.contains(x))).then(|| value.parse().ok())?
+        })
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
+}
+
 fn lease_renewed(cluster: &Cluster, node: &str) -> Option<chrono::DateTime<chrono::Utc>> {
     let lease = cluster.get(&["-n", "kube-node-lease", "lease", node])?;
     lease["spec"]["renewTime"].as_str()?.parse().ok()
@@ -160,6 +182,34 @@ fn a_node_with_only_a_bootstrap_token_joins_as_itself() {
     ]);
     assert!(!allowed, "a bootstrap token may not read Nodes");
 
+    // /metrics: the API client's requests, counted by code as client-go's; without client
+    // certificate rotation there is no client certificate manager, so no TTL gauge.
+    let m = own_metrics(&n);
+    let ok = sample_sum(&m, "rest_client_requests_total", &["code=\"200\""]).unwrap_or(0.0);
+    assert!(ok > 0.0, "no successful API request counted: {m}");
+    assert!(
+        sample_sum(
+            &m,
+            "rest_client_request_duration_seconds_count",
+            &["verb=\"GET\""]
+        )
+        .is_some_and(|n| n > 0.0),
+        "{m}"
+    );
+    assert!(
+        !m.contains("kubelet_certificate_manager_client_ttl_seconds"),
+        "{m}"
+    );
+    assert!(
+        m.contains(&format!("kubelet_node_name{{node=\"{name}\"}} 1")),
+        "{m}"
+    );
+    assert!(m.contains("\nkubernetes_build_info{"), "{m}");
+    assert!(
+        sample_sum(&m, "kubelet_working_pods", &["lifecycle=\"sync\""]).is_some(),
+        "{m}"
+    );
+
     // A restart finds a valid kubeconfig and uses it as it is: no new request, no new pair.
     n.kill9();
     n.launch();
@@ -199,6 +249,18 @@ fn short_client_certificates_are_rotated_and_the_node_stays_ready() {
         n.log()
             .contains("API client switched to the rotated client certificate")
     });
+    // The client certificate manager's gauge: the new pair's time to live, at most its
+    // 9 minutes; the API client's requests are counted.
+    let m = own_metrics(&n);
+    let ttl = sample_sum(&m, "kubelet_certificate_manager_client_ttl_seconds", &[])
+        .unwrap_or_else(|| panic!("no client TTL gauge: {m}"));
+    assert!(ttl > 0.0 && ttl <= 9.0 * 60.0, "client TTL {ttl}");
+    assert!(
+        m.contains("# TYPE kubelet_certificate_manager_client_expiration_renew_errors counter"),
+        "{m}"
+    );
+    let ok = sample_sum(&m, "rest_client_requests_total", &["code=\"200\""]).unwrap_or(0.0);
+    assert!(ok > 0.0, "{m}");
     // The renewal went through the node's own identity, approved by selfnodeclient.
     let renewal = csrs(&n.cluster)
         .into_iter()
@@ -289,6 +351,13 @@ fn server_tls_bootstrap_serves_the_cluster_issued_certificate_once_approved() {
     let ca = n.cluster.ca_file();
     let before = curl_verified(&ca, &name, n.secure_port);
     assert!(before.is_err(), "served before approval: {before:?}");
+    // No serving pair yet: the serving TTL gauge is +Inf, as upstream's.
+    let m = own_metrics(&n);
+    assert_eq!(
+        sample_sum(&m, "kubelet_certificate_manager_server_ttl_seconds", &[]),
+        Some(f64::INFINITY),
+        "{m}"
+    );
 
     let csr_name = csr["metadata"]["name"].as_str().unwrap().to_string();
     n.cluster.ok(&["certificate", "approve", &csr_name]);
@@ -305,6 +374,15 @@ fn server_tls_bootstrap_serves_the_cluster_issued_certificate_once_approved() {
             && served.contains(&format!("DNS:{name}")),
         "{served}"
     );
+    // The issued pair's time to live (the signer's default is a year).
+    n.wait_until(30, "the serving TTL gauge follows the issued pair", || {
+        sample_sum(
+            &own_metrics(&n),
+            "kubelet_certificate_manager_server_ttl_seconds",
+            &[],
+        )
+        .is_some_and(|t| t.is_finite() && t > 0.0)
+    });
     let pair = n.cert_dir().join("kubelet-server-current.pem");
     assert!(
         std::fs::read_link(&pair)

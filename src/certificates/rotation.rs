@@ -1,7 +1,8 @@
 //! Upstream's certificate manager: a pair is renewed at a jittered 70-90 % of its lifetime
 //! with a new key and a new request (named by the API from `csr-`), sent with the node's
 //! current credentials; the new pair is written to the store and, for the client pair, the
-//! API client switches to it. A node without a serving pair asks for one at once.
+//! API client switches to it. A node without a serving pair asks for one at once. Each pair's
+//! time to live, failed renewals and (serving pair) age at rotation go to /metrics.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use tracing::{info, warn};
 use super::csr::{self, Template};
 use super::store::{Store, CLIENT_PREFIX, SERVING_PREFIX};
 use super::{request, CertificateError};
+use crate::metrics::certificates as metrics;
 use crate::server::ApiClient;
 
 /// How long a renewal waits for its request to be signed (upstream's certificate manager:
@@ -49,12 +51,27 @@ pub(crate) struct Rotation {
 }
 
 impl Rotation {
+    /// The pair as /metrics names it (its TTL gauge and renewal error counter).
+    fn metric_pair(&self) -> metrics::Pair {
+        if self.kind == "serving" {
+            metrics::Pair::Serving
+        } else {
+            metrics::Pair::Client
+        }
+    }
+
     /// Renews forever: sleeps until the current pair's deadline (none: now), renews, and
     /// after a failure retries with a growing pause.
     pub async fn run(self) {
         let mut retry = RETRY_FIRST;
         loop {
-            let deadline = match self.store.current() {
+            let current = self.store.current();
+            let not_after = current
+                .as_ref()
+                .ok()
+                .and_then(|p| p.as_ref().map(|p| p.not_after));
+            metrics::certificate_current(self.metric_pair(), not_after);
+            let deadline = match current {
                 Ok(Some(pair)) => {
                     let at = rotation_deadline(
                         pair.not_before,
@@ -86,6 +103,7 @@ impl Rotation {
                     }
                 }
                 Err(e) => {
+                    metrics::certificate_renew_failed(self.metric_pair());
                     warn!(kind = self.kind, error = %e, retry_in = ?retry, "certificate rotation failed");
                     tokio::time::sleep(retry).await;
                     retry = (retry * 2).min(RETRY_MAX);
@@ -100,6 +118,8 @@ impl Rotation {
             signer = self.template.signer,
             "rotating certificates"
         );
+        // What the new pair replaces, for how long a certificate lived before its rotation.
+        let previous = self.store.current().ok().flatten().map(|p| p.not_before);
         let key = csr::new_key()?;
         let request_pem = self.template.request_pem(&key)?;
         let client = &self.client;
@@ -109,6 +129,9 @@ impl Rotation {
         let file = self
             .store
             .update(&cert, &key.serialize_pem(), chrono::Utc::now())?;
+        if let Some(not_before) = previous {
+            metrics::certificate_rotated(self.metric_pair(), not_before);
+        }
         info!(kind = self.kind, csr = %submitted.name, cert = %file.display(), "certificate rotated");
         Ok(())
     }

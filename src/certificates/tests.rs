@@ -761,6 +761,26 @@ async fn a_pair_is_renewed_at_its_deadline_with_a_new_key_and_the_hook_runs() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(reloads.load(Ordering::SeqCst), 1);
+    // The client TTL gauge follows the new pair once the manager reads it back: about
+    // 5000 s (whole seconds; the wall clock moved a little since).
+    let ttl = || {
+        crate::metrics::registry()
+            .gather()
+            .lines()
+            .find_map(|l| l.strip_prefix("kubelet_certificate_manager_client_ttl_seconds "))
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    for _ in 0..100 {
+        if ttl().is_some_and(|t| t > 1000.0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let left = ttl().expect("the client TTL gauge is served once a client pair rotates");
+    assert!(left > 4900.0 && left <= 5000.0, "client TTL {left}");
+    assert!(crate::metrics::registry()
+        .gather()
+        .contains("# TYPE kubelet_certificate_manager_client_expiration_renew_errors counter\n"));
     let current = store.current().unwrap().unwrap();
     assert_eq!(
         current.not_after,

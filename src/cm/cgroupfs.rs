@@ -257,6 +257,7 @@ impl CgroupFs {
     /// controllers are enabled for the children of each ancestor first, or the new cgroup
     /// would have no files to limit. Creating an existing cgroup changes nothing in it.
     pub fn create(&self, cgroup: &str) -> Result<(), CgroupError> {
+        let _timed = crate::metrics::cgroup_op("create");
         if let Layout::V2 { root } = &self.layout {
             let mut dir = root.clone();
             let parts: Vec<&str> = Self::rel(cgroup)
@@ -279,6 +280,7 @@ impl CgroupFs {
     /// Writes the settings `config` has. The memory limit goes last, and only when it is not
     /// below the cgroup's current usage (see `CgroupError::MemoryBelowUsage`).
     pub fn apply(&self, cgroup: &str, config: &ResourceConfig) -> Result<(), CgroupError> {
+        let _timed = crate::metrics::cgroup_op("update");
         let cpu = self.cpu_dir(cgroup);
         match self.version() {
             Version::V1 => {
@@ -360,6 +362,7 @@ impl CgroupFs {
     /// A cgroup that still has processes is refused by the kernel: such a directory stays,
     /// and is named in the result. Blocking.
     pub fn remove(&self, cgroup: &str) -> Vec<PathBuf> {
+        let _timed = crate::metrics::cgroup_op("destroy");
         crate::pod::files::remove_cgroup_everywhere(&self.mount_parent(), cgroup)
     }
 

@@ -5,25 +5,52 @@
 //! and HTTP server metrics), [`probes_registry()`] on `/metrics/probes` (prober results).
 //! The rest of the agent records through the functions below; they are cheap (one mutex).
 
+mod build_info;
+pub mod certificates;
+pub(crate) mod pods;
 mod process;
 mod registry;
+pub mod rest_client;
+pub mod storage;
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::stats::summary::{FsStats, PvcReference};
 
+pub use pods::{
+    container_start_failed, container_started, forget_pod_runtime_state, pod_restarted,
+    pod_runtime_state, pod_sandbox_start, pod_worker_pass, record_pod_counts, ContainerType,
+    PodCounts, PodSandboxStart, RuntimeState, WorkerPass,
+};
 pub use registry::{
-    exponential_buckets, format_float, Collector, Counter, Gauge, Histogram, Registry, Scalar,
-    Stability, DEFAULT_BUCKETS,
+    exponential_buckets, format_float, Collector, Counter, Gauge, GaugeFunc, Histogram, Registry,
+    Scalar, Stability, DEFAULT_BUCKETS,
 };
 
 /// The kubelet's metrics, registered once.
 pub struct KubeletMetrics {
     pub pod_start_duration: Arc<Histogram>,
+    pub runtime_operations: Arc<Counter>,
     pub runtime_operations_duration: Arc<Histogram>,
     pub runtime_operations_errors: Arc<Counter>,
     pub pleg_relist_duration: Arc<Histogram>,
+    pub pleg_relist_interval: Arc<Histogram>,
+    pub pleg_last_seen: Arc<Gauge>,
+    pub pod_worker_duration: Arc<Histogram>,
+    pub pod_status_sync_duration: Arc<Histogram>,
+    pub cgroup_manager_duration: Arc<Histogram>,
+    pub started_pods: Arc<Counter>,
+    pub started_pods_errors: Arc<Counter>,
+    pub started_containers: Arc<Counter>,
+    pub started_containers_errors: Arc<Counter>,
+    pub restarted_pods: Arc<Counter>,
+    pub desired_pods: Arc<Gauge>,
+    pub active_pods: Arc<Gauge>,
+    pub working_pods: Arc<Gauge>,
+    pub rest_client: rest_client::Families,
+    pub storage_operation_duration: Arc<Histogram>,
+    pub volume_manager_total_volumes: Arc<Gauge>,
     pub running_pods: Arc<Gauge>,
     pub running_containers: Arc<Gauge>,
     pub node_name: Arc<Gauge>,
@@ -87,6 +114,12 @@ fn registries() -> &'static Registries {
                     3600.0,
                 ],
             ))),
+            runtime_operations: main.register(Arc::new(Scalar::counter(
+                "kubelet_runtime_operations_total",
+                "Cumulative number of runtime operations by operation type.",
+                Stability::Alpha,
+                &["operation_type"],
+            ))),
             runtime_operations_duration: main.register(Arc::new(Histogram::new(
                 "kubelet_runtime_operations_duration_seconds",
                 "Duration in seconds of runtime operations. Broken down by operation type.",
@@ -106,6 +139,104 @@ fn registries() -> &'static Registries {
                 Stability::Alpha,
                 &[],
                 DEFAULT_BUCKETS.to_vec(),
+            ))),
+            pleg_relist_interval: main.register(Arc::new(Histogram::new(
+                "kubelet_pleg_relist_interval_seconds",
+                "Interval in seconds between relisting in PLEG.",
+                Stability::Alpha,
+                &[],
+                DEFAULT_BUCKETS.to_vec(),
+            ))),
+            pleg_last_seen: main.register(Arc::new(Scalar::gauge(
+                "kubelet_pleg_last_seen_seconds",
+                "Timestamp in seconds when PLEG was last seen active.",
+                Stability::Alpha,
+                &[],
+            ))),
+            pod_worker_duration: main.register(Arc::new(Histogram::new(
+                "kubelet_pod_worker_duration_seconds",
+                "Duration in seconds to sync a single pod. Broken down by operation type: create, update, or sync",
+                Stability::Alpha,
+                &["operation_type"],
+                DEFAULT_BUCKETS.to_vec(),
+            ))),
+            pod_status_sync_duration: main.register(Arc::new(Histogram::new(
+                "kubelet_pod_status_sync_duration_seconds",
+                "Duration in seconds to sync a pod status update. Measures time from detection of a change to pod status until the API is successfully updated for that pod, even if multiple intevening changes to pod status occur.",
+                Stability::Alpha,
+                &[],
+                vec![0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0],
+            ))),
+            cgroup_manager_duration: main.register(Arc::new(Histogram::new(
+                "kubelet_cgroup_manager_duration_seconds",
+                "Duration in seconds for cgroup manager operations. Broken down by method.",
+                Stability::Alpha,
+                &["operation_type"],
+                DEFAULT_BUCKETS.to_vec(),
+            ))),
+            started_pods: main.register(Arc::new(Scalar::counter(
+                "kubelet_started_pods_total",
+                "Cumulative number of pods started",
+                Stability::Alpha,
+                &[],
+            ))),
+            started_pods_errors: main.register(Arc::new(Scalar::counter(
+                "kubelet_started_pods_errors_total",
+                "Cumulative number of errors when starting pods",
+                Stability::Alpha,
+                &[],
+            ))),
+            started_containers: main.register(Arc::new(Scalar::counter(
+                "kubelet_started_containers_total",
+                "Cumulative number of containers started",
+                Stability::Alpha,
+                &["container_type"],
+            ))),
+            started_containers_errors: main.register(Arc::new(Scalar::counter(
+                "kubelet_started_containers_errors_total",
+                "Cumulative number of errors when starting containers",
+                Stability::Alpha,
+                &["container_type", "code"],
+            ))),
+            restarted_pods: main.register(Arc::new(Scalar::counter(
+                "kubelet_restarted_pods_total",
+                "Number of pods that have been restarted because they were deleted and recreated with the same UID while the kubelet was watching them (common for static pods, extremely uncommon for API pods)",
+                Stability::Alpha,
+                &["static"],
+            ))),
+            desired_pods: main.register(Arc::new(Scalar::gauge(
+                "kubelet_desired_pods",
+                "The number of pods the kubelet is being instructed to run. static is true if the pod is not from the apiserver.",
+                Stability::Alpha,
+                &["static"],
+            ))),
+            active_pods: main.register(Arc::new(Scalar::gauge(
+                "kubelet_active_pods",
+                "The number of pods the kubelet considers active and which are being considered when admitting new pods. static is true if the pod is not from the apiserver.",
+                Stability::Alpha,
+                &["static"],
+            ))),
+            working_pods: main.register(Arc::new(Scalar::gauge(
+                "kubelet_working_pods",
+                "Number of pods the kubelet is actually running, broken down by lifecycle phase, whether the pod is desired, orphaned, or runtime only (also orphaned), and whether the pod is static. An orphaned pod has been removed from local configuration or force deleted in the API and consumes resources that are not otherwise visible.",
+                Stability::Alpha,
+                &["lifecycle", "config", "static"],
+            ))),
+            rest_client: rest_client::Families::register(&main),
+            storage_operation_duration: main.register(Arc::new(Histogram::new(
+                "storage_operation_duration_seconds",
+                "Storage operation duration",
+                Stability::Alpha,
+                &["volume_plugin", "operation_name", "status", "migrated"],
+                vec![
+                    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 25.0, 50.0, 120.0, 300.0, 600.0,
+                ],
+            ))),
+            volume_manager_total_volumes: main.register(Arc::new(Scalar::gauge(
+                "volume_manager_total_volumes",
+                "Number of volumes in Volume Manager",
+                Stability::Alpha,
+                &["plugin_name", "state"],
             ))),
             running_pods: main.register(Arc::new(Scalar::gauge(
                 "kubelet_running_pods",
@@ -164,6 +295,7 @@ fn registries() -> &'static Registries {
         };
         // The Go client's process collector, as component-base puts it on /metrics.
         main.register(Arc::new(process::ProcessCollector));
+        build_info::register(&main);
         let start = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
@@ -197,6 +329,7 @@ pub fn probes_registry() -> &'static Registry {
 /// `start_container`, `stop_container`, `pull_image`, `list_containers`, ...).
 pub fn runtime_op(op: &str, duration: Duration, failed: bool) {
     let m = kubelet();
+    m.runtime_operations.inc(&[op]);
     m.runtime_operations_duration
         .observe(&[op], duration.as_secs_f64());
     if failed {
@@ -216,11 +349,41 @@ pub fn pod_started(duration: Duration) {
         .observe(&[], duration.as_secs_f64());
 }
 
-/// One relist of the runtime's pods (the periodic safety net behind containerd events).
-pub fn pleg_relist(duration: Duration) {
+/// One relist of a pod's records (each worker pass lists its pod: the agent's PLEG), how
+/// long it took and, when the same worker listed before, the time since that listing.
+pub fn pleg_relist(duration: Duration, since_previous: Option<Duration>) {
+    let m = kubelet();
+    m.pleg_relist_duration.observe(&[], duration.as_secs_f64());
+    if let Some(interval) = since_previous {
+        m.pleg_relist_interval.observe(&[], interval.as_secs_f64());
+    }
+    // Whole seconds, as upstream sets it from the relist time's Unix().
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    m.pleg_last_seen.set(&[], now as f64);
+}
+
+/// One cgroup manager operation (`create`, `update` or `destroy`, upstream's names), timed
+/// from now until the returned guard drops.
+pub fn cgroup_op(operation: &'static str) -> impl Drop {
+    struct Timed(&'static str, std::time::Instant);
+    impl Drop for Timed {
+        fn drop(&mut self) {
+            kubelet()
+                .cgroup_manager_duration
+                .observe(&[self.0], self.1.elapsed().as_secs_f64());
+        }
+    }
+    Timed(operation, std::time::Instant::now())
+}
+
+/// A pod's status reached the API server, `since` the change it carries was first seen.
+pub fn pod_status_synced(since: Duration) {
     kubelet()
-        .pleg_relist_duration
-        .observe(&[], duration.as_secs_f64());
+        .pod_status_sync_duration
+        .observe(&[], since.as_secs_f64());
 }
 
 /// Pods with a running sandbox, and containers by state (`running`, `exited`, `created`,
@@ -228,10 +391,11 @@ pub fn pleg_relist(duration: Duration) {
 pub fn set_running(pods: usize, containers_by_state: &[(&str, usize)]) {
     let m = kubelet();
     m.running_pods.set(&[], pods as f64);
-    m.running_containers.reset();
-    for (state, n) in containers_by_state {
-        m.running_containers.set(&[state], *n as f64);
-    }
+    let series: Vec<(Vec<&str>, f64)> = containers_by_state
+        .iter()
+        .map(|(state, n)| (vec![*state], *n as f64))
+        .collect();
+    m.running_containers.set_all(&series);
 }
 
 /// The claims' volume usage from a stats snapshot: one series per claim (the first pod
@@ -376,7 +540,7 @@ mod tests {
         runtime_op("pull_image_test", Duration::from_millis(10), true);
         pod_started(Duration::from_secs(2));
         set_node_name("node-a");
-        set_running(2, &[("running", 3), ("exited", 1)]);
+        pod_worker_pass(WorkerPass::Sync, Duration::from_millis(20));
         probe_result(
             ProbeType::Readiness,
             ProbeResult::Failed,
@@ -397,9 +561,19 @@ mod tests {
         assert!(text.contains("kubelet_runtime_operations_duration_seconds_bucket{operation_type=\"pull_image_test\",le=\"0.0125\"} 1\n"), "{text}");
         assert!(text.contains("# TYPE kubelet_pod_start_duration_seconds histogram\n"));
         assert!(text.contains("kubelet_node_name{node=\"node-a\"} 1\n"));
-        assert!(text.contains("kubelet_running_pods 2\n"));
-        assert!(text.contains("kubelet_running_containers{container_state=\"exited\"} 1\n"));
-        assert!(text.contains("kubelet_http_requests_total{method=\"GET\",path=\"pods\",server_type=\"readonly\",long_running=\"false\"}"));
+        // Unlabelled families are there from the start (the workers' tests move them).
+        assert!(text.contains("# TYPE kubelet_running_pods gauge\n"));
+        assert!(text.contains("# TYPE kubelet_pleg_last_seen_seconds gauge\n"));
+        assert!(
+            text.contains(
+                "kubelet_runtime_operations_total{operation_type=\"pull_image_test\"} 1\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("kubelet_pod_status_sync_duration_seconds_bucket{le=\"0.01\"}"));
+        assert!(text.contains("kubelet_pleg_relist_interval_seconds_bucket{le=\"0.005\"}"));
+        assert!(text.contains("# HELP kubelet_pod_worker_duration_seconds [ALPHA] Duration in seconds to sync a single pod. Broken down by operation type: create, update, or sync\n"));
+        assert!(text.contains("kubelet_http_requests_total{long_running=\"false\",method=\"GET\",path=\"pods\",server_type=\"readonly\"}"));
         assert!(
             !text.contains("prober_probe_total"),
             "probes have their own endpoint"
@@ -412,7 +586,7 @@ mod tests {
         assert!(text.contains("\nprocess_cpu_seconds_total "), "{text}");
 
         let probes = probes_registry().gather();
-        assert!(probes.contains("prober_probe_total{probe_type=\"Readiness\",result=\"failed\",container=\"web\",pod=\"p\",namespace=\"default\",pod_uid=\"uid-1\"} 1\n"), "{probes}");
+        assert!(probes.contains("prober_probe_total{container=\"web\",namespace=\"default\",pod=\"p\",pod_uid=\"uid-1\",probe_type=\"Readiness\",result=\"failed\"} 1\n"), "{probes}");
         assert!(probes.contains("# TYPE process_start_time_seconds gauge\n"));
         assert!(
             probes.contains("# HELP prober_probe_total [BETA] Cumulative number of a liveness"),
@@ -457,7 +631,7 @@ mod tests {
         let text = probes_registry().gather();
         assert!(
             !text.contains(
-                "container=\"a\",pod=\"forget\",namespace=\"default\",pod_uid=\"uid-forget-1\""
+                "container=\"a\",namespace=\"default\",pod=\"forget\",pod_uid=\"uid-forget-1\""
             ),
             "{text}"
         );

@@ -114,11 +114,14 @@ fn escape_help(text: &str) -> String {
     text.replace('\\', "\\\\").replace('\n', "\\n")
 }
 
-/// `{a="x",b="y"}` or nothing; `extra` is appended last (the histogram's `le`).
+/// `{a="x",b="y"}` or nothing, the labels sorted by name as Go's client sorts a series'
+/// label pairs whatever order the metric declares them in; `extra` is appended last (the
+/// histogram's `le`, as Go's text writer puts it).
 fn label_set(names: &[&str], values: &[String], extra: Option<(&str, &str)>) -> String {
-    let mut pairs: Vec<String> = names
-        .iter()
-        .zip(values)
+    let mut sorted: Vec<(&str, &String)> = names.iter().copied().zip(values).collect();
+    sorted.sort_by(|a, b| a.0.cmp(b.0));
+    let mut pairs: Vec<String> = sorted
+        .into_iter()
         .map(|(n, v)| format!("{n}=\"{}\"", escape_label(v)))
         .collect();
     if let Some((n, v)) = extra {
@@ -295,6 +298,47 @@ impl Collector for Scalar {
                 format_float(*v)
             );
         }
+    }
+}
+
+/// An unlabelled gauge computed at each scrape (Go's `GaugeFunc`), such as a certificate's
+/// time to live; a family whose function gives `None` is not written (not registered yet
+/// upstream: the client certificate's gauge exists only while it rotates).
+pub struct GaugeFunc {
+    desc: Desc,
+    value: Box<dyn Fn() -> Option<f64> + Send + Sync>,
+}
+
+impl GaugeFunc {
+    pub fn new(
+        name: &'static str,
+        help: &'static str,
+        stability: Stability,
+        value: impl Fn() -> Option<f64> + Send + Sync + 'static,
+    ) -> GaugeFunc {
+        GaugeFunc {
+            desc: Desc {
+                name,
+                help,
+                stability,
+                labels: &[],
+            },
+            value: Box::new(value),
+        }
+    }
+}
+
+impl Collector for GaugeFunc {
+    fn name(&self) -> &str {
+        self.desc.name
+    }
+
+    fn write_to(&self, out: &mut String) {
+        let Some(v) = (self.value)() else {
+            return;
+        };
+        self.desc.header(out, "gauge");
+        let _ = writeln!(out, "{} {}", self.desc.name, format_float(v));
     }
 }
 
@@ -499,6 +543,46 @@ mod tests {
             "# HELP g [ALPHA] G.\n# TYPE g gauge\ng 0\n\
              # HELP h [ALPHA] H.\n# TYPE h histogram\nh_bucket{le=\"1\"} 0\nh_bucket{le=\"+Inf\"} 0\nh_sum 0\nh_count 0\n"
         );
+    }
+
+    #[test]
+    fn labels_are_written_sorted_by_name_with_le_last_and_gauge_funcs_at_scrape() {
+        let r = Registry::new();
+        let c = r.register(Arc::new(Scalar::counter(
+            "w",
+            "W.",
+            Stability::Alpha,
+            &["lifecycle", "config", "static"],
+        )));
+        let h = r.register(Arc::new(Histogram::new(
+            "x_seconds",
+            "X.",
+            Stability::Alpha,
+            &["verb", "host"],
+            vec![1.0],
+        )));
+        let value = Arc::new(Mutex::new(None));
+        let v2 = value.clone();
+        r.register(Arc::new(GaugeFunc::new(
+            "y_seconds",
+            "Y.",
+            Stability::Alpha,
+            move || *v2.lock().unwrap(),
+        )));
+        c.inc(&["sync", "desired", "true"]);
+        h.observe(&["GET", "h:1"], 0.5);
+        let text = r.gather();
+        assert!(text.contains("w{config=\"desired\",lifecycle=\"sync\",static=\"true\"} 1\n"));
+        assert!(text.contains("x_seconds_bucket{host=\"h:1\",verb=\"GET\",le=\"1\"} 1\n"));
+        assert!(text.contains("x_seconds_count{host=\"h:1\",verb=\"GET\"} 1\n"));
+        assert!(
+            !text.contains("y_seconds"),
+            "absent while it has no value: {text}"
+        );
+        *value.lock().unwrap() = Some(f64::INFINITY);
+        assert!(r
+            .gather()
+            .contains("# HELP y_seconds [ALPHA] Y.\n# TYPE y_seconds gauge\ny_seconds +Inf\n"));
     }
 
     #[test]

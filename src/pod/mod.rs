@@ -55,6 +55,9 @@ struct WorkerHandle {
     wake: Arc<Notify>,
     /// Raised before each removal is sent (see `Worker::removals`).
     removals: Arc<AtomicU64>,
+    /// Whether its pod is a static one; `None` for a worker started with no pod (found on
+    /// the node, wanted by no source), which kubelet_working_pods counts as runtime only.
+    static_pod: Option<bool>,
 }
 
 pub struct PodManager {
@@ -244,6 +247,7 @@ impl PodManager {
             Some(p) if p.metadata.deletion_timestamp.is_some() => true,
             Some(p) => {
                 info!(pod = %pod_ref(&p).display(), "pod wanted again after it stopped; starting it again");
+                crate::metrics::pod_restarted(crate::source::static_pod::is_static_pod(&p));
                 self.workers.remove(&uid);
                 self.spawn(pod_ref(&p), Some(p));
                 return;
@@ -253,6 +257,61 @@ impl PodManager {
         if deleting {
             self.finished.insert(uid);
         }
+        self.record_counts();
+    }
+
+    /// kubelet_desired_pods, kubelet_active_pods and kubelet_working_pods from what the
+    /// manager holds now. Active: desired and neither refused, ended nor finished. Working:
+    /// each worker by whether its pod is still wanted (sync), being deleted or no longer
+    /// wanted (terminating, orphan when it had a pod, runtime only when it never had one),
+    /// and the deleted pods whose worker is done while the API still lists them
+    /// (terminated; they are API pods).
+    fn record_counts(&self) {
+        crate::metrics::record_pod_counts(&self.pod_counts());
+    }
+
+    fn pod_counts(&self) -> crate::metrics::PodCounts {
+        use crate::source::static_pod::is_static_pod;
+        let static_label = |s: bool| if s { "true" } else { "" };
+        let mut counts = crate::metrics::PodCounts::default();
+        let mut seen = HashSet::new();
+        for p in self.sources.values().flatten() {
+            let Some(uid) = p.metadata.uid.as_deref() else {
+                continue;
+            };
+            if !seen.insert(uid) {
+                continue;
+            }
+            let i = usize::from(is_static_pod(p));
+            counts.desired[i] += 1;
+            if !(self.rejected.contains(uid)
+                || self.finished.contains(uid)
+                || self.ended.contains(uid))
+            {
+                counts.active[i] += 1;
+            }
+        }
+        for w in self.workers.values() {
+            let desired = w.desired.borrow();
+            let key = match (desired.as_deref(), w.static_pod) {
+                (Some(p), _) => (
+                    if p.metadata.deletion_timestamp.is_some() {
+                        "terminating"
+                    } else {
+                        "sync"
+                    },
+                    "desired",
+                    static_label(is_static_pod(p)),
+                ),
+                (None, Some(s)) => ("terminating", "orphan", static_label(s)),
+                (None, None) => ("terminating", "runtime_only", "unknown"),
+            };
+            counts.working.push((key, 1));
+        }
+        for _ in &self.finished {
+            counts.working.push((("terminated", "desired", ""), 1));
+        }
+        counts
     }
 
     async fn apply(&mut self, update: SourceUpdate) {
@@ -388,6 +447,7 @@ impl PodManager {
                 }
             }
         }
+        self.record_counts();
     }
 
     /// The pod with the resources allocated to it, where it has an allocation.
@@ -400,6 +460,7 @@ impl PodManager {
 
     fn spawn(&mut self, r: PodRef, pod: Option<Arc<Pod>>) {
         let uid = r.uid.clone();
+        let static_pod = pod.as_deref().map(crate::source::static_pod::is_static_pod);
         let (tx, rx) = watch::channel(pod);
         let wake = Arc::new(Notify::new());
         let pod = r.clone();
@@ -417,6 +478,7 @@ impl PodManager {
                 desired: tx,
                 wake,
                 removals,
+                static_pod,
             },
         );
     }

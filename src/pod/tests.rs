@@ -69,6 +69,7 @@ fn hold_worker(m: &mut PodManager, pod: &Pod) -> watch::Receiver<Option<Arc<Pod>
             desired: tx,
             wake: Arc::new(Notify::new()),
             removals: Default::default(),
+            static_pod: Some(false),
         },
     );
     rx
@@ -391,4 +392,82 @@ async fn a_found_pod_is_admitted_with_its_allocation_not_a_pending_resize() {
         .expect("the newcomer is weighed against the allocation and refused");
     assert_eq!(refused.reason.as_deref(), Some("OutOfcpu"));
     assert!(!m.workers.contains_key("uid-new"));
+}
+
+/// kubelet_desired_pods, kubelet_active_pods and kubelet_working_pods as the manager counts
+/// them: a running API pod, a static one, a deleted one whose worker finished, and the
+/// restart of a pod wanted again with its UID.
+#[tokio::test(start_paused = true)]
+async fn the_pod_counts_follow_the_workers_and_the_sources() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = PodManager::new(shared(dir.path()), &[SourceKind::Api]);
+    let pod = api_pod("uid-count-a");
+    let gone = deleting(api_pod("uid-count-b"));
+    let mut stat = api_pod("uid-count-s");
+    stat.metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(CONFIG_SOURCE_ANNOTATION.into(), "file".into());
+    hold_worker(&mut m, &pod);
+    hold_worker(&mut m, &gone);
+    let (tx, _rx) = watch::channel(Some(Arc::new(stat.clone())));
+    m.workers.insert(
+        "uid-count-s".into(),
+        WorkerHandle {
+            desired: tx,
+            wake: Arc::new(Notify::new()),
+            removals: Default::default(),
+            static_pod: Some(true),
+        },
+    );
+    m.sources.insert(
+        SourceKind::Api.to_string(),
+        vec![pod.clone(), gone.clone(), stat.clone()],
+    );
+    let working = |m: &PodManager| {
+        let mut w = m.pod_counts().working;
+        w.sort();
+        w
+    };
+    let c = m.pod_counts();
+    assert_eq!((c.desired, c.active), ([2, 1], [2, 1]));
+    assert_eq!(
+        working(&m),
+        [
+            (("sync", "desired", ""), 1),
+            (("sync", "desired", "true"), 1),
+            (("terminating", "desired", ""), 1),
+        ]
+    );
+
+    // The deleted pod's worker finishes while the API still lists it: terminated, not active.
+    m.worker_done(done(&gone, Cleanup::Removed));
+    let c = m.pod_counts();
+    assert_eq!((c.desired, c.active), ([2, 1], [1, 1]));
+    assert!(working(&m).contains(&(("terminated", "desired", ""), 1)));
+
+    // A worker with no pod (found on the node, wanted by no source) is runtime only.
+    let (tx, _rx2) = watch::channel(None);
+    m.workers.insert(
+        "uid-count-orphan".into(),
+        WorkerHandle {
+            desired: tx,
+            wake: Arc::new(Notify::new()),
+            removals: Default::default(),
+            static_pod: None,
+        },
+    );
+    assert!(working(&m).contains(&(("terminating", "runtime_only", "unknown"), 1)));
+
+    // A pod wanted again once its worker stopped is restarted, and counted so.
+    let restarts = || {
+        crate::metrics::kubelet()
+            .restarted_pods
+            .get(&[""])
+            .unwrap_or(0.0)
+    };
+    let before = restarts();
+    m.worker_done(done(&pod, Cleanup::Removed));
+    assert!(restarts() >= before + 1.0);
 }

@@ -2,7 +2,9 @@
 //! reads the kubeconfig (current context, `*-data` fields, files relative to the kubeconfig's
 //! folder, tokens, client certificates, exec plugins) and speaks TLS with rustls; this module
 //! only names the file at fault and carries the two review calls the auth webhooks need.
-//! Cluster mode (pod source, node status, lease) shares the same client.
+//! Cluster mode (pod source, node status, lease) shares the same client. Every request is
+//! counted and timed for /metrics by a layer on the client's stack
+//! (`metrics::rest_client`: client-go's rest_client_* series).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -170,10 +172,21 @@ impl ApiClient {
         config.connect_timeout = Some(REQUEST_TIMEOUT);
         let server = config.cluster_url.to_string();
         let namespace = config.default_namespace.clone();
-        let client = kube::Client::try_from(config).map_err(|source| ApiError::Client {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        // client-go's rest_client_* series name the server by its host:port.
+        let host = config
+            .cluster_url
+            .authority()
+            .map_or_else(|| "none".to_string(), |a| a.to_string());
+        let client = kube::client::ClientBuilder::try_from(config)
+            .map_err(|source| ApiError::Client {
+                path: path.to_path_buf(),
+                source,
+            })?
+            // Outermost, so every call of every holder of the client is counted once.
+            .with_layer(&crate::metrics::rest_client::RestClientMetricsLayer::new(
+                host,
+            ))
+            .build();
         Ok((client, server, namespace))
     }
 
@@ -435,6 +448,13 @@ mod tests {
             seen.lock().unwrap()[1].0,
             "/apis/authorization.k8s.io/v1/subjectaccessreviews"
         );
+        // Both calls went through the metrics layer, named by the server's host:port.
+        let host = url.trim_start_matches("https://");
+        let requests = &crate::metrics::kubelet().rest_client.requests;
+        assert_eq!(requests.get(&["200", "POST", host]), Some(2.0));
+        assert!(crate::metrics::registry().gather().contains(&format!(
+            "rest_client_requests_total{{code=\"200\",host=\"{host}\",method=\"POST\"}} 2\n"
+        )));
     }
 
     #[test]
@@ -519,6 +539,10 @@ mod tests {
             )),
             "{err}"
         );
+        // No answer: counted as client-go counts it, with no code.
+        let requests = &crate::metrics::kubelet().rest_client.requests;
+        let host = format!("127.0.0.1:{closed_port}");
+        assert!(requests.get(&["<error>", "POST", &host]) >= Some(1.0));
     }
 
     /// A CA and a certificate it signs for `cn` (a client) or for 127.0.0.1 (a server).

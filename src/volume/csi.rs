@@ -435,7 +435,13 @@ pub(super) async fn set_up(
 ) {
     let pod_name = super::pod_display(pod);
     for v in csi_volumes(pod, fetched, &pod_name) {
-        let result = set_up_one(pod, pod_dir, &v, objects, host, &m, &pod_name).await;
+        let result = crate::metrics::storage::csi_mount(
+            pod,
+            &v.pod_volume,
+            &v.driver,
+            set_up_one(pod, pod_dir, &v, objects, host, &m, &pod_name),
+        )
+        .await;
         fetched.csi.insert(
             v.pod_volume.clone(),
             Outcome {

@@ -357,7 +357,9 @@ pub(crate) fn setup(
                 "duplicate volume name".into(),
             ));
         }
-        let hv = match setup_volume(pod, &blame, pod_dir, ctx, fetched, vol, m) {
+        let hv = match crate::metrics::storage::mount(pod, vol, || {
+            setup_volume(pod, &blame, pod_dir, ctx, fetched, vol, m)
+        }) {
             Ok(hv) => hv,
             Err(e) => match set_up_before(vol, pod_dir) {
                 Some(hv) => {

@@ -106,6 +106,9 @@ struct Entry {
     /// The UID of the API object the status was last synced to; a static pod's mirror can
     /// be replaced by another.
     synced_to: Option<String>,
+    /// When the first change not yet in the API came (kubelet_pod_status_sync_duration_seconds
+    /// runs from there to the patch that carries it, however many changes came between).
+    changed_at: Option<Instant>,
 }
 
 impl Entry {
@@ -217,6 +220,7 @@ impl StatusSync {
                 retry_at: None,
                 gone: None,
                 synced_to: None,
+                changed_at: None,
             });
             if e.version != version {
                 e.gone = None;
@@ -224,6 +228,9 @@ impl StatusSync {
             e.pod = pod;
             e.version = version;
             e.removed = removed;
+            if e.version > e.synced && e.changed_at.is_none() {
+                e.changed_at = Some(Instant::now());
+            }
         }
     }
 
@@ -253,6 +260,10 @@ impl StatusSync {
         };
         match outcome {
             Outcome::Synced { patched, target } => {
+                if let (Some(_), Some(at)) = (&patched, e.changed_at) {
+                    crate::metrics::pod_status_synced(at.elapsed());
+                }
+                e.changed_at = None;
                 e.synced = e.version;
                 e.synced_to = Some(target);
                 e.recheck = false;

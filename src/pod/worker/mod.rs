@@ -213,6 +213,8 @@ pub struct Worker {
     resize_pending: Option<super::allocation::Pending>,
     /// Why the last attempt to apply an allocated resize failed (PodResizeInProgress Error).
     resize_error: Option<String>,
+    /// When this worker last listed its pod (the interval between its relists is a metric).
+    last_relist: Option<std::time::Instant>,
 }
 
 fn policy(pod: &Pod) -> &str {
@@ -322,6 +324,7 @@ impl Worker {
             removals: Arc::new(AtomicU64::new(0)),
             resize_pending: None,
             resize_error: None,
+            last_relist: None,
         }
     }
 
@@ -354,6 +357,8 @@ impl Worker {
     ) -> Cleanup {
         self.wake = wake.clone();
         let removals = self.removals.load(Ordering::Acquire);
+        // Why the next pass runs, as upstream's pod worker durations are labelled.
+        let mut why = crate::metrics::WorkerPass::Create;
         let deleted = loop {
             let current = desired.borrow_and_update().clone();
             if self.removals.load(Ordering::Acquire) != removals {
@@ -367,10 +372,16 @@ impl Worker {
             // Before the pass reads them: the objects this copy of the pod references are
             // the ones kept watched for it (nothing happens when they did not change).
             self.shared.objects.register_pod(&pod);
+            let started = std::time::Instant::now();
             let next = self.pass(&pod).await;
+            crate::metrics::pod_worker_pass(why, started.elapsed());
+            why = crate::metrics::WorkerPass::Sync;
             tokio::select! {
                 _ = wake.notified() => {}
-                r = desired.changed() => if r.is_err() { break None },
+                r = desired.changed() => {
+                    if r.is_err() { break None }
+                    why = crate::metrics::WorkerPass::Update;
+                }
                 _ = tokio::time::sleep(next) => {}
             }
         };
@@ -485,6 +496,8 @@ impl Worker {
         let uid = &self.pod_ref.uid;
         self.shared.statuses.remove(uid);
         crate::metrics::forget_pod_probe_series(uid);
+        crate::metrics::forget_pod_runtime_state(uid);
+        crate::metrics::storage::forget_pod(uid);
         if let Ok(mut m) = self.shared.stats_pods.write() {
             m.remove(uid);
         }
@@ -508,6 +521,9 @@ impl Worker {
             }
         };
         self.publish(pod).await;
+        if let Some(view) = &self.view {
+            crate::metrics::pod_runtime_state(&self.pod_ref.uid, runtime_state(view));
+        }
         self.start_slot = None;
         next
     }
@@ -547,6 +563,28 @@ async fn shorter_grace(
 /// ConfigMaps and Secrets it references, the eviction manager), so this is only the safety
 /// net; a shorter period costs a containerd listing and a shim call per container each
 /// time, for every pod on the node.
+/// The pod's records as kubelet_running_pods and kubelet_running_containers count them:
+/// whether its newest sandbox runs, and its containers by upstream's `container_state`.
+fn runtime_state(records: &[ContainerRecord]) -> crate::metrics::RuntimeState {
+    use crate::runtime::containers::State;
+    let mut counts = [("running", 0), ("exited", 0), ("created", 0)];
+    for r in records
+        .iter()
+        .filter(|r| r.kind != crate::runtime::labels::Kind::Sandbox)
+    {
+        let i = match r.state {
+            State::Running { .. } => 0,
+            State::Exited { .. } => 1,
+            State::Created => 2,
+        };
+        counts[i].1 += 1;
+    }
+    crate::metrics::RuntimeState {
+        sandbox_running: sandbox::latest_sandbox(records).is_some_and(|s| s.is_running()),
+        containers: counts.into_iter().filter(|(_, n)| *n > 0).collect(),
+    }
+}
+
 fn resync_interval(sync_frequency: Duration) -> Duration {
     let base = sync_frequency.max(Duration::from_secs(1));
     base.mul_f64(1.0 + RESYNC_JITTER * rand::random::<f64>())

@@ -101,7 +101,9 @@ impl Worker {
         let relist = std::time::Instant::now();
         self.view = None;
         self.view = Some(rt.pod_containers(&self.pod_ref.uid).await?);
-        crate::metrics::pleg_relist(relist.elapsed());
+        let since_previous = self.last_relist.map(|at| relist.duration_since(at));
+        self.last_relist = Some(relist);
+        crate::metrics::pleg_relist(relist.elapsed(), since_previous);
         self.finalize_view().await?;
         self.collect_garbage().await;
 

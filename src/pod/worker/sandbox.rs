@@ -109,6 +109,9 @@ impl Worker {
             self.forget_record(&old.id);
         }
 
+        // Counted as started from here (upstream: once it decides to create one), and as
+        // failed unless it runs.
+        let counted = crate::metrics::pod_sandbox_start();
         // The handler and its runtime before anything is made, as upstream resolves the
         // RuntimeClass before RunPodSandbox and containerd maps the handler before it pins
         // a network namespace: a pod whose handler cannot be served costs nothing per retry.
@@ -244,6 +247,7 @@ impl Worker {
         if let Some(v) = self.view.as_mut() {
             v.push(record);
         }
+        counted.succeeded();
         info!(pod = %self.pod_ref.display(), sandbox = %id, ips = %ips.join(","), runtime_handler = %handler, "pod sandbox started");
         Ok(Sandbox {
             id,

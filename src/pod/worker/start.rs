@@ -41,6 +41,12 @@ impl Worker {
         sandbox: &Sandbox,
         previous_finish: Option<DateTime<Utc>>,
     ) {
+        let metric_kind = match kind {
+            Kind::Init => crate::metrics::ContainerType::InitContainer,
+            Kind::Ephemeral => crate::metrics::ContainerType::EphemeralContainer,
+            Kind::App | Kind::Sandbox => crate::metrics::ContainerType::Container,
+        };
+        crate::metrics::container_started(metric_kind);
         match self.try_start(pod, c, kind, attempt, sandbox).await {
             Ok(id) => {
                 self.started_any = true;
@@ -51,6 +57,7 @@ impl Worker {
                 info!(pod = %self.pod_ref.display(), container = %c.name, container_id = %id, attempt, "container started");
             }
             Err(w) => {
+                crate::metrics::container_start_failed(metric_kind, &w.reason);
                 if let Some(msg) = failed_event_message(&w) {
                     self.container_event(
                         pod,

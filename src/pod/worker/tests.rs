@@ -744,3 +744,74 @@ async fn a_limit_left_unset_is_the_nodes_allocatable_in_the_downward_api() {
     // 2000m less 500m reserved, rounded up to whole cores as the downward API does.
     assert!(env.contains(&"CPU_LIMIT=2".to_string()), "{env:?}");
 }
+
+/// A pod start through the worker loop counts its sandbox, its init and app containers and
+/// its passes (create first, update once the pod changes), and the pod's listing feeds the
+/// running counts until it leaves the node. The counters are global and shared with the
+/// other tests: lower bounds on deltas, and this pod's own UID for its runtime state.
+#[tokio::test(start_paused = true)]
+async fn a_pod_start_is_counted_on_metrics() {
+    use tokio::sync::{watch, Notify};
+    const METRICS_UID: &str = "uid-worker-metrics";
+    let m = crate::metrics::kubelet();
+    let count = |c: &crate::metrics::Counter, labels: &[&str]| c.get(labels).unwrap_or(0.0);
+    let passes = |kind: &str| m.pod_worker_duration.totals(&[kind]).map_or(0, |t| t.0);
+    let pods0 = count(&m.started_pods, &[]);
+    let init0 = count(&m.started_containers, &["init_container"]);
+    let app0 = count(&m.started_containers, &["container"]);
+    let (create0, update0) = (passes("create"), passes("update"));
+
+    let h = harness();
+    h.fake.script("setup", [Script::Exit(0)]);
+    let mut p = pod(&["setup"], &["app"], "Always");
+    p.metadata.uid = Some(METRICS_UID.into());
+    let (tx, rx) = watch::channel(Some(Arc::new(p.clone())));
+    let wake = Arc::new(Notify::new());
+    let task = tokio::spawn(worker(&h, &p).run(rx, wake.clone()));
+    let mut running = false;
+    for _ in 0..600 {
+        let state = crate::metrics::pods::runtime_state_of(METRICS_UID);
+        // The init container done, the app running.
+        running = state.is_some_and(|s| {
+            s.sandbox_running
+                && s.containers.contains(&("running", 1))
+                && s.containers.contains(&("exited", 1))
+        });
+        if running {
+            break;
+        }
+        // What the runtime's exit events do: the worker looks again.
+        wake.notify_one();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        running,
+        "the pod's listing shows its sandbox and app running: {:?}",
+        crate::metrics::pods::runtime_state_of(METRICS_UID)
+    );
+    assert!(count(&m.started_pods, &[]) >= pods0 + 1.0);
+    assert!(count(&m.started_containers, &["init_container"]) >= init0 + 1.0);
+    assert!(count(&m.started_containers, &["container"]) >= app0 + 1.0);
+    assert!(passes("create") > create0);
+
+    let mut changed = p.clone();
+    changed.metadata.labels = Some([("tier".to_string(), "web".to_string())].into());
+    tx.send_replace(Some(Arc::new(changed)));
+    for _ in 0..600 {
+        if passes("update") > update0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        passes("update") > update0,
+        "a changed pod's pass is an update"
+    );
+
+    tx.send_replace(None);
+    tokio::time::timeout(Duration::from_secs(600), task)
+        .await
+        .expect("the worker finishes")
+        .unwrap();
+    assert_eq!(crate::metrics::pods::runtime_state_of(METRICS_UID), None);
+}
