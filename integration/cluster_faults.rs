@@ -44,6 +44,12 @@ fn apiserver_outage_leaves_pods_alone_and_statuses_catch_up() {
     let node_uid = n.node_object()["metadata"]["uid"].clone();
     let pods_before = n.api_pods().len();
     let tasks_before: Vec<_> = n.tasks().into_iter().filter(|t| t.2 == "RUNNING").collect();
+    // Each task's pod, read now: the short pod's records may be gone (garbage collected) by
+    // the time the outage check looks at them.
+    let owners: std::collections::HashMap<String, String> = tasks_before
+        .iter()
+        .map(|t| (t.0.clone(), pod_of(&n.ns, &t.0)))
+        .collect();
 
     cp.component("stop", "kube-apiserver");
     let stopped = Instant::now();
@@ -59,8 +65,7 @@ fn apiserver_outage_leaves_pods_alone_and_statuses_catch_up() {
     }
     for ended in tasks_before.iter().filter(|t| !tasks_during.contains(t)) {
         assert_eq!(
-            pod_of(&n.ns, &ended.0),
-            short,
+            owners[&ended.0], short,
             "only the short pod (its container, then its sandbox) may end during the outage"
         );
     }
