@@ -17,107 +17,13 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::Duration;
 
 use common::cluster::ClusterNode;
 use common::container_status;
+use common::csi::{count, mounts_under, requests, spawn, Bins};
 use serde_json::Value;
-
-/// A helper process stopped with its test.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        unsafe {
-            libc::kill(self.0.id() as i32, libc::SIGTERM);
-        }
-        for _ in 0..50 {
-            if self.0.try_wait().ok().flatten().is_some() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// hack/csi/build.sh's binaries (hack/test.sh builds them); missing ones fail the test.
-fn csi_bins() -> (PathBuf, PathBuf) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new(root.join("hack/csi/build.sh"))
-        .arg("--print")
-        .output()
-        .expect("hack/csi/build.sh runs");
-    assert!(
-        out.status.success(),
-        "hack/csi/build.sh --print failed (run hack/test.sh, which builds them): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let mut dirs = text.lines().map(PathBuf::from);
-    let ours = dirs.next().expect("the driver's bin dir");
-    let attacher = dirs.next().expect("the attacher's bin dir");
-    for bin in [
-        ours.join("krs-csi-driver"),
-        ours.join("krs-csi-registrar"),
-        attacher.join("csi-attacher"),
-    ] {
-        assert!(
-            bin.exists(),
-            "{} is not built: run hack/csi/build.sh",
-            bin.display()
-        );
-    }
-    (ours, attacher)
-}
-
-fn spawn(bin: &Path, args: &[String], log: &Path) -> Proc {
-    let log = std::fs::File::create(log).unwrap();
-    Proc(
-        Command::new(bin)
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("{} starts: {e}", bin.display())),
-    )
-}
-
-fn mounts_under(dir: &Path) -> Vec<String> {
-    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
-    let dir = dir.to_string_lossy().to_string();
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
-        .filter(|p| p.starts_with(&dir))
-        .collect()
-}
-
-/// The driver's requests log: (method, request) in order.
-fn requests(log: &Path) -> Vec<(String, Value)> {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .map(|v| {
-            (
-                v["method"].as_str().unwrap_or("").to_string(),
-                v["request"].clone(),
-            )
-        })
-        .collect()
-}
-
-fn count(log: &Path, method: &str) -> usize {
-    requests(log)
-        .iter()
-        .filter(|(m, _)| m.ends_with(method))
-        .count()
-}
 
 fn events(n: &ClusterNode, pod: &str, reason: &str) -> Vec<String> {
     let selector = format!("involvedObject.name={pod},reason={reason}");
@@ -138,7 +44,7 @@ fn is_running(pod: &Value) -> bool {
 #[test]
 #[ignore = "needs root, containerd, the control plane and hack/csi's binaries: run hack/test.sh"]
 fn a_csi_driver_registers_and_serves_a_statefulset_and_an_inline_volume() {
-    let (ours, attacher_dir) = csi_bins();
+    let bins = Bins::get();
     // Volume stats asked of the driver every 2 s (upstream's default: a minute).
     let mut n = ClusterNode::start(
         "cluster-csi",
@@ -157,7 +63,7 @@ fn a_csi_driver_registers_and_serves_a_statefulset_and_an_inline_volume() {
     let driver = format!("{node}.csi.kubelet-rs.io");
     let s = |p: &Path| p.display().to_string();
     let _driver = spawn(
-        &ours.join("krs-csi-driver"),
+        &bins.driver(),
         &[
             format!("--endpoint={}", s(&sock)),
             format!("--driver-name={driver}"),
@@ -171,7 +77,7 @@ fn a_csi_driver_registers_and_serves_a_statefulset_and_an_inline_volume() {
     );
     n.wait_until(30, "the driver's socket", || sock.exists());
     let registrar = spawn(
-        &ours.join("krs-csi-registrar"),
+        &bins.registrar(),
         &[
             format!("--csi-address={}", s(&sock)),
             format!(
@@ -182,7 +88,7 @@ fn a_csi_driver_registers_and_serves_a_statefulset_and_an_inline_volume() {
         &work.path().join("registrar.log"),
     );
     let _attacher = spawn(
-        &attacher_dir.join("csi-attacher"),
+        &bins.attacher(),
         &[
             format!("--csi-address={}", s(&sock)),
             format!("--kubeconfig={}", s(&n.cluster.kubeconfig)),

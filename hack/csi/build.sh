@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds what the CSI integration test (integration/cluster_csi.rs) runs beside the agent:
-# - krs-csi-driver and krs-csi-registrar from this folder's Go module, cached under
-#   $KUBELET_RS_CACHE/csi/<key>/bin, where <key> hashes go.mod, go.sum and the .go files (an
-#   edit here builds afresh; an unchanged tree reuses the binaries);
+# Builds what the CSI integration tests (integration/cluster_csi*.rs) run beside the agent:
+# - krs-csi-driver, krs-csi-registrar and krs-csi-provisioner from this folder's Go module
+#   (its unit tests run first), cached under $KUBELET_RS_CACHE/csi/<key>/bin, where <key>
+#   hashes go.mod, go.sum and the .go files (an edit here builds afresh; an unchanged tree
+#   reuses the binaries);
 # - upstream's external-attacher (csi-attacher) at one pinned version, cached under
 #   $KUBELET_RS_CACHE/csi/external-attacher-<version>/bin.
 # Each is built into a scratch directory and moved into place whole, so an interrupted build
@@ -27,7 +28,7 @@ ATTACHER_MODULE=github.com/kubernetes-csi/external-attacher/v4
 ATTACHER_PKG="$ATTACHER_MODULE/cmd/csi-attacher"
 ATTACHER_DIR="$CSI_CACHE/external-attacher-$ATTACHER_VERSION"
 ATTACHER_BIN_DIR="$ATTACHER_DIR/bin"
-OUR_COMMANDS=(krs-csi-driver:./driver krs-csi-registrar:./registrar)
+OUR_COMMANDS=(krs-csi-driver:./driver krs-csi-registrar:./registrar krs-csi-provisioner:./provisioner)
 
 # The sources' key: sha256 over the names and contents of go.mod, go.sum and every .go file.
 source_key() {
@@ -86,10 +87,12 @@ move_into_place() {
 }
 
 if ours_built; then
-	log "krs-csi-driver and krs-csi-registrar cached in $OURS_BIN_DIR"
+	log "krs-csi-driver, krs-csi-registrar and krs-csi-provisioner cached in $OURS_BIN_DIR"
 else
-	log "building krs-csi-driver and krs-csi-registrar from hack/csi"
+	log "testing and building krs-csi-driver, krs-csi-registrar and krs-csi-provisioner from hack/csi"
 	start=$SECONDS
+	# A failing unit test fails the build: nothing is cached for these sources.
+	(cd "$CSI_SRC" && go test ./...) || die "go test in hack/csi failed"
 	scratch="$(mktemp -d "$CSI_CACHE/.build.XXXXXX")"
 	for c in "${OUR_COMMANDS[@]}"; do
 		(cd "$CSI_SRC" && CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags "-s -w" \
@@ -98,7 +101,7 @@ else
 	move_into_place "$scratch/bin" "$OURS_BIN_DIR"
 	rm -rf "$scratch"
 	scratch=""
-	log "built krs-csi-driver and krs-csi-registrar in $((SECONDS - start))s: $OURS_BIN_DIR"
+	log "tested and built hack/csi's binaries in $((SECONDS - start))s: $OURS_BIN_DIR"
 fi
 
 if attacher_built; then

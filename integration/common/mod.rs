@@ -12,6 +12,7 @@
 
 pub mod cgroups;
 pub mod cluster;
+pub mod csi;
 pub mod registry;
 
 use std::collections::BTreeSet;

@@ -1,7 +1,8 @@
 // krs-csi-driver is a small CSI driver for kubelet-rs's integration tests: volumes are
 // directories under --data-dir, bind-mounted at the staging and target paths the node agent
-// asks for. It serves the Identity, Controller (publish/unpublish only, for the
-// external-attacher) and Node services on one unix socket, logs every request it receives as
+// asks for. It serves the Identity, Controller (CreateVolume and DeleteVolume for a
+// provisioner, publish/unpublish for the external-attacher) and Node services on one unix
+// socket, with one topology segment (its node), logs every request it receives as
 // one JSON line to --requests-log, and fails NodePublishVolume on demand (--fail-publish-file).
 package main
 
@@ -17,8 +18,6 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -46,7 +45,7 @@ func main() {
 		name        = flag.String("driver-name", "", "the driver's name (GetPluginInfo)")
 		nodeID      = flag.String("node-id", "", "this node's ID (NodeGetInfo)")
 		dataDir     = flag.String("data-dir", "", "where volumes live, as <data-dir>/volumes/<volume id>")
-		attach      = flag.Bool("attach-required", false, "offer the controller service with PUBLISH_UNPUBLISH_VOLUME")
+		attach      = flag.Bool("attach-required", false, "offer PUBLISH_UNPUBLISH_VOLUME in the controller service")
 		failPublish = flag.String("fail-publish-file", "", "while this file exists, NodePublishVolume fails with Internal")
 		requestsLog = flag.String("requests-log", "", "append every request here as a JSON line")
 	)
@@ -68,7 +67,8 @@ func main() {
 	if err != nil {
 		log.Fatalf("--data-dir: %v", err)
 	}
-	if err := os.MkdirAll(filepath.Join(data, "volumes"), 0o755); err != nil {
+	vols, err := newVolumes(data)
+	if err != nil {
 		log.Fatal(err)
 	}
 	cfg := &config{name: *name, nodeID: *nodeID, dataDir: data, attachRequired: *attach, failPublish: *failPublish}
@@ -80,8 +80,8 @@ func main() {
 
 	srv := grpc.NewServer(grpc.UnaryInterceptor(reqs.intercept))
 	csi.RegisterIdentityServer(srv, &identity{cfg: cfg})
-	csi.RegisterControllerServer(srv, &controller{cfg: cfg})
-	csi.RegisterNodeServer(srv, &node{cfg: cfg})
+	csi.RegisterControllerServer(srv, &controller{cfg: cfg, vols: vols})
+	csi.RegisterNodeServer(srv, &node{cfg: cfg, vols: vols})
 
 	lis, err := unixsock.Listen(sock)
 	if err != nil {
@@ -183,12 +183,15 @@ func (s *identity) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*c
 }
 
 func (s *identity) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
+	// The controller service always (CreateVolume, DeleteVolume), and topology: a volume is
+	// on one node's disk.
 	resp := &csi.GetPluginCapabilitiesResponse{}
-	if s.cfg.attachRequired {
+	for _, t := range []csi.PluginCapability_Service_Type{
+		csi.PluginCapability_Service_CONTROLLER_SERVICE,
+		csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS,
+	} {
 		resp.Capabilities = append(resp.Capabilities, &csi.PluginCapability{
-			Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{
-				Type: csi.PluginCapability_Service_CONTROLLER_SERVICE,
-			}},
+			Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: t}},
 		})
 	}
 	return resp, nil
@@ -196,47 +199,4 @@ func (s *identity) GetPluginCapabilities(context.Context, *csi.GetPluginCapabili
 
 func (s *identity) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
 	return &csi.ProbeResponse{Ready: wrapperspb.Bool(true)}, nil
-}
-
-// The controller service does attach and detach only: the external-attacher's calls.
-type controller struct {
-	csi.UnimplementedControllerServer
-	cfg *config
-}
-
-func (s *controller) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
-	resp := &csi.ControllerGetCapabilitiesResponse{}
-	if s.cfg.attachRequired {
-		resp.Capabilities = append(resp.Capabilities, &csi.ControllerServiceCapability{
-			Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{
-				Type: csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME,
-			}},
-		})
-	}
-	return resp, nil
-}
-
-func (s *controller) ControllerPublishVolume(_ context.Context, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
-	if !s.cfg.attachRequired {
-		return nil, status.Error(codes.Unimplemented, "attach is not required by this driver")
-	}
-	if req.GetVolumeId() == "" || req.GetNodeId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "volume_id and node_id are required")
-	}
-	if req.GetVolumeCapability() == nil {
-		return nil, status.Error(codes.InvalidArgument, "volume_capability is required")
-	}
-	return &csi.ControllerPublishVolumeResponse{
-		PublishContext: map[string]string{"krs-published": req.GetNodeId()},
-	}, nil
-}
-
-func (s *controller) ControllerUnpublishVolume(_ context.Context, req *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
-	if !s.cfg.attachRequired {
-		return nil, status.Error(codes.Unimplemented, "attach is not required by this driver")
-	}
-	if req.GetVolumeId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
-	}
-	return &csi.ControllerUnpublishVolumeResponse{}, nil
 }

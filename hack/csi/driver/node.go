@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"path/filepath"
-	"strings"
-	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
@@ -18,32 +15,8 @@ const injectedFailure = "injected NodePublishVolume failure"
 
 type node struct {
 	csi.UnimplementedNodeServer
-	cfg *config
-	// One mount operation at a time: a retry of a slow call must not race the call.
-	mu sync.Mutex
-}
-
-// volumeDir is where volume id's data lives: <data-dir>/volumes/<id>.
-func (s *node) volumeDir(id string) (string, error) {
-	if id == "" || id == "." || id == ".." || strings.ContainsAny(id, "/\x00") {
-		return "", status.Errorf(codes.InvalidArgument, "invalid volume_id %q", id)
-	}
-	return filepath.Join(s.cfg.dataDir, "volumes", id), nil
-}
-
-// ensureVolumeDir creates id's directory, writable by any user a pod runs as.
-func (s *node) ensureVolumeDir(id string) (string, error) {
-	dir, err := s.volumeDir(id)
-	if err != nil {
-		return "", err
-	}
-	if err := os.MkdirAll(dir, 0o777); err != nil {
-		return "", status.Errorf(codes.Internal, "creating %s: %v", dir, err)
-	}
-	if err := os.Chmod(dir, 0o777); err != nil {
-		return "", status.Errorf(codes.Internal, "chmod %s: %v", dir, err)
-	}
-	return dir, nil
+	cfg  *config
+	vols *volumes
 }
 
 func checkCapability(c *csi.VolumeCapability) error {
@@ -57,7 +30,7 @@ func checkCapability(c *csi.VolumeCapability) error {
 }
 
 func (s *node) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
-	return &csi.NodeGetInfoResponse{NodeId: s.cfg.nodeID}, nil
+	return &csi.NodeGetInfoResponse{NodeId: s.cfg.nodeID, AccessibleTopology: s.cfg.topology()}, nil
 }
 
 func (s *node) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
@@ -83,9 +56,9 @@ func (s *node) NodeStageVolume(_ context.Context, req *csi.NodeStageVolumeReques
 	if err := checkCapability(req.GetVolumeCapability()); err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	src, err := s.ensureVolumeDir(req.GetVolumeId())
+	s.vols.mu.Lock()
+	defer s.vols.mu.Unlock()
+	src, err := s.vols.ensureDir(req.GetVolumeId())
 	if err != nil {
 		return nil, err
 	}
@@ -96,12 +69,12 @@ func (s *node) NodeStageVolume(_ context.Context, req *csi.NodeStageVolumeReques
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	if mounted {
-		return &csi.NodeStageVolumeResponse{}, nil
+	if !mounted {
+		if err := bindMount(src, staging, false); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
 	}
-	if err := bindMount(src, staging, false); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
+	s.vols.mounted(req.GetVolumeId(), staging)
 	return &csi.NodeStageVolumeResponse{}, nil
 }
 
@@ -110,11 +83,12 @@ func (s *node) NodeUnstageVolume(_ context.Context, req *csi.NodeUnstageVolumeRe
 	if req.GetVolumeId() == "" || staging == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id and staging_target_path are required")
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.vols.mu.Lock()
+	defer s.vols.mu.Unlock()
 	if err := unmountAll(staging); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
+	s.vols.unmounted(req.GetVolumeId(), staging)
 	if err := removeDir(staging); err != nil {
 		return nil, status.Errorf(codes.Internal, "removing %s: %v", staging, err)
 	}
@@ -134,11 +108,11 @@ func (s *node) NodePublishVolume(_ context.Context, req *csi.NodePublishVolumeRe
 	if err := checkCapability(req.GetVolumeCapability()); err != nil {
 		return nil, err
 	}
-	if _, err := s.volumeDir(req.GetVolumeId()); err != nil {
+	if _, err := s.vols.dir(req.GetVolumeId()); err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.vols.mu.Lock()
+	defer s.vols.mu.Unlock()
 
 	src := req.GetStagingTargetPath()
 	if src != "" {
@@ -151,7 +125,7 @@ func (s *node) NodePublishVolume(_ context.Context, req *csi.NodePublishVolumeRe
 		}
 	} else {
 		// No staging: an inline ephemeral volume (the node agent does not stage those).
-		dir, err := s.ensureVolumeDir(req.GetVolumeId())
+		dir, err := s.vols.ensureDir(req.GetVolumeId())
 		if err != nil {
 			return nil, err
 		}
@@ -163,6 +137,7 @@ func (s *node) NodePublishVolume(_ context.Context, req *csi.NodePublishVolumeRe
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	if mounted {
+		s.vols.mounted(req.GetVolumeId(), target)
 		return &csi.NodePublishVolumeResponse{}, nil
 	}
 	created := false
@@ -180,6 +155,7 @@ func (s *node) NodePublishVolume(_ context.Context, req *csi.NodePublishVolumeRe
 		}
 		return nil, status.Error(codes.Internal, err.Error())
 	}
+	s.vols.mounted(req.GetVolumeId(), target)
 	return &csi.NodePublishVolumeResponse{}, nil
 }
 
@@ -188,11 +164,12 @@ func (s *node) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVolu
 	if req.GetVolumeId() == "" || target == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id and target_path are required")
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.vols.mu.Lock()
+	defer s.vols.mu.Unlock()
 	if err := unmountAll(target); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
+	s.vols.unmounted(req.GetVolumeId(), target)
 	if err := removeDir(target); err != nil {
 		return nil, status.Errorf(codes.Internal, "removing %s: %v", target, err)
 	}

@@ -1,0 +1,139 @@
+//! What the CSI cluster tests share: hack/csi's binaries (built by hack/csi/build.sh), their
+//! processes, the driver's requests log and the host's mount table.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// A helper process stopped (SIGTERM, then SIGKILL after 5 s) with its test.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        unsafe {
+            libc::kill(self.0.id() as i32, libc::SIGTERM);
+        }
+        for _ in 0..50 {
+            if self.0.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Where hack/csi/build.sh put the binaries.
+pub struct Bins {
+    /// krs-csi-driver, krs-csi-registrar, krs-csi-provisioner.
+    pub ours: PathBuf,
+    /// Upstream's csi-attacher.
+    pub attacher: PathBuf,
+}
+
+impl Bins {
+    /// hack/csi/build.sh's binaries (hack/test.sh builds them); missing ones fail the test.
+    pub fn get() -> Bins {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let out = Command::new(root.join("hack/csi/build.sh"))
+            .arg("--print")
+            .output()
+            .expect("hack/csi/build.sh runs");
+        assert!(
+            out.status.success(),
+            "hack/csi/build.sh --print failed (run hack/test.sh, which builds them): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let mut dirs = text.lines().map(PathBuf::from);
+        let bins = Bins {
+            ours: dirs.next().expect("our bin dir"),
+            attacher: dirs.next().expect("the attacher's bin dir"),
+        };
+        for bin in [
+            bins.driver(),
+            bins.registrar(),
+            bins.provisioner(),
+            bins.attacher(),
+        ] {
+            assert!(
+                bin.exists(),
+                "{} is not built: run hack/csi/build.sh",
+                bin.display()
+            );
+        }
+        bins
+    }
+
+    pub fn driver(&self) -> PathBuf {
+        self.ours.join("krs-csi-driver")
+    }
+
+    pub fn registrar(&self) -> PathBuf {
+        self.ours.join("krs-csi-registrar")
+    }
+
+    pub fn provisioner(&self) -> PathBuf {
+        self.ours.join("krs-csi-provisioner")
+    }
+
+    pub fn attacher(&self) -> PathBuf {
+        self.attacher.join("csi-attacher")
+    }
+}
+
+/// Starts `bin` with its stderr in `log`.
+pub fn spawn(bin: &Path, args: &[String], log: &Path) -> Proc {
+    let log = std::fs::File::create(log).unwrap();
+    Proc(
+        Command::new(bin)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{} starts: {e}", bin.display())),
+    )
+}
+
+/// The mount points under `dir`, from the host's mount table.
+pub fn mounts_under(dir: &Path) -> Vec<String> {
+    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let dir = dir.to_string_lossy().to_string();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+        .filter(|p| p.starts_with(&dir))
+        .collect()
+}
+
+/// The driver's requests log (--requests-log): (method, request) in order.
+pub fn requests(log: &Path) -> Vec<(String, Value)> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|v| {
+            (
+                v["method"].as_str().unwrap_or("").to_string(),
+                v["request"].clone(),
+            )
+        })
+        .collect()
+}
+
+/// The requests of one method (its last path element, e.g. "NodeStageVolume").
+pub fn requests_of(log: &Path, method: &str) -> Vec<Value> {
+    requests(log)
+        .into_iter()
+        .filter(|(m, _)| m.rsplit('/').next() == Some(method))
+        .map(|(_, r)| r)
+        .collect()
+}
+
+pub fn count(log: &Path, method: &str) -> usize {
+    requests_of(log, method).len()
+}
