@@ -29,7 +29,9 @@ PKGS=(systemd dbus conntrack iptables nftables iproute2 ethtool util-linux mount
 	libseccomp2 pigz e2fsprogs bash ca-certificates curl jq procps
 	containerd runc containernetworking-plugins)
 
-key="$(printf '%s\n' "$SUITE" "${PKGS[@]}" | cat - "${BASH_SOURCE[0]}" | sha256sum | cut -c1-16)"
+# Bump when the steps below change what the tarball holds.
+BASE_REVISION=1
+key="$(printf '%s\n' "$BASE_REVISION" "$SUITE" "${PKGS[@]}" | sha256sum | cut -c1-16)"
 OUT="$KIND_CACHE/base-$SUITE-$key.tar"
 if [[ -f "$OUT" ]]; then
 	log "base cached in $OUT"
@@ -87,6 +89,7 @@ rm -rf "$ROOT"/var/lib/apt/lists/* "$ROOT"/var/cache/apt/* "$ROOT"/usr/share/doc
 # A machine-id of its own is made by systemd at each node's first boot.
 : >"$ROOT/etc/machine-id"
 
+chmod 0755 "$ROOT"
 tar --numeric-owner --xattrs -C "$ROOT" -cf "$OUT.tmp" .
 mv "$OUT.tmp" "$OUT"
 log "base built in $((SECONDS - start))s: $OUT ($(du -h "$OUT" | cut -f1))"

@@ -70,6 +70,7 @@ trap cleanup EXIT
 ROOT="$WORK/rootfs"
 mkdir -p "$ROOT"
 tar --numeric-owner --xattrs -C "$ROOT" -xf "$BASE_TAR"
+chmod 0755 "$ROOT"
 
 # --- kind's files, then ours over them --------------------------------------------------------
 install -m 0755 "$KIND_SRC"/usr/local/bin/* "$ROOT/usr/local/bin/"
@@ -90,9 +91,11 @@ rm -f "$ROOT/etc/systemd/system/containerd-fuse-overlayfs.service"
 
 # Host-global sysctls: a privileged node's /proc/sys is the host's, and systemd-sysctl would
 # write Debian's defaults (kernel.pid_max, kernel.sysrq, fs.protected_*) into the host kernel.
-# Only kind's own files stay: net.ipv4.conf.* keys, which are per network namespace.
+# Only kind's own files stay: net.ipv4.conf.* keys, which are per network namespace. (The
+# entrypoint also makes /proc/sys read-only but for net/: kubelet-rs-entrypoint.)
 rm -f "$ROOT"/usr/lib/sysctl.d/* "$ROOT"/etc/sysctl.d/99-sysctl.conf "$ROOT/etc/sysctl.conf"
-if grep -hv '^\s*\(#\|$\)' "$ROOT"/etc/sysctl.d/* | grep -v '^net\.ipv[46]\.conf\.'; then
+if cat "$ROOT"/etc/sysctl.d/* "$ROOT"/usr/lib/sysctl.d/* "$ROOT"/usr/local/lib/sysctl.d/* 2>/dev/null |
+	grep -v '^\s*\(#\|;\|$\)' | grep -v '^net\.ipv[46]\.conf\.'; then
 	die "a sysctl.d file in the node sets a key that is not per network namespace (above)"
 fi
 
@@ -109,7 +112,7 @@ echo "$K8S_VERSION" >"$ROOT/kind/version"
 mkdir -p "$ROOT/etc/kubernetes/manifests" "$ROOT/etc/cni/net.d"
 systemctl --root="$ROOT" enable kubelet.service containerd.service undo-mount-hacks.service kind-net.service >/dev/null 2>&1 ||
 	die "systemctl enable in the node rootfs failed"
-systemctl --root="$ROOT" mask systemd-binfmt.service systemd-sysctl.service >/dev/null 2>&1
+systemctl --root="$ROOT" mask systemd-binfmt.service >/dev/null 2>&1
 
 # --- images -----------------------------------------------------------------------------------
 IMG="$WORK/images"
@@ -148,7 +151,7 @@ copy_with_libs() {
 	for f in "$@"; do
 		install -m 0755 -D "$ROOT$f" "$kp$f"
 		for lib in $(chroot "$ROOT" ldd "$f" | grep -o '/[^ ]*'); do
-			[[ -e "$kp$lib" ]] || install -m 0755 -D "$ROOT$(readlink -f "$ROOT$lib" | sed "s|^$ROOT||")" "$kp$lib"
+			[[ -e "$kp$lib" ]] || install -m 0755 -D "$ROOT$(chroot "$ROOT" readlink -f "$lib")" "$kp$lib"
 		done
 	done
 }
@@ -156,7 +159,7 @@ copy_with_libs /usr/sbin/xtables-legacy-multi /usr/sbin/xtables-nft-multi
 cp -a "$ROOT/usr/lib/x86_64-linux-gnu/xtables" "$kp/usr/lib/x86_64-linux-gnu/"
 for l in "$ROOT"/usr/lib/x86_64-linux-gnu/xtables/*.so; do
 	for lib in $(chroot "$ROOT" ldd "${l#"$ROOT"}" | grep -o '/[^ ]*'); do
-		[[ -e "$kp$lib" ]] || install -m 0755 -D "$(readlink -f "$ROOT$lib")" "$kp$lib"
+		[[ -e "$kp$lib" ]] || install -m 0755 -D "$ROOT$(chroot "$ROOT" readlink -f "$lib")" "$kp$lib"
 	done
 done
 for t in iptables ip6tables; do
@@ -217,6 +220,6 @@ tar --numeric-owner --xattrs -C "$ROOT" -c . |
 	podman import \
 		--change 'ENV container=docker' \
 		--change 'STOPSIGNAL SIGRTMIN+3' \
-		--change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' \
+		--change 'ENTRYPOINT ["/kind/bin/kubelet-rs-entrypoint", "/usr/local/bin/entrypoint", "/sbin/init"]' \
 		- "$KIND_NODE_IMAGE" >/dev/null || die "podman import failed"
 log "built $KIND_NODE_IMAGE in $((SECONDS - total))s"

@@ -81,6 +81,25 @@ if ((need)); then
 	cd - >/dev/null
 fi
 
-go_install etcd "$ETCD_VERSION" "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
-go_install coredns "$COREDNS_VERSION" "github.com/coredns/coredns@$COREDNS_VERSION"
+# go_module_build NAME VERSION MODULE PACKAGE: PACKAGE (a main package of MODULE at VERSION)
+# built in a module of its own, for modules whose go.mod has replace directives (etcd's server
+# replaces its sibling modules with ../ paths), which `go install pkg@version` refuses; in a
+# dependency's go.mod they are ignored, so the published siblings are used.
+go_module_build() {
+	local name="$1" version="$2" module="$3" pkg="$4" out="$KIND_BIN_DIR/$1-$2" mod start
+	[[ -x "$out" ]] && return 0
+	mod="$KIND_CACHE/modules/$name-$version"
+	mkdir -p "$mod"
+	printf 'module kubelet-rs.local/kind-%s\n\ngo 1.24\n\nrequire %s %s\n' "$name" "$module" "$version" >"$mod/go.mod"
+	printf '//go:build tools\n\npackage tools\n\nimport _ "%s"\n' "$pkg" >"$mod/tools.go"
+	log "building $name $version from $pkg"
+	start=$SECONDS
+	(cd "$mod" && go mod tidy && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out.tmp" "$pkg") ||
+		die "build of $pkg $version failed (module in $mod)"
+	mv "$out.tmp" "$out"
+	log "built $name in $((SECONDS - start))s"
+}
+
+go_module_build etcd "$ETCD_VERSION" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3
+go_module_build coredns "$COREDNS_VERSION" github.com/coredns/coredns github.com/coredns/coredns
 log "kind tools in $KIND_BIN_DIR"

@@ -37,7 +37,7 @@ KUBECTL="$KIND_BIN_DIR/kubectl-$K8S_VERSION"
 AGNHOST_TAR="$IMAGE_CACHE_DIR/e2e-agnhost.oci.tar"
 AGNHOST=registry.k8s.io/e2e-test-images/agnhost:2.56
 # Kernel-global sysctls a node must never write (the node's /proc/sys is the host's).
-SYSCTLS=(kernel.pid_max kernel.sysrq kernel.panic kernel.panic_on_oops vm.overcommit_memory
+SYSCTLS=(fs.file-max fs.nr_open kernel.pid_max kernel.sysrq kernel.panic kernel.panic_on_oops vm.overcommit_memory
 	vm.panic_on_oom fs.protected_regular fs.protected_fifos fs.inotify.max_user_watches
 	fs.inotify.max_user_instances net.netfilter.nf_conntrack_max kernel.keys.root_maxkeys
 	kernel.keys.root_maxbytes)

@@ -34,6 +34,32 @@ if ! dpkg-divert --list "$PODMAN_CNI" | grep -q kind-diverted; then
 	log "diverted $PODMAN_CNI to $DIVERTED"
 fi
 
+write_conf() {
+	local ulimits="$1"
+	mkdir -p "$(dirname "$CONF")"
+	cat >"$CONF" <<CONF
+# Written by hack/kind/setup-host.sh for kind nodes running kubelet-rs.
+[containers]
+# Without CAP_SYS_RESOURCE runc cannot raise rlimits above the ones podman starts it with.
+$ulimits
+
+[engine]
+# crun refuses hybrid cgroup hosts (cgroup v1 controllers plus a cgroup2 mount).
+runtime = "runc"
+
+[network]
+# netavark keeps its configs in /etc/containers/networks; /etc/cni/net.d belongs to kubelet-rs.
+network_backend = "netavark"
+# Podman's default network is 10.88.0.0/16, the range kubelet-rs's own CNI config uses on
+# this host; kind uses a network of its own, and the default one moves out of the way.
+default_subnet = "10.87.0.0/16"
+CONF
+}
+
+# Netavark before podman is installed or runs: without it, podman 4.3 picks its CNI backend (there is a
+# config in /etc/cni/net.d) and creates /etc/cni/net.d/cni.lock.
+write_conf ""
+
 pkgs=(podman netavark aardvark-dns conmon runc debootstrap iptables)
 missing=()
 for p in "${pkgs[@]}"; do
@@ -52,6 +78,7 @@ before: $before
 after:  $after"
 [[ ! -e "$PODMAN_CNI" ]] || die "$PODMAN_CNI exists despite the diversion"
 
+
 # The limits podman starts its OCI runtime with (lower than this shell's: podman caps nproc
 # itself), seen by a wrapper runtime that records them; the container start may fail, which is
 # what this measures around.
@@ -68,24 +95,7 @@ podman --runtime "$probe/runtime" run --rm "$podman_image" true >/dev/null 2>&1 
 hard_nofile="$(awk '/^Max open files/ {print $5}' "$probe/limits")"
 hard_nproc="$(awk '/^Max processes/ {print $4}' "$probe/limits")"
 rm -rf "$probe"
-mkdir -p "$(dirname "$CONF")"
-cat >"$CONF" <<CONF
-# Written by hack/kind/setup-host.sh for kind nodes running kubelet-rs.
-[containers]
-# Without CAP_SYS_RESOURCE runc cannot raise rlimits above the ones podman starts it with.
-default_ulimits = ["nofile=$hard_nofile:$hard_nofile", "nproc=$hard_nproc:$hard_nproc"]
-
-[engine]
-# crun refuses hybrid cgroup hosts (cgroup v1 controllers plus a cgroup2 mount).
-runtime = "runc"
-
-[network]
-# netavark keeps its configs in /etc/containers/networks; /etc/cni/net.d belongs to kubelet-rs.
-network_backend = "netavark"
-# Podman's default network is 10.88.0.0/16, the range kubelet-rs's own CNI config uses on
-# this host; kind uses a network of its own, and the default one moves out of the way.
-default_subnet = "10.87.0.0/16"
-CONF
+write_conf "default_ulimits = [\"nofile=$hard_nofile:$hard_nofile\", \"nproc=$hard_nproc:$hard_nproc\"]"
 log "wrote $CONF"
 
 if [[ ! -d /lib/modules ]]; then
@@ -95,4 +105,5 @@ fi
 
 podman info --format '{{.Host.OCIRuntime.Name}} {{.Host.NetworkBackend}} {{.Host.CgroupsVersion}}' ||
 	die "podman info failed"
+[[ "$before" == "$(snapshot)" ]] || die "/etc/cni/net.d changed while setting podman up"
 log "host ready for kind's podman provider"
