@@ -49,11 +49,10 @@ fi
 
 total=$SECONDS
 "$HERE/build-tools.sh"
-"$KUBELET_RS_ROOT/hack/cluster/build.sh" >/dev/null
 CP_BIN="$K8S_BUILD_DIR/bin"
-for b in kube-apiserver kube-controller-manager kube-scheduler; do
-	[[ -x "$CP_BIN/$b" ]] || die "$CP_BIN/$b missing after hack/cluster/build.sh"
-done
+cp_built() { [[ -x "$CP_BIN/kube-apiserver" && -x "$CP_BIN/kube-controller-manager" && -x "$CP_BIN/kube-scheduler" ]]; }
+cp_built || "$KUBELET_RS_ROOT/hack/cluster/build.sh"
+cp_built || die "control-plane binaries missing in $CP_BIN after hack/cluster/build.sh"
 tool() { echo "$KIND_BIN_DIR/$1-$2"; }
 BASE_TAR="$("$HERE/build-base.sh" | tail -1)"
 [[ -f "$BASE_TAR" ]] || die "base tarball missing: $BASE_TAR"
@@ -94,7 +93,7 @@ rm -f "$ROOT/etc/systemd/system/containerd-fuse-overlayfs.service"
 # Only kind's own files stay: net.ipv4.conf.* keys, which are per network namespace. (The
 # entrypoint also makes /proc/sys read-only but for net/: kubelet-rs-entrypoint.)
 rm -f "$ROOT"/usr/lib/sysctl.d/* "$ROOT"/etc/sysctl.d/99-sysctl.conf "$ROOT/etc/sysctl.conf"
-if cat "$ROOT"/etc/sysctl.d/* "$ROOT"/usr/lib/sysctl.d/* "$ROOT"/usr/local/lib/sysctl.d/* 2>/dev/null |
+if cat "$ROOT"/etc/sysctl.d/*.conf "$ROOT"/usr/lib/sysctl.d/*.conf "$ROOT"/usr/local/lib/sysctl.d/*.conf 2>/dev/null |
 	grep -v '^\s*\(#\|;\|$\)' | grep -v '^net\.ipv[46]\.conf\.'; then
 	die "a sysctl.d file in the node sets a key that is not per network namespace (above)"
 fi
@@ -115,8 +114,21 @@ systemctl --root="$ROOT" enable kubelet.service containerd.service undo-mount-ha
 systemctl --root="$ROOT" mask systemd-binfmt.service >/dev/null 2>&1
 
 # --- images -----------------------------------------------------------------------------------
-IMG="$WORK/images"
+# Images are cached in $KIND_CACHE/images keyed by what goes into them (binaries, a revision),
+# so a new kubelet-rs build does not recompress them.
+IMG="$KIND_CACHE/images"
 mkdir -p "$IMG"
+# Bump when the image recipes below change.
+IMAGES_REVISION=1
+# image_cached NAME FILES...: true when $IMG/NAME.oci.tar was built from these FILES' contents.
+image_cached() {
+	local name="$1" sum
+	shift
+	sum="$(cat "$@" | sha256sum | cut -c1-16)-r$IMAGES_REVISION"
+	IMAGE_KEY="$sum"
+	[[ -f "$IMG/$name.oci.tar" && "$(cat "$IMG/$name.key" 2>/dev/null)" == "$sum" ]]
+}
+image_done() { echo "$IMAGE_KEY" >"$IMG/$1.key"; }
 passwd_files() {
 	mkdir -p "$1/etc" "$1/tmp"
 	printf '%s\n' 'root:x:0:0:root:/root:/sbin/nologin' 'nobody:x:65534:65534:nobody:/:/sbin/nologin' >"$1/etc/passwd"
@@ -126,11 +138,16 @@ passwd_files() {
 # binary_image NAME REF BINARY [ENTRYPOINT_JSON]: the static BINARY as /usr/local/bin/NAME.
 binary_image() {
 	local name="$1" ref="$2" bin="$3" entry="${4:-}" rootfs="$WORK/rootfs-$1" body
+	if image_cached "$name" "$bin"; then
+		log "image $ref (cached)"
+		return
+	fi
 	passwd_files "$rootfs"
 	install -m 0755 -D "$bin" "$rootfs/usr/local/bin/$name"
 	body="\"Env\":[\"PATH=$DEFAULT_PATH\"]"
 	[[ -z "$entry" ]] || body="$body,\"Entrypoint\":$entry"
 	make_oci_archive "$rootfs" "$ref" "$body" "$IMG/$name.oci.tar" >/dev/null
+	image_done "$name"
 	rm -rf "$rootfs"
 	log "image $ref"
 }
@@ -143,41 +160,52 @@ binary_image coredns "registry.k8s.io/coredns/coredns:$COREDNS_VERSION" "$(tool 
 # kube-proxy execs iptables: the legacy and nft binaries, their extensions and libraries come
 # from the node's own rootfs; `iptables` is the legacy one, the mode kind's entrypoint selects
 # in a fresh node (no rules in either).
-kp="$WORK/rootfs-kube-proxy"
-passwd_files "$kp"
-install -m 0755 -D "$(tool kube-proxy "$K8S_VERSION")" "$kp/usr/local/bin/kube-proxy"
-copy_with_libs() {
-	local f lib
-	for f in "$@"; do
-		install -m 0755 -D "$ROOT$f" "$kp$f"
-		for lib in $(chroot "$ROOT" ldd "$f" | grep -o '/[^ ]*'); do
+if image_cached kube-proxy "$(tool kube-proxy "$K8S_VERSION")" "$ROOT/usr/sbin/xtables-legacy-multi" "$ROOT/usr/sbin/xtables-nft-multi"; then
+	log "image registry.k8s.io/kube-proxy:$K8S_VERSION (cached)"
+else
+	kp="$WORK/rootfs-kube-proxy"
+	passwd_files "$kp"
+	install -m 0755 -D "$(tool kube-proxy "$K8S_VERSION")" "$kp/usr/local/bin/kube-proxy"
+	copy_with_libs() {
+		local f lib
+		for f in "$@"; do
+			install -m 0755 -D "$ROOT$f" "$kp$f"
+			for lib in $(chroot "$ROOT" ldd "$f" | grep -o '/[^ ]*'); do
+				[[ -e "$kp$lib" ]] || install -m 0755 -D "$ROOT$(chroot "$ROOT" readlink -f "$lib")" "$kp$lib"
+			done
+		done
+	}
+	copy_with_libs /usr/sbin/xtables-legacy-multi /usr/sbin/xtables-nft-multi
+	mkdir -p "$kp/usr/lib/x86_64-linux-gnu"
+	cp -a "$ROOT/usr/lib/x86_64-linux-gnu/xtables" "$kp/usr/lib/x86_64-linux-gnu/"
+	for l in "$ROOT"/usr/lib/x86_64-linux-gnu/xtables/*.so; do
+		for lib in $(chroot "$ROOT" ldd "${l#"$ROOT"}" | grep -o '/[^ ]*'); do
 			[[ -e "$kp$lib" ]] || install -m 0755 -D "$ROOT$(chroot "$ROOT" readlink -f "$lib")" "$kp$lib"
 		done
 	done
-}
-copy_with_libs /usr/sbin/xtables-legacy-multi /usr/sbin/xtables-nft-multi
-cp -a "$ROOT/usr/lib/x86_64-linux-gnu/xtables" "$kp/usr/lib/x86_64-linux-gnu/"
-for l in "$ROOT"/usr/lib/x86_64-linux-gnu/xtables/*.so; do
-	for lib in $(chroot "$ROOT" ldd "${l#"$ROOT"}" | grep -o '/[^ ]*'); do
-		[[ -e "$kp$lib" ]] || install -m 0755 -D "$ROOT$(chroot "$ROOT" readlink -f "$lib")" "$kp$lib"
+	for t in iptables ip6tables; do
+		for s in "" -save -restore; do
+			ln -sf xtables-legacy-multi "$kp/usr/sbin/$t-legacy$s"
+			ln -sf xtables-nft-multi "$kp/usr/sbin/$t-nft$s"
+			ln -sf xtables-legacy-multi "$kp/usr/sbin/$t$s"
+		done
 	done
-done
-for t in iptables ip6tables; do
-	for s in "" -save -restore; do
-		ln -sf xtables-legacy-multi "$kp/usr/sbin/$t-legacy$s"
-		ln -sf xtables-nft-multi "$kp/usr/sbin/$t-nft$s"
-		ln -sf xtables-legacy-multi "$kp/usr/sbin/$t$s"
-	done
-done
-mkdir -p "$kp/run" "$kp/var/lib" "$kp/lib/modules"
-make_oci_archive "$kp" "registry.k8s.io/kube-proxy:$K8S_VERSION" \
-	"\"Env\":[\"PATH=$DEFAULT_PATH\"],\"Entrypoint\":[\"/usr/local/bin/kube-proxy\"]" "$IMG/kube-proxy.oci.tar" >/dev/null
-rm -rf "$kp"
-log "image registry.k8s.io/kube-proxy:$K8S_VERSION"
-pause_rootfs "$WORK/rootfs-pause"
-make_oci_archive "$WORK/rootfs-pause" "registry.k8s.io/pause:$PAUSE_IMAGE_TAG" '"Entrypoint":["/pause"]' "$IMG/pause.oci.tar" >/dev/null
-rm -rf "$WORK/rootfs-pause"
-log "image registry.k8s.io/pause:$PAUSE_IMAGE_TAG"
+	mkdir -p "$kp/run" "$kp/var/lib" "$kp/lib/modules"
+	make_oci_archive "$kp" "registry.k8s.io/kube-proxy:$K8S_VERSION" \
+		"\"Env\":[\"PATH=$DEFAULT_PATH\"],\"Entrypoint\":[\"/usr/local/bin/kube-proxy\"]" "$IMG/kube-proxy.oci.tar" >/dev/null
+	image_done kube-proxy
+	rm -rf "$kp"
+	log "image registry.k8s.io/kube-proxy:$K8S_VERSION"
+fi
+if image_cached pause "$PAUSE_SRC"; then
+	log "image registry.k8s.io/pause:$PAUSE_IMAGE_TAG (cached)"
+else
+	pause_rootfs "$WORK/rootfs-pause"
+	make_oci_archive "$WORK/rootfs-pause" "registry.k8s.io/pause:$PAUSE_IMAGE_TAG" '"Entrypoint":["/pause"]' "$IMG/pause.oci.tar" >/dev/null
+	image_done pause
+	rm -rf "$WORK/rootfs-pause"
+	log "image registry.k8s.io/pause:$PAUSE_IMAGE_TAG"
+fi
 
 # --- preload: a containerd of this build's own (own socket, state, CRI off) over the node's
 # /var/lib/containerd imports and unpacks every image, as the node's containerd will see it.
@@ -206,7 +234,7 @@ for _ in $(seq 100); do
 	pid_alive "$CTRD_PID" || die "build containerd exited: $(tail -5 "$C/log")"
 	sleep 0.2
 done
-for t in "$IMG"/*.oci.tar; do
+for t in "$IMG"/{kube-apiserver,kube-controller-manager,kube-scheduler,kube-proxy,etcd,coredns,pause}.oci.tar; do
 	ctr --address "$C/c.sock" -n k8s.io images import --snapshotter overlayfs "$t" >/dev/null ||
 		die "import of $t into the node's containerd failed"
 done

@@ -2,7 +2,7 @@
 # The pod network of a kind cluster whose nodes run kubelet-rs, without kindnetd (an image
 # from a registry): every node shares one podman network (one L2 segment), so a route per
 # node is all pods need. Every few seconds, with the node's own credentials (kubelet.conf: the
-# node authorizer lets a node list nodes), it
+# default-storage.yaml grants nodes the listing of Nodes), it
 #   - writes /etc/cni/net.d/10-kind.conflist for this node's spec.podCIDR (bridge + host-local
 #     + portmap, from Debian's CNI plugins) once the controller manager has allocated it;
 #   - routes every other node's podCIDR via that node's InternalIP.
