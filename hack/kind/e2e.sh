@@ -4,7 +4,8 @@
 #   2. creates a 2-node cluster (hack/kind/cluster.yaml) and waits for both nodes Ready;
 #   3. loads the locally built agnhost image with `kind load image-archive` (not preloaded);
 #   4. runs a 2-replica Deployment spread over both nodes and a ClusterIP Service, and reaches
-#      both pods through the Service from each node and pod to pod across nodes;
+#      both pods through the Service from each node, pod to pod across nodes, and the Service
+#      by its DNS name (CoreDNS) from a pod;
 #   5. `kind export logs` (journal, kubelet log, crictl images from every node);
 #   6. deletes the cluster; the host's global sysctls and /etc/cni/net.d are as before.
 # Every missing part is an error, never a skip.
@@ -143,6 +144,19 @@ for n in "$n0" "$n1"; do
 	[[ " $seen " == *" $p0 "* && " $seen " == *" $p1 "* ]] || die "from $n, Service $svc answered by:$seen (want $p0 and $p1)"
 	log "from $n the Service reached both pods:$seen"
 done
+
+# A pod resolves the Service's name through CoreDNS (preloaded image, kubeadm's Deployment) and
+# reaches it: agnhost's /dial makes the request from inside the pod on the other node.
+k -n kube-system rollout status deployment/coredns --timeout=300s || die "CoreDNS not available"
+out=""
+for _ in $(seq 20); do
+	out="$(podman exec "$n0" curl -s --max-time 10 \
+		"http://$ip1:8080/dial?request=hostname&protocol=http&host=web.default.svc.cluster.local&port=80&tries=1" || true)"
+	[[ "$out" == *'"responses":["web-'* ]] && break
+	sleep 2
+done
+[[ "$out" == *'"responses":["web-'* ]] || die "pod $p1 could not reach web.default.svc.cluster.local: $out"
+log "pod $p1 reached the Service by its DNS name: $out"
 
 step "kind export logs"
 "$KIND" export logs "$WORKDIR/logs" --name "$NAME" >/dev/null || die "kind export logs failed"
