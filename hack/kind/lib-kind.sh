@@ -1,5 +1,6 @@
 # Versions and paths shared by the hack/kind scripts. Source it after lib.sh and lib-k8s.sh.
 # shellcheck shell=bash
+# shellcheck disable=SC2034 # the variables are for the scripts that source this file
 
 KIND_VERSION="${KIND_VERSION:-v0.33.0}"
 # cri-tools tracks Kubernetes minors; v1.34.0 is the one served for 1.34.
