@@ -85,7 +85,7 @@ after:  $after"
 probe="$(mktemp -d)"
 printf '#!/bin/sh\ncat /proc/self/limits >%s/limits\nexec runc "$@"\n' "$probe" >"$probe/runtime"
 chmod 755 "$probe/runtime"
-podman_image="$(podman images -q | head -1)"
+podman_image="$(podman images -q | awk 'NR == 1')" # awk reads all: head would SIGPIPE podman (pipefail)
 if [[ -z "$podman_image" ]]; then
 	# Any image will do, it never runs: an empty one imported from nothing.
 	podman_image="$(tar -cf - -T /dev/null | podman import - localhost/kind-limit-probe:latest)"
