@@ -245,10 +245,15 @@ CTRD_PID=""
 
 # --- into podman ------------------------------------------------------------------------------
 log "importing $KIND_NODE_IMAGE into podman"
+old_id="$(podman image inspect --format '{{.Id}}' "$KIND_NODE_IMAGE" 2>/dev/null || true)"
 tar --numeric-owner --xattrs -C "$ROOT" -c . |
 	podman import \
 		--change 'ENV container=docker' \
 		--change 'STOPSIGNAL SIGRTMIN+3' \
 		--change 'ENTRYPOINT ["/kind/bin/kubelet-rs-entrypoint", "/usr/local/bin/entrypoint", "/sbin/init"]' \
 		- "$KIND_NODE_IMAGE" >/dev/null || die "podman import failed"
+# The previous build (about 1 GB) goes unless a node container still uses it.
+if [[ -n "$old_id" && "$old_id" != "$(podman image inspect --format '{{.Id}}' "$KIND_NODE_IMAGE")" ]]; then
+	podman rmi "$old_id" >/dev/null 2>&1 || log "previous image $old_id kept (in use)"
+fi
 log "built $KIND_NODE_IMAGE in $((SECONDS - total))s"
