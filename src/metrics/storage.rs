@@ -38,9 +38,18 @@ fn state() -> &'static Mutex<State> {
     STATE.get_or_init(Default::default)
 }
 
-/// Upstream's plugin name of a volume kind (`kubernetes.io/empty-dir`, ...).
-fn plugin_of_kind(kind: VolumeKind) -> &'static str {
-    match kind {
+/// Upstream's plugin name of a set-up volume (`kubernetes.io/empty-dir`, ...). A raw block
+/// volume's plugin is the folder its pod link sits in (`volumeDevices/<plugin>/<pv>`).
+fn plugin_of_volume(hv: &HostVolume) -> &'static str {
+    match hv.kind {
+        VolumeKind::Block => {
+            let dir = hv.path.parent().and_then(|p| p.file_name());
+            if dir.is_some_and(|d| d == "kubernetes.io~csi") {
+                "kubernetes.io/csi"
+            } else {
+                "kubernetes.io/local-volume"
+            }
+        }
         VolumeKind::EmptyDir | VolumeKind::EmptyDirMemory => "kubernetes.io/empty-dir",
         VolumeKind::HostPath => "kubernetes.io/host-path",
         VolumeKind::ConfigMap => "kubernetes.io/configmap",
@@ -108,7 +117,10 @@ pub fn mount<E>(
     let kind = result.as_ref().ok().map(|hv| hv.kind);
     let plugin = match (kind, &vol.csi) {
         (Some(VolumeKind::Csi), Some(csi)) => format!("kubernetes.io/csi:{}", csi.driver),
-        (Some(k), _) => plugin_of_kind(k).to_string(),
+        (Some(_), _) => result
+            .as_ref()
+            .map(|hv| plugin_of_volume(hv).to_string())
+            .unwrap_or_default(),
         (None, _) => plugin_of_spec(vol),
     };
     let mut s = state().lock().unwrap_or_else(|p| p.into_inner());
@@ -216,6 +228,27 @@ mod tests {
             read_only: false,
             kind,
         }
+    }
+
+    #[test]
+    fn a_block_volume_is_named_by_the_plugin_folder_of_its_pod_link() {
+        let block = |path: &str| HostVolume {
+            path: PathBuf::from(path),
+            read_only: false,
+            kind: VolumeKind::Block,
+        };
+        assert_eq!(
+            plugin_of_volume(&block("/p/volumeDevices/kubernetes.io~csi/pv1")),
+            "kubernetes.io/csi"
+        );
+        assert_eq!(
+            plugin_of_volume(&block("/p/volumeDevices/kubernetes.io~local-volume/pv2")),
+            "kubernetes.io/local-volume"
+        );
+        assert_eq!(
+            plugin_of_volume(&host(VolumeKind::Local)),
+            "kubernetes.io/local-volume"
+        );
     }
 
     fn count(plugin: &str, status: &str) -> u64 {
