@@ -16,7 +16,8 @@
 # Unlike the operator, the target is a static one (ADDRESS, e.g. 127.0.0.1:10550) instead of
 # kubernetes_sd's endpoints of the kubelet Service: the node's address is dialled directly.
 # With --ksm, kube-state-metrics is scraped as the chart's kube-state-metrics ServiceMonitor
-# does (job "kube-state-metrics", honor_labels true), for the recording rules' joins.
+# does (job "kube-state-metrics", honor_labels true; every 10s here, the chart's 30s would only slow
+# the test), for the recording rules' joins.
 #
 #   hack/prometheus/config.sh --kubelet ADDRESS --node NAME --token-file FILE --ca-file FILE
 #       [--ksm ADDRESS] [--rules FILE] [--interval DURATION] [--keep-swap]
