@@ -52,6 +52,10 @@ CLUSTER_DIR="${KUBELET_RS_CLUSTER_DIR:-/var/lib/kubelet-rs-cluster}"
 step k8s-build hack/cluster/build.sh
 # The CSI test's driver, registrar and upstream's external-attacher (hack/csi, cached likewise).
 step csi-build hack/csi/build.sh
+# Prometheus 3.16.0 (prometheus, promtool) and kube-state-metrics v2.20.0 from their Go modules,
+# for the Prometheus test (integration/cluster_prometheus.rs): built once per version (about
+# 30 minutes the first time on a busy 2-core machine), then cached under $KUBELET_RS_CACHE.
+step prometheus-build hack/prometheus/build.sh
 # After k8s-build: the metrics-server image packs the binary that step builds.
 step build-images hack/build-images.sh
 # Upstream's node conformance suite (e2e_node.test, built once per version beside the control
