@@ -1,7 +1,8 @@
 //! The kubelet's HTTP servers, driven through the real binary: TLS on the main port (the
 //! self-signed certificate and its reuse), client-certificate authentication, the webhook
 //! modes against a local HTTPS "API server" answering TokenReview and SubjectAccessReview,
-//! the read-only port, and /containerLogs validation.
+//! the read-only port, /containerLogs validation, and /logs/ (the node's /var/log and the node
+//! log query) read with curl.
 //!
 //! Not gated on containerd: the agent starts its HTTP servers before it connects to
 //! containerd, so these run with a containerd socket path that does not exist.
@@ -625,4 +626,144 @@ async fn tls_min_version_13_refuses_a_tls12_client() {
         Some(rustls::ProtocolVersion::TLSv1_3)
     );
     assert_eq!(request(&mut tls, "/healthz", None).await.0, 200);
+}
+
+/// A folder of this test's own under the real /var/log, removed at the end.
+struct VarLogDir(PathBuf);
+
+impl Drop for VarLogDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `curl -sk` against the main port: (status, headers, body). `--path-as-is` so `..` reaches
+/// the agent as sent.
+fn curl(port: u16, target: &str, extra: &[&str]) -> (u16, String, Vec<u8>) {
+    let out = Command::new("curl")
+        .args(["-sk", "--path-as-is", "-D", "-"])
+        .args(extra)
+        .arg(format!("https://127.0.0.1:{port}{target}"))
+        .output()
+        .expect("curl runs");
+    assert!(out.status.success(), "curl {target}: {out:?}");
+    let split = out
+        .stdout
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("headers end");
+    let head = String::from_utf8_lossy(&out.stdout[..split]).into_owned();
+    let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    // hyper writes header names in lowercase.
+    (
+        code,
+        head.to_ascii_lowercase(),
+        out.stdout[split + 4..].to_vec(),
+    )
+}
+
+/// /logs/ through the real binary: the folder listed and a file fetched from the real
+/// /var/log, `..` and a symlink out refused, the query's parameters ignored with the query
+/// off; then, with enableSystemLogQuery and the NodeLogQuery gate, a service read from its
+/// file (no journal has it), a file by query, and upstream's 400 and 406 answers.
+#[tokio::test]
+#[ignore = "needs root: writes a folder under /var/log; run hack/test.sh"]
+async fn node_logs_are_served_from_var_log_with_curl() {
+    let name = format!("krs-logquery-{}", std::process::id());
+    let dir = VarLogDir(PathBuf::from("/var/log").join(&name));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    std::fs::write(dir.0.join(format!("{name}.log")), "line one\nline two\n").unwrap();
+    std::fs::write(dir.0.join("other.log"), "other\n").unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", dir.0.join("out")).unwrap();
+
+    // Defaults: the folder is served, no query.
+    let agent = Agent::start(&[]);
+    let (code, head, body) = curl(agent.port, "/logs/", &[]);
+    assert_eq!(code, 200, "{head}");
+    assert!(head.contains("text/html; charset=utf-8"), "{head}");
+    let listing = String::from_utf8_lossy(&body);
+    assert!(
+        listing.contains(&format!("<a href=\"{name}/\">{name}/</a>")),
+        "{listing}"
+    );
+    let (code, _, body) = curl(agent.port, &format!("/logs/{name}/other.log"), &[]);
+    assert_eq!((code, body.as_slice()), (200, &b"other\n"[..]));
+    let (code, head, _) = curl(agent.port, &format!("/logs/{name}"), &[]);
+    assert_eq!(code, 301);
+    assert!(head.contains(&format!("location: {name}/")), "{head}");
+    let (code, head, _) = curl(agent.port, "/logs", &[]);
+    assert_eq!(code, 301);
+    assert!(head.contains("location: /logs/"), "{head}");
+    let (code, head, _) = curl(agent.port, "/logs/../etc/hostname", &[]);
+    assert_eq!(code, 301, "cleaned away from /logs/: {head}");
+    assert!(head.contains("location: /etc/hostname"), "{head}");
+    let (code, _, _) = curl(agent.port, "/logs/..%2f..%2fetc%2fhostname", &[]);
+    assert_eq!(code, 404);
+    let (code, _, body) = curl(agent.port, &format!("/logs/{name}/out"), &[]);
+    assert_eq!((code, body.as_slice()), (403, &b"403 Forbidden\n"[..]));
+    let (code, _, body) = curl(agent.port, &format!("/logs/?query={name}"), &[]);
+    assert_eq!(code, 200);
+    assert!(
+        body.starts_with(b"<!doctype html>"),
+        "query off: the listing"
+    );
+    drop(agent);
+
+    // The query on.
+    let conf = tempfile::tempdir().unwrap();
+    let file = write(
+        conf.path(),
+        "kubelet.yaml",
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         enableSystemLogQuery: true\nauthentication:\n  anonymous:\n    enabled: true\n  webhook:\n    enabled: false\n\
+         authorization:\n  mode: AlwaysAllow\n",
+    );
+    let agent = Agent::start(&[
+        format!("--config={}", file.display()),
+        "--feature-gates=NodeLogQuery=true".to_string(),
+    ]);
+    let (code, head, body) = curl(agent.port, &format!("/logs/?query={name}"), &[]);
+    assert_eq!(code, 200, "{head}");
+    assert!(head.contains("text/plain;charset=utf-8"), "{head}");
+    assert_eq!(String::from_utf8_lossy(&body), "line one\nline two\n");
+    let (code, _, body) = curl(agent.port, &format!("/logs/?query={name}&tailLines=1"), &[]);
+    assert_eq!(code, 200);
+    assert_eq!(
+        String::from_utf8_lossy(&body),
+        format!("\noptions present and query resolved to log files for [{name}]\ntry without specifying options\n")
+    );
+    let (code, _, body) = curl(agent.port, &format!("/logs/?query={name}/other.log"), &[]);
+    assert_eq!((code, body.as_slice()), (200, &b"other\n"[..]));
+    let (code, _, body) = curl(agent.port, &format!("/logs/?query={name}/out"), &[]);
+    assert_eq!(code, 406);
+    assert!(String::from_utf8_lossy(&body).contains("path escapes from parent"));
+    let (code, _, body) = curl(agent.port, "/logs/?query=x&tailLines=many", &[]);
+    assert_eq!(
+        (code, String::from_utf8_lossy(&body).into_owned()),
+        (
+            400,
+            "tailLines: Invalid value: \"many\": strconv.Atoi: parsing \"many\": invalid syntax\n"
+                .to_string()
+        )
+    );
+    let (code, _, body) = curl(agent.port, "/logs/?pattern=x", &[]);
+    assert_eq!(
+        (code, String::from_utf8_lossy(&body).into_owned()),
+        (
+            406,
+            "query: Required value: cannot be empty with options\n".to_string()
+        )
+    );
+    // Gzip on request.
+    let (code, head, body) = curl(
+        agent.port,
+        &format!("/logs/?query={name}"),
+        &["-H", "Accept-Encoding: gzip"],
+    );
+    assert_eq!(code, 200);
+    assert!(
+        head.to_ascii_lowercase().contains("content-encoding: gzip"),
+        "{head}"
+    );
+    assert_eq!(&body[..2], b"\x1f\x8b");
 }

@@ -485,6 +485,9 @@ fn start_stats(
     // walked on the same cadence here (containerd's own usage scan is no cheaper).
     c.disk_usage_interval = cfg.volume_stats_agg_period;
     c.node_fs_dir = cfg.root_dir.clone();
+    c.psi = cfg
+        .feature_gates
+        .enabled(kubelet_rs::config::Gate::KubeletPsi);
     // The CSI volumes' usage is their drivers' word, asked on a task of its own.
     let csi_targets = {
         let pods = pods.clone();

@@ -148,6 +148,16 @@ pub fn configz_json(config: &Config) -> Value {
         "enableDebuggingHandlers",
         json!(config.enable_debugging_handlers),
     );
+    put(
+        "enableSystemLogHandler",
+        json!(config.enable_system_log_handler),
+    );
+    if config.enable_system_log_query {
+        put("enableSystemLogQuery", json!(true));
+    }
+    if !config.feature_gates.explicit().is_empty() {
+        put("featureGates", json!(config.feature_gates.explicit()));
+    }
     if let Some(n) = config.max_parallel_image_pulls {
         put("maxParallelImagePulls", json!(n));
     }

@@ -78,6 +78,9 @@ pub(crate) struct FileSettings {
     pub seccomp_default: Option<bool>,
     /// A pointer upstream: an explicit false is kept.
     pub enable_debugging_handlers: Option<bool>,
+    pub enable_system_log_handler: Option<bool>,
+    pub enable_system_log_query: Option<bool>,
+    pub feature_gates: Option<BTreeMap<String, bool>>,
     pub enable_server: Option<bool>,
     pub max_parallel_image_pulls: Option<i32>,
     pub register_with_taints: Option<Vec<Taint>>,
@@ -212,6 +215,9 @@ pub(crate) fn parse_document(
         serialize_image_pulls: reader.boolean("serializeImagePulls")?,
         seccomp_default: reader.boolean("seccompDefault")?,
         enable_debugging_handlers: reader.boolean("enableDebuggingHandlers")?,
+        enable_system_log_handler: reader.boolean("enableSystemLogHandler")?,
+        enable_system_log_query: reader.boolean("enableSystemLogQuery")?,
+        feature_gates: reader.bool_map("featureGates")?,
         enable_server: reader.boolean("enableServer")?,
         max_parallel_image_pulls: reader.int32("maxParallelImagePulls")?,
         register_with_taints: reader.taints("registerWithTaints")?,
@@ -446,6 +452,15 @@ impl<'a> FieldReader<'a> {
         })
     }
 
+    fn bool_map(&self, field: &str) -> Result<Option<BTreeMap<String, bool>>, ConfigError> {
+        let Some(value) = self.get(field) else {
+            return Ok(None);
+        };
+        serde_json::from_value::<BTreeMap<String, bool>>(value.clone())
+            .map(Some)
+            .map_err(|_| self.bad(field, value, "expected a map of names to true or false"))
+    }
+
     fn string_map(&self, field: &str) -> Result<Option<BTreeMap<String, String>>, ConfigError> {
         let Some(value) = self.get(field) else {
             return Ok(None);
@@ -670,7 +685,12 @@ pub(crate) mod tests {
         .unwrap();
         assert_eq!(
             s.unimplemented_fields,
-            vec!["featureGates", "logging.vmodule", "oomScoreAdj"]
+            vec!["logging.vmodule", "oomScoreAdj"]
+        );
+        // Read, for the gates the agent acts on; the rest are warned about by Config.
+        assert_eq!(
+            s.feature_gates,
+            Some(std::collections::BTreeMap::from([("A".to_string(), true)]))
         );
         for (text, field, reason) in [
             (

@@ -42,8 +42,6 @@ pub(crate) enum ValueType {
     Choice(&'static [&'static str]),
     /// `k=v,...` (mapStringString).
     StringMap,
-    /// `k=bool,...` (mapStringBool: --feature-gates).
-    BoolMap,
     Quantity,
     /// `numa:type=quantity[,type=quantity][;...]` (--reserved-memory).
     ReservedMemory,
@@ -96,7 +94,6 @@ const fn not_yet(name: &'static str, ty: ValueType) -> FlagSpec {
         ValueType::Str | ValueType::Choice(_) => (FlagKind::Value, "STRING"),
         ValueType::CpuSet => (FlagKind::Value, "CPUS"),
         ValueType::StringMap => (FlagKind::Value, "K=V[,...]"),
-        ValueType::BoolMap => (FlagKind::Value, "K=BOOL[,...]"),
         ValueType::Quantity => (FlagKind::Value, "QUANTITY"),
         ValueType::ReservedMemory => (FlagKind::Value, "NUMA:TYPE=QTY[,...]"),
         ValueType::Vmodule => (FlagKind::Value, "PATTERN=N[,...]"),
@@ -182,6 +179,7 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
     value("image-fs-path", "PATH", "kubelet-rs only: a path on the filesystem holding containerd's images, measured for image GC (default /var/lib/containerd)"),
     value("containerd-config", "PATH", "kubelet-rs only: containerd's config file, whose CRI runtimes are the RuntimeClass handlers this node serves (default /etc/containerd/config.toml)"),
     bool_flag("enable-debugging-handlers", "serve exec, attach, portForward, run, containerLogs, runningpods and configz (enableDebuggingHandlers, default true)"),
+    value("feature-gates", "K=BOOL[,...]", "feature gates to turn on or off; the agent acts on KubeletPSI (default true) and NodeLogQuery (default false), and warns about the others (featureGates)"),
     bool_flag("enable-server", "start the main server on --port (enableServer, default true)"),
     bool_flag("serialize-image-pulls", "pull images one at a time (serializeImagePulls, default true)"),
     bool_flag("seccomp-default", "containers that ask for no seccomp profile get the runtime's default one (seccompDefault, default false)"),
@@ -251,7 +249,6 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
     not_yet("experimental-allocatable-ignore-eviction", ValueType::Bool),
     not_yet("experimental-mounter-path", ValueType::Str),
     not_yet("fail-cgroupv1", ValueType::Bool),
-    not_yet("feature-gates", ValueType::BoolMap),
     not_yet("global-housekeeping-interval", ValueType::Duration),
     not_yet("hairpin-mode", ValueType::Choice(&["promiscuous-bridge", "hairpin-veth", "none"])),
     not_yet("image-credential-provider-bin-dir", ValueType::Str),
@@ -396,6 +393,18 @@ pub(crate) fn parse_bool(text: &str) -> Result<bool, String> {
     }
 }
 
+/// A mapStringBool flag value (`A=true,B=false`): each value in strconv.ParseBool's spellings.
+pub(crate) fn bool_pairs(text: &str) -> Result<Vec<(String, bool)>, String> {
+    let mut map = std::collections::BTreeMap::new();
+    super::node::parse_key_value_list(text, '=', &mut map)?;
+    map.into_iter()
+        .map(|(key, value)| {
+            let enabled = parse_bool(&value).map_err(|r| format!("{key}: {r}"))?;
+            Ok((key, enabled))
+        })
+        .collect()
+}
+
 /// Checks a value of a flag the agent does not act on yet as upstream's flag type (and the
 /// simple range its validation applies) would.
 pub(crate) fn check_value(ty: ValueType, text: &str) -> Result<(), String> {
@@ -427,12 +436,6 @@ pub(crate) fn check_value(ty: ValueType, text: &str) -> Result<(), String> {
             }
         }
         ValueType::StringMap => pairs('=').map(|_| ()),
-        ValueType::BoolMap => {
-            for (key, value) in pairs('=')? {
-                parse_bool(&value).map_err(|r| format!("{key}: {r}"))?;
-            }
-            Ok(())
-        }
         ValueType::Quantity => crate::quantity::Quantity::parse(text)
             .map(|_| ())
             .map_err(|e| e.to_string()),

@@ -7,6 +7,7 @@ mod configz;
 mod dropin;
 mod duration;
 mod error;
+mod features;
 mod file;
 mod flags;
 pub mod node;
@@ -20,6 +21,7 @@ use std::time::Duration;
 pub use configz::configz_json;
 pub use duration::{format_duration, parse_duration};
 pub use error::ConfigError;
+pub use features::{FeatureGates, Gate};
 
 use file::FileSettings;
 use flags::FlagValue;
@@ -154,6 +156,19 @@ pub struct Config {
     /// containerLogs, runningpods and configz are served (default true); off, upstream's
     /// debugging paths answer 405 and /configz is not there.
     pub enable_debugging_handlers: bool,
+    /// enableSystemLogHandler (file only, as upstream): `/logs/` serves the node's /var/log
+    /// (default true; only with the debugging handlers, as upstream).
+    pub enable_system_log_handler: bool,
+    /// enableSystemLogQuery (file only): `/logs/?query=` reads services' journals and log
+    /// files (default false; needs enableSystemLogHandler and the NodeLogQuery gate).
+    pub enable_system_log_query: bool,
+    /// featureGates / --feature-gates: the gates set; `feature_gates.enabled(Gate::..)`
+    /// gives upstream's default for the rest.
+    pub feature_gates: FeatureGates,
+    /// The folder `/logs/` serves (/var/log; not a flag, tests point it elsewhere).
+    pub(crate) node_log_dir: PathBuf,
+    /// The journalctl the node log query runs (found on PATH; tests use a fake).
+    pub(crate) journalctl: PathBuf,
     /// --enable-server / enableServer: the main server (10250) is started (default true); off,
     /// only the read-only and healthz servers can be, as upstream.
     pub enable_server: bool,
@@ -402,6 +417,11 @@ impl Config {
             serialize_image_pulls: true,
             seccomp_default: false,
             enable_debugging_handlers: true,
+            enable_system_log_handler: true,
+            enable_system_log_query: false,
+            feature_gates: FeatureGates::default(),
+            node_log_dir: PathBuf::from("/var/log"),
+            journalctl: PathBuf::from("journalctl"),
             enable_server: true,
             max_parallel_image_pulls: None,
             insecure_registries: Vec::new(),
@@ -453,6 +473,10 @@ impl Config {
                 "config fields {}",
                 self.unimplemented_config_fields.join(", ")
             ));
+        }
+        let gates = self.feature_gates.not_acted_on();
+        if !gates.is_empty() {
+            parts.push(format!("feature gates {}", gates.join(", ")));
         }
         if !parts.is_empty() {
             out.push(format!(
@@ -629,6 +653,9 @@ fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError
         serialize_image_pulls,
         seccomp_default,
         enable_debugging_handlers,
+        enable_system_log_handler,
+        enable_system_log_query,
+        feature_gates,
         enable_server,
         max_parallel_image_pulls,
         register_with_taints,
@@ -733,6 +760,14 @@ fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError
         enable_debugging_handlers,
     );
     set(&mut config.enable_server, enable_server);
+    set(
+        &mut config.enable_system_log_handler,
+        enable_system_log_handler,
+    );
+    set(&mut config.enable_system_log_query, enable_system_log_query);
+    for (name, enabled) in feature_gates.into_iter().flatten() {
+        config.feature_gates.set(&name, enabled);
+    }
     config.max_parallel_image_pulls = max_parallel_image_pulls;
     // v1beta1 defaulting: asking for parallel pulls turns serialized pulls off unless the
     // file says otherwise, so one setting is enough.
@@ -972,6 +1007,12 @@ fn apply_flags(config: &mut Config, given: &[FlagValue]) -> Result<(), ConfigErr
                 config.enable_debugging_handlers = flags::parse_bool(v).map_err(|r| bad(&r))?
             }
             "enable-server" => config.enable_server = flags::parse_bool(v).map_err(|r| bad(&r))?,
+            "feature-gates" => {
+                // mapStringBool: every use adds its gates over the file's and earlier ones.
+                for (name, value) in flags::bool_pairs(v).map_err(|r| bad(&r))? {
+                    config.feature_gates.set(&name, value);
+                }
+            }
             "seccomp-default" => {
                 config.seccomp_default = flags::parse_bool(v).map_err(|r| bad(&r))?
             }
@@ -1236,6 +1277,14 @@ fn validate(config: &Config) -> Result<(), ConfigError> {
     }
     if config.max_pods == 0 {
         return Err(invalid("maxPods (--max-pods)", 0, "must be greater than 0"));
+    }
+    // Upstream's validation (its words, which name the wrong field).
+    if config.enable_system_log_query && !config.feature_gates.enabled(Gate::NodeLogQuery) {
+        return Err(invalid(
+            "enableSystemLogQuery",
+            true,
+            "NodeLogQuery feature gate is required for enableSystemLogHandler",
+        ));
     }
     // The bootstrap writes the kubeconfig the agent then runs with: it needs a place for it.
     if let (Some(bootstrap), None) = (&config.bootstrap_kubeconfig, &config.kubeconfig) {

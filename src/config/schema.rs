@@ -51,7 +51,6 @@ pub(crate) enum Kind {
     StringList,
     IntList,
     StringMap,
-    BoolMap,
     /// resource name -> quantity (reservedMemory[].limits).
     QuantityMap,
     Object(&'static [Field]),
@@ -360,7 +359,7 @@ pub(crate) const FIELDS: &[Field] = &[
         Kind::Int { min: 0, max: 31 },
         Preset::Int(15),
     ),
-    f("featureGates", Kind::BoolMap, Preset::Zero),
+    done("featureGates"),
     done("failSwapOn"),
     f(
         "memorySwap",
@@ -415,8 +414,8 @@ pub(crate) const FIELDS: &[Field] = &[
     f("providerID", Kind::Str, Preset::Zero),
     f("kernelMemcgNotification", Kind::Bool, Preset::Zero),
     f("logging", Kind::Object(LOGGING), Preset::Zero),
-    p("enableSystemLogHandler", Kind::Bool, Preset::Bool(true)),
-    p("enableSystemLogQuery", Kind::Bool, Preset::Bool(false)),
+    done("enableSystemLogHandler"),
+    done("enableSystemLogQuery"),
     f("shutdownGracePeriod", DURATION, Preset::Zero),
     f("shutdownGracePeriodCriticalPods", DURATION, Preset::Zero),
     f(
@@ -746,12 +745,6 @@ fn check(
             v.is_string()
                 .then_some(())
                 .ok_or_else(|| "expected a string".to_string())
-        })
-        .map_err(|r| bad(&r)),
-        Kind::BoolMap => map_of(value, |_, v| {
-            v.is_boolean()
-                .then_some(())
-                .ok_or_else(|| "expected true or false".to_string())
         })
         .map_err(|r| bad(&r)),
         Kind::QuantityMap => map_of(value, |_, v| {

@@ -1179,7 +1179,6 @@ fn every_not_implemented_flag_takes_a_value_of_its_type_and_is_warned_about() {
             ValueType::Str => "x".into(),
             ValueType::Choice(choices) => choices[0].into(),
             ValueType::StringMap => "a=b,c=d".into(),
-            ValueType::BoolMap => "SomeGate=true".into(),
             ValueType::Quantity => "1Mi".into(),
             ValueType::ReservedMemory => "0:memory=1Gi,hugepages-1M=2Gi;1:memory=2Gi".into(),
             ValueType::Vmodule => "server=2,pod*=4".into(),
@@ -1572,4 +1571,68 @@ fn containerd_config_defaults_to_containerds_own_file_and_is_a_flag() {
     );
     let err = load(&["--containerd-config="]).unwrap_err();
     assert!(err.to_string().contains("--containerd-config"), "{err}");
+}
+
+/// featureGates from the file and --feature-gates over it (gate by gate), the two gates the
+/// agent acts on with 1.34's defaults, the others warned about; enableSystemLogHandler and
+/// enableSystemLogQuery read (no longer "not implemented"), the query refused without its gate
+/// in upstream's words.
+#[test]
+fn feature_gates_and_the_system_log_switches() {
+    let c = load(&[]).unwrap();
+    assert!(c.enable_system_log_handler && !c.enable_system_log_query);
+    assert!(c.feature_gates.enabled(Gate::KubeletPsi));
+    assert!(!c.feature_gates.enabled(Gate::NodeLogQuery));
+
+    let file = config_file(&format!(
+        "{HEADER}enableSystemLogHandler: false\nfeatureGates:\n  KubeletPSI: false\n  NodeLogQuery: true\n  SomeGate: true\n"
+    ));
+    let path = file.path().to_str().unwrap();
+    let c = load(&[
+        "--config",
+        path,
+        "--feature-gates=NodeLogQuery=false,Other=1",
+    ])
+    .unwrap();
+    assert!(!c.enable_system_log_handler);
+    assert!(
+        !c.feature_gates.enabled(Gate::KubeletPsi),
+        "the file's value stays"
+    );
+    assert!(
+        !c.feature_gates.enabled(Gate::NodeLogQuery),
+        "the flag wins"
+    );
+    assert!(
+        c.unimplemented_config_fields.is_empty(),
+        "{:?}",
+        c.unimplemented_config_fields
+    );
+    assert!(
+        c.unimplemented_flags.is_empty(),
+        "{:?}",
+        c.unimplemented_flags
+    );
+    let warnings = c.warnings().join("\n");
+    assert!(
+        warnings.contains("feature gates Other, SomeGate"),
+        "{warnings}"
+    );
+    let configz = configz_json(&c);
+    assert_eq!(
+        configz["kubeletconfig"]["featureGates"]["NodeLogQuery"],
+        false
+    );
+    assert_eq!(configz["kubeletconfig"]["enableSystemLogHandler"], false);
+
+    let file = config_file(&format!("{HEADER}enableSystemLogQuery: true\n"));
+    let path = file.path().to_str().unwrap();
+    let e = load(&["--config", path]).unwrap_err().to_string();
+    assert!(
+        e.contains("NodeLogQuery feature gate is required for enableSystemLogHandler"),
+        "{e}"
+    );
+    let c = load(&["--config", path, "--feature-gates=NodeLogQuery=true"]).unwrap();
+    assert!(c.enable_system_log_query);
+    assert!(load(&["--feature-gates=NodeLogQuery=maybe"]).is_err());
 }

@@ -210,6 +210,7 @@ mod tests {
     fn stats(name: &str, working_set: u64, processes: u64, disk: u64) -> PodStats {
         let time = Time(Utc::now());
         let memory = MemoryStats {
+            psi: None,
             time,
             available_bytes: None,
             usage_bytes: None,
@@ -219,6 +220,7 @@ mod tests {
             major_page_faults: None,
         };
         PodStats {
+            io: None,
             pod_ref: PodReference {
                 name: name.into(),
                 namespace: "default".into(),
@@ -226,6 +228,7 @@ mod tests {
             },
             start_time: time,
             containers: vec![ContainerStats {
+                io: None,
                 name: "c".into(),
                 start_time: time,
                 cpu: None,

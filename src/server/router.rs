@@ -18,6 +18,7 @@ use tracing::debug;
 
 use super::auth::{self, Authenticator, Authorizer, Decision};
 use super::container_logs;
+use super::node_logs::{self, NodeLogs};
 use super::streaming;
 use super::streaming::routes::{Endpoint, Target};
 use crate::config::{configz_json, Config};
@@ -46,11 +47,14 @@ pub struct ServerState {
     sync_loop: OnceLock<Arc<SyncLoopHealth>>,
     /// The runtime exec, attach and port-forward reach, once containerd is connected.
     runtime: OnceLock<Arc<dyn Runtime>>,
+    /// `/logs/`; None with enableSystemLogHandler off.
+    node_logs: Option<NodeLogs>,
 }
 
 impl ServerState {
     pub fn new(config: Arc<Config>, statuses: StatusStore) -> Arc<ServerState> {
         Arc::new(ServerState {
+            node_logs: NodeLogs::from_config(&config),
             config,
             statuses,
             stats: OnceLock::new(),
@@ -121,6 +125,9 @@ pub(crate) enum Action {
     },
     /// exec, attach, portForward, run.
     Stream(Target),
+    /// `/logs/...`: the node's log folder and the node log query (any method: the handler
+    /// answers for each).
+    NodeLogs,
     MethodNotAllowed(&'static str),
     /// A debugging path while enableDebuggingHandlers is off (upstream's 405).
     DebuggingDisabled,
@@ -212,6 +219,7 @@ pub(crate) fn resolve(
             };
             (action, "containerLogs")
         }
+        "logs" if path.starts_with(node_logs::PREFIX) => (Action::NodeLogs, "logs"),
         kind @ ("exec" | "attach" | "portForward" | "run") => {
             let (endpoint, bucket) = match kind {
                 "exec" => (Endpoint::Exec, "exec"),
@@ -311,6 +319,12 @@ pub async fn handle(
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
+    // Go's ServeMux redirects these before any handler, so before authentication.
+    if port == Port::Main {
+        if let Some(redirect) = node_logs::mux_redirect(&method, &path, &query) {
+            return Ok(redirect);
+        }
+    }
     let (action, bucket) = resolve(port, &method, &path, &query);
     let action = gate_debugging(port, state.config.enable_debugging_handlers, &path, action);
     let long_running = matches!(
@@ -363,6 +377,16 @@ pub async fn handle(
     }
     if let Action::Stream(target) = action {
         return Ok(streaming::routes::serve(&state, target, &query, req).await);
+    }
+    if action == Action::NodeLogs {
+        return Ok(node_logs::serve(
+            state.node_logs.as_ref(),
+            &method,
+            &path,
+            &query,
+            req.headers(),
+        )
+        .await);
     }
     Ok(serve(&state, action, &method, &query).await)
 }
@@ -450,8 +474,10 @@ async fn serve(
             pod,
             container,
         } => container_logs_response(state, &namespace, &pod, &container, query).await,
-        // Served by `handle`, which owns the request an upgrade needs.
-        Action::Stream(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "streaming request"),
+        // Served by `handle`, which owns the request an upgrade needs (and its headers).
+        Action::Stream(_) | Action::NodeLogs => {
+            text(StatusCode::INTERNAL_SERVER_ERROR, "served by handle")
+        }
         Action::MethodNotAllowed(allow) => {
             let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "405: Method Not Allowed");
             r.headers_mut()

@@ -61,7 +61,7 @@ pub struct NamedDeviceIo {
 }
 
 /// Everything `/metrics/cadvisor` says about one cgroup.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct CadvisorContainer {
     pub labels: ContainerLabels,
     /// The cgroup's creation (upstream: the earliest mtime of its directories), unix seconds.
@@ -720,6 +720,44 @@ fn container_series(f: &mut Families, c: &CadvisorContainer, ts: Option<i64>, no
             ),
         ] {
             f.add(name, GAUGE, help, base(), v as f64, ts);
+        }
+    }
+
+    // Pressure (the KubeletPSI gate, cgroup v2): the kernel's microseconds as seconds.
+    if let Some(p) = d.pressure {
+        for (name, help, v) in [
+            (
+                "container_pressure_cpu_stalled_seconds_total",
+                "Total time duration no tasks in the container could make progress due to CPU congestion.",
+                p.cpu.full.total,
+            ),
+            (
+                "container_pressure_cpu_waiting_seconds_total",
+                "Total time duration tasks in the container have waited due to CPU congestion.",
+                p.cpu.some.total,
+            ),
+            (
+                "container_pressure_memory_stalled_seconds_total",
+                "Total time duration no tasks in the container could make progress due to memory congestion.",
+                p.memory.full.total,
+            ),
+            (
+                "container_pressure_memory_waiting_seconds_total",
+                "Total time duration tasks in the container have waited due to memory congestion.",
+                p.memory.some.total,
+            ),
+            (
+                "container_pressure_io_stalled_seconds_total",
+                "Total time duration no tasks in the container could make progress due to IO congestion.",
+                p.io.full.total,
+            ),
+            (
+                "container_pressure_io_waiting_seconds_total",
+                "Total time duration tasks in the container have waited due to IO congestion.",
+                p.io.some.total,
+            ),
+        ] {
+            f.add(name, COUNTER, help, base(), v as f64 / 1e6, ts);
         }
     }
 }

@@ -58,12 +58,14 @@ pub struct Cgroups {
 
 /// One cgroup read at one instant. Every part is optional: a v1 process can sit in
 /// different paths per controller, and a cgroup can vanish between two reads.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct CgroupSample {
     /// Cumulative CPU time in nanoseconds.
     pub cpu_usage_ns: Option<u64>,
     pub memory: Option<MemorySample>,
     pub pids: Option<PidsSample>,
+    /// v2 pressure, when the collector reads it (the KubeletPSI gate).
+    pub pressure: Option<super::pressure::Pressure>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -280,6 +282,7 @@ impl Cgroups {
             cpu_usage_ns: cpu,
             memory,
             pids,
+            pressure: None,
         })
     }
 

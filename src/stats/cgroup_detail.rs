@@ -90,13 +90,16 @@ pub struct ProcessDetail {
     pub sockets: u64,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct CgroupDetail {
     pub spec: CgroupSpec,
     pub cpu: Option<CpuDetail>,
     pub memory: Option<MemoryDetail>,
     pub io: Vec<DeviceIo>,
     pub processes: Option<ProcessDetail>,
+    /// v2 pressure, when the collector reads it (the KubeletPSI gate): the
+    /// `container_pressure_*` series.
+    pub pressure: Option<super::pressure::Pressure>,
 }
 
 /// A number file, or None when it is absent or not a number (cAdvisor reads those as 0).
@@ -270,6 +273,7 @@ impl Cgroups {
         let processes = self.process_detail(cg, &memory_dir, proc_root);
 
         Ok(CgroupDetail {
+            pressure: None,
             spec,
             cpu,
             memory,

@@ -10,13 +10,14 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, TimeZone, Utc};
 
 use super::cadvisor::{render_cadvisor_metrics, CadvisorSnapshot};
-use super::cgroup::{available_bytes, CgroupSample, Cgroups, ProcessCgroup};
+use super::cgroup::{available_bytes, CgroupSample, CgroupVersion, Cgroups, ProcessCgroup};
 use super::disk::{statvfs, DiskUsage, DiskUsageCache, FsCapacity};
 use super::error::{Result, StatsError};
 use super::parse::{
     parse_btime, parse_loadavg_tasks, parse_mem_total, parse_net_dev, read_string, read_u64,
     InterfaceCounters,
 };
+use super::pressure::{self, Pressure};
 use super::prometheus::render_resource_metrics;
 use super::summary::*;
 
@@ -157,6 +158,8 @@ pub struct CollectorConfig {
     pub etc_root: PathBuf,
     /// The `Measure::Reported` volumes' usage.
     pub reported_volumes: ReportedVolumes,
+    /// The KubeletPSI gate: cgroup v2 pressure in the Summary and `/metrics/cadvisor`.
+    pub psi: bool,
 }
 
 impl CollectorConfig {
@@ -179,6 +182,7 @@ impl CollectorConfig {
             sys_root: PathBuf::from("/sys"),
             etc_root: PathBuf::from("/etc"),
             reported_volumes: ReportedVolumes::default(),
+            psi: true,
         }
     }
 }
@@ -320,8 +324,9 @@ impl Tick<'_> {
         self.errors.push(e.to_string());
     }
 
-    fn cpu(&mut self, key: &str, usage_ns: Option<u64>) -> Option<CpuStats> {
-        let usage_ns = usage_ns?;
+    fn cpu(&mut self, key: &str, sample: Option<&CgroupSample>) -> Option<CpuStats> {
+        let usage_ns = sample?.cpu_usage_ns?;
+        let psi = sample?.pressure.map(|p| p.cpu.into());
         let rate = self
             .state
             .previous_cpu
@@ -338,6 +343,16 @@ impl Tick<'_> {
             time: self.now,
             usage_nano_cores: rate,
             usage_core_nano_seconds: Some(usage_ns),
+            psi,
+        })
+    }
+
+    /// The `io` stats: pressure only, so only where pressure was read.
+    fn io(&self, sample: Option<&CgroupSample>) -> Option<IoStats> {
+        let pressure = sample?.pressure?;
+        Some(IoStats {
+            time: self.now,
+            psi: Some(pressure.io.into()),
         })
     }
 
@@ -351,6 +366,7 @@ impl Tick<'_> {
             rss_bytes: Some(m.rss),
             page_faults: Some(m.page_faults),
             major_page_faults: Some(m.major_page_faults),
+            psi: sample.pressure.map(|p| p.memory.into()),
         })
     }
 
@@ -527,8 +543,26 @@ impl Collector {
 
     fn read_cgroup(&self, tick: &mut Tick, cg: &ProcessCgroup) -> Option<CgroupSample> {
         match self.cgroups.read_process(cg) {
-            Ok(s) => Some(s),
+            Ok(mut s) => {
+                s.pressure = self.pressure(tick, &cg.cpu);
+                Some(s)
+            }
             Err(e) if e.is_not_found() => None,
+            Err(e) => {
+                tick.error(e);
+                None
+            }
+        }
+    }
+
+    /// The cgroup's pressure, with the KubeletPSI gate on a v2 host; None otherwise (v1 has
+    /// no per-cgroup pressure).
+    fn pressure(&self, tick: &mut Tick, cgroup: &str) -> Option<Pressure> {
+        if !self.config.psi || self.cgroups.version() != CgroupVersion::V2 {
+            return None;
+        }
+        match pressure::read(&self.cgroups.cpu_dir(cgroup)) {
+            Ok(p) => Some(p),
             Err(e) => {
                 tick.error(e);
                 None
@@ -554,13 +588,18 @@ impl Collector {
         let start_time = Time(boot.unwrap_or(self.config.kubelet_start_time));
 
         let root = match self.cgroups.read("/") {
-            Ok(s) => Some(s),
+            Ok(mut s) => {
+                // The root cgroup's files, as cAdvisor reads the node's.
+                s.pressure = self.pressure(tick, "/");
+                Some(s)
+            }
             Err(e) => {
                 tick.error(e);
                 None
             }
         };
-        let cpu = tick.cpu("/", root.as_ref().and_then(|r| r.cpu_usage_ns));
+        let cpu = tick.cpu("/", root.as_ref());
+        let io = tick.io(root.as_ref());
         // The node's memory limit is its capacity (MemTotal), as cAdvisor sets for "/".
         let meminfo_path = proc_root.join("meminfo");
         let mem_total =
@@ -613,8 +652,9 @@ impl Collector {
                 system_containers.push(ContainerStats {
                     name: name.to_string(),
                     start_time: Time(start),
-                    cpu: tick.cpu(&format!("system:{name}"), sample.cpu_usage_ns),
+                    cpu: tick.cpu(&format!("system:{name}"), Some(&sample)),
                     memory: tick.memory(&sample),
+                    io: tick.io(Some(&sample)),
                     accelerators: Vec::new(),
                     rootfs: None,
                     logs: None,
@@ -646,6 +686,7 @@ impl Collector {
             start_time,
             cpu,
             memory,
+            io,
             network,
             fs: node_fs.map(|c| {
                 fs_stats(
@@ -717,8 +758,9 @@ impl Collector {
             containers.push(ContainerStats {
                 name: c.name.clone(),
                 start_time: Time(c.start_time),
-                cpu: tick.cpu(&c.cgroup_path, sample.cpu_usage_ns),
+                cpu: tick.cpu(&c.cgroup_path, Some(&sample)),
                 memory: tick.memory(&sample),
+                io: tick.io(Some(&sample)),
                 accelerators: Vec::new(),
                 rootfs: rootfs_used.map(|u| fs_stats(tick.now, image_fs, Some(u))),
                 logs: logs_used.map(|u| fs_stats(tick.now, node_fs, Some(u))),
@@ -806,8 +848,9 @@ impl Collector {
             },
             start_time: Time(pod.start_time),
             containers,
-            cpu: tick.cpu(&pod.cgroup_parent, pod_sample.cpu_usage_ns),
+            cpu: tick.cpu(&pod.cgroup_parent, Some(&pod_sample)),
             memory: tick.memory(&pod_sample),
+            io: tick.io(Some(&pod_sample)),
             network,
             volume_stats,
             ephemeral_storage: Some(fs_stats(tick.now, node_fs, Some(ephemeral))),

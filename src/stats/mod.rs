@@ -24,6 +24,7 @@ pub mod disk;
 pub mod error;
 pub mod machine;
 pub mod parse;
+pub mod pressure;
 pub mod prometheus;
 pub mod summary;
 

@@ -288,6 +288,7 @@ mod tests {
 
     fn pod(name: &str, containers: Vec<ContainerStats>) -> PodStats {
         PodStats {
+            io: None,
             pod_ref: PodReference {
                 name: name.into(),
                 namespace: "ersilia-core".into(),
@@ -296,11 +297,13 @@ mod tests {
             start_time: time("2025-06-22T15:52:26Z"),
             containers,
             cpu: Some(CpuStats {
+                psi: None,
                 time: time("2025-06-23T19:09:26.448Z"),
                 usage_nano_cores: Some(1),
                 usage_core_nano_seconds: Some(44421506699),
             }),
             memory: Some(MemoryStats {
+                psi: None,
                 time: time("2025-06-23T19:09:26.448Z"),
                 available_bytes: None,
                 usage_bytes: Some(6328320),
@@ -319,14 +322,17 @@ mod tests {
 
     fn container(name: &str) -> ContainerStats {
         ContainerStats {
+            io: None,
             name: name.into(),
             start_time: time("2025-06-22T15:52:26.4872775Z"),
             cpu: Some(CpuStats {
+                psi: None,
                 time: time("2025-06-23T19:09:26.568Z"),
                 usage_nano_cores: None,
                 usage_core_nano_seconds: Some(44356054006),
             }),
             memory: Some(MemoryStats {
+                psi: None,
                 time: time("2025-06-23T19:09:26.568Z"),
                 available_bytes: None,
                 usage_bytes: None,
@@ -347,15 +353,18 @@ mod tests {
     fn renders_like_the_kubelet() {
         let s = Summary {
             node: NodeStats {
+                io: None,
                 node_name: "n".into(),
                 system_containers: vec![],
                 start_time: time("2025-06-22T07:59:40Z"),
                 cpu: Some(CpuStats {
+                    psi: None,
                     time: time("2025-06-23T19:09:34.670Z"),
                     usage_nano_cores: None,
                     usage_core_nano_seconds: Some(6197005020909),
                 }),
                 memory: Some(MemoryStats {
+                    psi: None,
                     time: time("2025-06-23T19:09:34.670Z"),
                     available_bytes: None,
                     usage_bytes: None,
@@ -411,6 +420,7 @@ resource_scrape_error 0
         weird.memory.as_mut().unwrap().working_set_bytes = None;
         let s = Summary {
             node: NodeStats {
+                io: None,
                 node_name: "n".into(),
                 system_containers: vec![],
                 start_time: time("2025-06-22T07:59:40Z"),

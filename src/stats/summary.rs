@@ -51,6 +51,8 @@ pub struct NodeStats {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStats>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io: Option<IoStats>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkStats>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fs: Option<FsStats>,
@@ -97,6 +99,8 @@ pub struct PodStats {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStats>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io: Option<IoStats>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkStats>,
     #[serde(rename = "volume", default, skip_serializing_if = "Vec::is_empty")]
     pub volume_stats: Vec<VolumeStats>,
@@ -125,6 +129,8 @@ pub struct ContainerStats {
     pub cpu: Option<CpuStats>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStats>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io: Option<IoStats>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub accelerators: Vec<AcceleratorStats>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -176,6 +182,60 @@ pub struct CpuStats {
     pub usage_nano_cores: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage_core_nano_seconds: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub psi: Option<PsiStats>,
+}
+
+/// IOStats: only pressure so far, as upstream's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IoStats {
+    pub time: Time,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub psi: Option<PsiStats>,
+}
+
+/// PSIStats: the `full` and `some` lines of a pressure file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct PsiStats {
+    pub full: PsiData,
+    pub some: PsiData,
+}
+
+/// PSIData. `total` is the kernel's counter as cAdvisor passes it on (microseconds, though
+/// upstream's comment says nanoseconds); the averages are percentages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct PsiData {
+    pub total: u64,
+    #[serde(serialize_with = "go_float")]
+    pub avg10: f64,
+    #[serde(serialize_with = "go_float")]
+    pub avg60: f64,
+    #[serde(serialize_with = "go_float")]
+    pub avg300: f64,
+}
+
+/// A float as Go's encoding/json writes it: a whole number without `.0`.
+fn go_float<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        s.serialize_i64(*v as i64)
+    } else {
+        s.serialize_f64(*v)
+    }
+}
+
+impl From<crate::stats::pressure::Psi> for PsiStats {
+    fn from(p: crate::stats::pressure::Psi) -> Self {
+        let data = |d: crate::stats::pressure::PsiData| PsiData {
+            total: d.total,
+            avg10: d.avg10,
+            avg60: d.avg60,
+            avg300: d.avg300,
+        };
+        PsiStats {
+            full: data(p.full),
+            some: data(p.some),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -194,6 +254,8 @@ pub struct MemoryStats {
     pub page_faults: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub major_page_faults: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub psi: Option<PsiStats>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -276,6 +338,7 @@ impl Summary {
     /// cpu/memory), pods with their cpu/memory and their containers' cpu/memory only.
     pub fn cpu_and_memory_only(&self) -> Summary {
         let strip_container = |c: &ContainerStats| ContainerStats {
+            io: None,
             name: c.name.clone(),
             start_time: c.start_time,
             cpu: c.cpu.clone(),
@@ -288,6 +351,7 @@ impl Summary {
         };
         Summary {
             node: NodeStats {
+                io: None,
                 node_name: self.node.node_name.clone(),
                 system_containers: self
                     .node
@@ -308,6 +372,7 @@ impl Summary {
                 .pods
                 .iter()
                 .map(|p| PodStats {
+                    io: None,
                     pod_ref: p.pod_ref.clone(),
                     start_time: p.start_time,
                     containers: p.containers.iter().map(strip_container).collect(),
@@ -362,6 +427,7 @@ mod tests {
 
     fn cpu() -> CpuStats {
         CpuStats {
+            psi: None,
             time: t(),
             usage_nano_cores: Some(1),
             usage_core_nano_seconds: Some(2),
@@ -370,6 +436,7 @@ mod tests {
 
     fn mem() -> MemoryStats {
         MemoryStats {
+            psi: None,
             time: t(),
             available_bytes: Some(1),
             usage_bytes: Some(2),
@@ -390,6 +457,7 @@ mod tests {
 
     fn container() -> ContainerStats {
         ContainerStats {
+            io: None,
             name: "c".into(),
             start_time: t(),
             cpu: Some(cpu()),
@@ -419,6 +487,7 @@ mod tests {
     fn full() -> Summary {
         Summary {
             node: NodeStats {
+                io: None,
                 node_name: "n".into(),
                 system_containers: vec![container()],
                 start_time: t(),
@@ -442,6 +511,7 @@ mod tests {
                 swap: Some(swap()),
             },
             pods: vec![PodStats {
+                io: None,
                 pod_ref: PodReference {
                     name: "p".into(),
                     namespace: "ns".into(),
@@ -638,10 +708,12 @@ mod tests {
     fn optional_fields_are_omitted_and_required_ones_stay() {
         let s = Summary {
             node: NodeStats {
+                io: None,
                 node_name: "n".into(),
                 system_containers: vec![],
                 start_time: t(),
                 cpu: Some(CpuStats {
+                    psi: None,
                     time: t(),
                     usage_nano_cores: None,
                     usage_core_nano_seconds: Some(5),
@@ -658,6 +730,7 @@ mod tests {
                 swap: None,
             },
             pods: vec![PodStats {
+                io: None,
                 pod_ref: PodReference {
                     name: "p".into(),
                     namespace: "ns".into(),

@@ -95,7 +95,7 @@ impl Collector {
         cg: &ProcessCgroup,
         labels: ContainerLabels,
     ) -> Option<CadvisorContainer> {
-        let detail = match self.cgroups.read_detail(cg, &self.config.proc_root) {
+        let mut detail = match self.cgroups.read_detail(cg, &self.config.proc_root) {
             Ok(d) => d,
             Err(e) if e.is_not_found() => return None,
             Err(e) => {
@@ -103,6 +103,7 @@ impl Collector {
                 return None;
             }
         };
+        detail.pressure = self.pressure(tick, &cg.cpu);
         let names = &self.machine_facts(tick).block_devices;
         let io = detail
             .io

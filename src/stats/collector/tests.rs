@@ -781,3 +781,153 @@ fn claims_volumes_are_measured_by_statfs_or_their_drivers_word() {
     assert_eq!(v[1].fs.inodes_free, Some(990));
     assert_eq!(v[1].pvc_ref.as_ref().unwrap().name, "web-scratch");
 }
+
+/// The captured pressure files (hack/capture-cgroup-v2-pressure.sh) in the Summary: cpu and
+/// memory `psi`, and `io` with its `psi`, for the node (the root cgroup), the system
+/// containers, the pod and its container, as upstream's stats API names them.
+#[test]
+fn psi_of_a_v2_pod_in_the_summary() {
+    let f = fixture();
+    let c = Collector::new(f.config.clone(), Cgroups::v2_at(&f.cgroup_root));
+    c.collect(std::slice::from_ref(&f.pod));
+    let snap = c.snapshot();
+    assert!(snap.errors.is_empty(), "{:?}", snap.errors);
+    let s = c.summary(false).unwrap();
+    let v = serde_json::to_value(&s).unwrap();
+    let node_cpu = &v["node"]["cpu"]["psi"];
+    assert_eq!(
+        node_cpu,
+        &serde_json::json!({
+            "full": {"total": 0, "avg10": 0, "avg60": 0, "avg300": 0},
+            "some": {"total": 2188823521u64, "avg10": 98.06, "avg60": 97.99, "avg300": 92.83},
+        })
+    );
+    assert_eq!(v["node"]["memory"]["psi"]["some"]["total"], 606);
+    assert_eq!(v["node"]["io"]["psi"]["full"]["total"], 34885768);
+    assert!(v["node"]["io"]["time"].is_string());
+    let pod = &v["pods"][0];
+    assert_eq!(
+        pod["cpu"]["psi"]["full"],
+        serde_json::json!({"total": 2049681, "avg10": 13.31, "avg60": 3.13, "avg300": 0.68})
+    );
+    assert_eq!(pod["memory"]["psi"]["some"]["total"], 0);
+    assert_eq!(pod["io"]["psi"]["some"]["total"], 18478);
+    let app = &pod["containers"][0];
+    assert_eq!(app["name"], "app");
+    assert_eq!(app["cpu"]["psi"]["some"]["total"], 2179611);
+    assert_eq!(app["io"]["psi"]["full"]["total"], 13723);
+    // The kubelet system container is the pod cgroup in this fixture.
+    let kubelet = &v["node"]["systemContainers"][0];
+    assert_eq!(kubelet["cpu"]["psi"]["some"]["total"], 2179639);
+    // Upstream's field order: io right after memory.
+    let text = serde_json::to_string(&s.pods[0]).unwrap();
+    let (m, io, net) = (
+        text.find("\"memory\"").unwrap(),
+        text.find("\"io\"").unwrap(),
+        text.find("\"network\"").unwrap(),
+    );
+    assert!(m < io && io < net, "{text}");
+    // only_cpu_and_memory keeps the cpu and memory pressure, not io.
+    let small = serde_json::to_value(c.summary(true).unwrap()).unwrap();
+    assert_eq!(small["pods"][0]["cpu"]["psi"]["some"]["total"], 2179639);
+    assert!(small["pods"][0].get("io").is_none());
+
+    // The KubeletPSI gate off: none of it.
+    let mut config = f.config.clone();
+    config.psi = false;
+    let c = Collector::new(config, Cgroups::v2_at(&f.cgroup_root));
+    c.collect(std::slice::from_ref(&f.pod));
+    let text = serde_json::to_string(&c.summary(false).unwrap()).unwrap();
+    assert!(!text.contains("psi") && !text.contains("\"io\""), "{text}");
+
+    // cgroup v1 has no per-cgroup pressure: none either.
+    let mut config = f.config.clone();
+    config.kubelet_cgroup = None;
+    let c = Collector::new(config, Cgroups::v1_at(testdata("v1")));
+    c.collect(std::slice::from_ref(&f.pod));
+    let text = serde_json::to_string(&c.summary(false).unwrap()).unwrap();
+    assert!(!text.contains("psi") && !text.contains("\"io\""), "{text}");
+}
+
+/// cAdvisor's `container_pressure_*` series over the captured pressure files: its names,
+/// help, type and labels, the kernel's microseconds as seconds.
+#[test]
+fn cadvisor_pressure_series_of_a_v2_pod() {
+    let f = fixture();
+    let c = Collector::new(f.config.clone(), Cgroups::v2_at(&f.cgroup_root));
+    c.collect(std::slice::from_ref(&f.pod));
+    let text = c.metrics_cadvisor();
+    for (name, help) in [
+        ("container_pressure_cpu_stalled_seconds_total", "Total time duration no tasks in the container could make progress due to CPU congestion."),
+        ("container_pressure_cpu_waiting_seconds_total", "Total time duration tasks in the container have waited due to CPU congestion."),
+        ("container_pressure_memory_stalled_seconds_total", "Total time duration no tasks in the container could make progress due to memory congestion."),
+        ("container_pressure_memory_waiting_seconds_total", "Total time duration tasks in the container have waited due to memory congestion."),
+        ("container_pressure_io_stalled_seconds_total", "Total time duration no tasks in the container could make progress due to IO congestion."),
+        ("container_pressure_io_waiting_seconds_total", "Total time duration tasks in the container have waited due to IO congestion."),
+    ] {
+        assert!(text.contains(&format!("# HELP {name} {help}\n# TYPE {name} counter\n")), "{name}");
+    }
+    let p = crate::stats::cadvisor::parsed::parse(&text);
+    let app_id = format!("{POD}/{APP}");
+    let app = [
+        ("container", "app"),
+        ("id", app_id.as_str()),
+        ("image", "docker.io/library/busybox:1.36"),
+        ("name", APP),
+        ("namespace", "default"),
+        ("pod", "web"),
+    ];
+    assert_eq!(
+        p.value("container_pressure_cpu_waiting_seconds_total", &app),
+        2.179611
+    );
+    assert_eq!(
+        p.value("container_pressure_cpu_stalled_seconds_total", &app),
+        2.049652
+    );
+    assert_eq!(
+        p.value("container_pressure_io_waiting_seconds_total", &app),
+        0.018478
+    );
+    assert_eq!(
+        p.value("container_pressure_io_stalled_seconds_total", &app),
+        0.013723
+    );
+    assert_eq!(
+        p.value("container_pressure_memory_waiting_seconds_total", &app),
+        0.0
+    );
+    let root = [
+        ("container", ""),
+        ("id", "/"),
+        ("image", ""),
+        ("name", ""),
+        ("namespace", ""),
+        ("pod", ""),
+    ];
+    assert_eq!(
+        p.value("container_pressure_cpu_waiting_seconds_total", &root),
+        2188.823521
+    );
+    assert_eq!(
+        p.value("container_pressure_memory_stalled_seconds_total", &root),
+        0.000471
+    );
+    // One series per cgroup cAdvisor reports, the sandbox's zeros included.
+    assert_eq!(
+        p.find("container_pressure_cpu_waiting_seconds_total", &[])
+            .len(),
+        p.find("container_cpu_usage_seconds_total", &[]).len()
+    );
+
+    let mut config = f.config.clone();
+    config.psi = false;
+    let c = Collector::new(config, Cgroups::v2_at(&f.cgroup_root));
+    c.collect(std::slice::from_ref(&f.pod));
+    assert!(!c.metrics_cadvisor().contains("container_pressure_"));
+    let mut config = f.config.clone();
+    config.kubelet_cgroup = None;
+    let c = Collector::new(config, Cgroups::v1_at(testdata("v1")));
+    c.collect(std::slice::from_ref(&f.pod));
+    assert!(!c.metrics_cadvisor().contains("container_pressure_"));
+}
