@@ -22,7 +22,8 @@ use std::time::Duration;
 
 use common::cluster::ClusterNode;
 use common::container_status;
-use common::csi::{count, mounts_under, requests, spawn, Bins};
+use common::csi::{count, requests, spawn, Bins};
+use common::mounts_under;
 use serde_json::Value;
 
 fn events(n: &ClusterNode, pod: &str, reason: &str) -> Vec<String> {

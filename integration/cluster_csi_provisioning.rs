@@ -22,7 +22,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use common::cluster::{Cluster, ClusterNode};
-use common::csi::{count, mounts_under, requests_of, spawn, Bins};
+use common::csi::{count, requests_of, spawn, Bins};
+use common::mounts_under;
 use serde_json::Value;
 
 /// The driver's topology key (hack/csi/driver).

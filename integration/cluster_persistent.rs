@@ -14,23 +14,12 @@ use std::time::Duration;
 
 use common::cluster::ClusterNode;
 use common::container_status;
+use common::mounts_under;
 use serde_json::Value;
 
 fn is_running(pod: &Value) -> bool {
     pod["status"]["phase"] == "Running"
         && pod["status"]["containerStatuses"][0]["state"]["running"].is_object()
-}
-
-/// The mount points under `dir`, from the host's mount table.
-fn mounts_under(dir: &std::path::Path) -> Vec<String> {
-    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
-    let dir = dir.to_string_lossy().to_string();
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
-        .filter(|p| p.starts_with(&dir))
-        .collect()
 }
 
 fn claim_volume(claim: &str, read_only: bool) -> String {

@@ -98,18 +98,6 @@ pub fn spawn(bin: &Path, args: &[String], log: &Path) -> Proc {
     )
 }
 
-/// The mount points under `dir`, from the host's mount table.
-pub fn mounts_under(dir: &Path) -> Vec<String> {
-    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
-    let dir = dir.to_string_lossy().to_string();
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
-        .filter(|p| p.starts_with(&dir))
-        .collect()
-}
-
 /// The driver's requests log (--requests-log): (method, request) in order.
 pub fn requests(log: &Path) -> Vec<(String, Value)> {
     std::fs::read_to_string(log)

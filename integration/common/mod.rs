@@ -28,6 +28,18 @@ use serde_json::Value;
 pub const BUSYBOX: &str = "docker.io/library/busybox:1.36";
 pub const SOCKET: &str = "/run/containerd/containerd.sock";
 
+/// The mount points under `dir`, from the host's mount table.
+pub fn mounts_under(dir: &Path) -> Vec<String> {
+    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let dir = dir.to_string_lossy().to_string();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+        .filter(|p| p.starts_with(&dir))
+        .collect()
+}
+
 /// Panics unless this host may run an integration test and has what it needs. Reached only
 /// when the ignored tests were asked for (`--ignored`, `--include-ignored`), so nothing here
 /// is a skip: a test that was asked for and cannot run fails, naming what is missing.
