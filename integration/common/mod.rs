@@ -13,7 +13,10 @@
 pub mod cgroups;
 pub mod cluster;
 pub mod csi;
+pub mod ports;
 pub mod registry;
+
+pub use ports::free_port;
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
@@ -122,14 +125,6 @@ pub fn import_archive(ns: &str, tar: &Path) {
         tar.display(),
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// GET on 127.0.0.1:port; (status code, body).

@@ -127,10 +127,15 @@ fn anonymous_always_allow_on_a_reachable_address_is_warned_about() {
     assert_eq!(open_main_server_warning(&closed), None);
 }
 
-/// A free loopback port (bound, then released).
-async fn free_port() -> u16 {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    l.local_addr().unwrap().port()
+/// Two distinct free loopback ports: both listeners are held until both ports are known,
+/// since a port released at once is the next bind's again.
+async fn two_free_ports() -> (u16, u16) {
+    let a = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let b = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    (
+        a.local_addr().unwrap().port(),
+        b.local_addr().unwrap().port(),
+    )
 }
 
 /// enableServer=false: the main port is never opened, the read-only port still is (as
@@ -143,8 +148,7 @@ async fn enable_server_false_leaves_the_main_port_closed() {
         config.node_name = "node".into();
         config.cert_dir = dir.path().to_path_buf();
         config.address = "127.0.0.1".parse().unwrap();
-        config.port = free_port().await;
-        config.read_only_port = free_port().await;
+        (config.port, config.read_only_port) = two_free_ports().await;
         config.authentication_token_webhook = false;
         config.authorization_mode = AuthorizationMode::AlwaysAllow;
         config.enable_server = enable_server;
