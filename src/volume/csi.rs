@@ -30,8 +30,14 @@
 //! Raw block volumes (a PV with volumeMode Block) are staged, published and mapped as
 //! upstream's CSI block mapper does (`block`).
 //!
-//! Not done yet: serviceAccount tokens for drivers that ask (tokenRequests), requiresRepublish,
-//! SELinux mount contexts.
+//! A CSIDriver's tokenRequests get the pod's service-account tokens (one per audience, bound
+//! to the pod, from the token manager) in the volume context's
+//! `csi.storage.k8s.io/serviceAccount.tokens`, as upstream's csiMountMgr gives them; with
+//! requiresRepublish the published volume is published again on every pass (upstream
+//! remounts such volumes at each pod sync), so the driver sees renewed tokens; a failed
+//! republish leaves the volume as it is and the pod running, reported as a FailedMount.
+//!
+//! Not done yet: tokens for raw block volumes, SELinux mount contexts.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -198,6 +204,9 @@ pub(crate) struct Outcome {
     pod: String,
     volume: String,
     result: Result<HostVolume, (String, bool)>,
+    /// A published volume whose republish failed: it stays as it was (`result` is Ok), and
+    /// this is the FailedMount message.
+    republish_failed: Option<String>,
 }
 
 impl Outcome {
@@ -210,6 +219,64 @@ impl Outcome {
                 transient,
             })
     }
+
+    /// Why the republish of a published volume failed this pass, in the words of its event.
+    pub(super) fn republish_failure(&self) -> Option<VolumeError> {
+        self.republish_failed
+            .clone()
+            .map(|message| VolumeError::Csi {
+                pod: self.pod.clone(),
+                volume: self.volume.clone(),
+                message,
+                transient: true,
+            })
+    }
+}
+
+/// The volume context key upstream gives a driver its tokens under.
+const TOKENS_KEY: &str = "csi.storage.k8s.io/serviceAccount.tokens";
+
+/// The pod's service-account tokens the driver asks for, as the JSON upstream passes:
+/// `{"<audience>": {"token": ..., "expirationTimestamp": ...}}`. An empty audience is a
+/// token for the apiserver's own audiences, keyed "".
+async fn service_account_tokens(
+    pod: &Pod,
+    requests: &[k8s_openapi::api::storage::v1::TokenRequest],
+    objects: &dyn ClusterObjects,
+) -> Result<String, String> {
+    let service_account = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.service_account_name.clone())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "default".into());
+    let mut out = serde_json::Map::new();
+    for r in requests {
+        let spec = crate::objects::TokenSpec {
+            service_account: service_account.clone(),
+            audience: r.audience.clone(),
+            // The TokenRequest API's default when the CSIDriver leaves it unset.
+            expiration_seconds: r.expiration_seconds.unwrap_or(3600),
+        };
+        let t = objects
+            .service_account_token(pod, &spec)
+            .await
+            .map_err(|e| format!("{LOG_PREFIX}mounter.SetUpAt failed to get service account token attributes: {e}"))?;
+        out.insert(
+            r.audience.clone(),
+            serde_json::json!({
+                "token": t.token,
+                // metav1.Time's form: RFC 3339 in UTC, whole seconds.
+                "expirationTimestamp": t.expires.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            }),
+        );
+    }
+    Ok(serde_json::Value::Object(out).to_string())
+}
+
+/// Whether the volume's driver asks to be published again while mounted.
+async fn requires_republish(objects: &dyn ClusterObjects, driver: &str) -> bool {
+    matches!(objects.csi_driver(driver).await, Ok(Some(d)) if d.spec.requires_republish == Some(true))
 }
 
 fn csi_volumes(pod: &Pod, fetched: &Fetched, pod_name: &str) -> Vec<CsiVolume> {
@@ -442,14 +509,35 @@ pub(super) async fn set_up(
             set_up_one(pod, pod_dir, &v, objects, host, &m, &pod_name),
         )
         .await;
+        let (result, republish_failed) = match result {
+            Ok(s) => (Ok(s.volume), s.republish_failed),
+            Err(e) => (Err(e), None),
+        };
         fetched.csi.insert(
             v.pod_volume.clone(),
             Outcome {
                 pod: pod_name.clone(),
                 volume: v.pod_volume.clone(),
                 result,
+                republish_failed,
             },
         );
+    }
+}
+
+/// A CSI volume set up: where it is, and for one published before whose driver asks for
+/// republishing, why this pass's republish failed.
+struct SetUp {
+    volume: HostVolume,
+    republish_failed: Option<String>,
+}
+
+impl From<HostVolume> for SetUp {
+    fn from(volume: HostVolume) -> Self {
+        SetUp {
+            volume,
+            republish_failed: None,
+        }
     }
 }
 
@@ -461,7 +549,7 @@ async fn set_up_one(
     host: &CsiHost,
     m: &Arc<dyn Mounter>,
     pod_name: &str,
-) -> Result<HostVolume, (String, bool)> {
+) -> Result<SetUp, (String, bool)> {
     let spec_dir = pod_dir
         .join("volumes")
         .join(CSI_PLUGIN)
@@ -493,154 +581,179 @@ async fn set_up_one(
         host.in_use.add(&unique, uid);
     }
     if v.block {
-        return block::set_up(pod, pod_dir, v, objects, host, m, &attachment).await;
+        return block::set_up(pod, pod_dir, v, objects, host, m, &attachment)
+            .await
+            .map(SetUp::from);
     }
-    {
+    let published = {
         let (m, t) = (m.clone(), target.clone());
-        if blocking(move || mounted(&m, &t)).await.unwrap_or(false) {
-            return Ok(done);
-        }
-    }
-    let Prepared {
-        client,
-        csi_driver,
-        publish_context,
-        caps,
-    } = prepare(v, objects, host, &attachment, Step::Mount).await?;
-    let csi_driver = csi_driver.as_deref();
-    let rpc_failed = |e: CsiError| e.to_string();
-    let group = if v.read_only {
-        None
-    } else {
-        super::ownership::fs_group(pod).ok().flatten()
+        blocking(move || mounted(&m, &t)).await.unwrap_or(false)
     };
-    let cap = capability(v, &caps, group);
-
-    // Stage.
-    let mut staging = None;
-    if v.lifecycle == PERSISTENT && caps.stage_unstage {
-        let path = staging_path(&host.root_dir, &v.driver, &v.handle);
-        let data = StagedData {
-            driver_name: v.driver.clone(),
-            volume_handle: v.handle.clone(),
+    if published && !requires_republish(objects, &v.driver).await {
+        return Ok(done.into());
+    }
+    let work = async {
+        let Prepared {
+            client,
+            csi_driver,
+            publish_context,
+            caps,
+        } = prepare(v, objects, host, &attachment, Step::Mount).await?;
+        let csi_driver = csi_driver.as_deref();
+        let rpc_failed = |e: CsiError| e.to_string();
+        let group = if v.read_only {
+            None
+        } else {
+            super::ownership::fs_group(pod).ok().flatten()
         };
-        let staged = {
-            let (m, p) = (m.clone(), path.clone());
-            blocking(move || -> std::io::Result<bool> {
-                if mounted(&m, &p) {
-                    return Ok(true);
+        let cap = capability(v, &caps, group);
+
+        // Stage.
+        let mut staging = None;
+        if v.lifecycle == PERSISTENT && caps.stage_unstage {
+            let path = staging_path(&host.root_dir, &v.driver, &v.handle);
+            let data = StagedData {
+                driver_name: v.driver.clone(),
+                volume_handle: v.handle.clone(),
+            };
+            let staged = {
+                let (m, p) = (m.clone(), path.clone());
+                blocking(move || -> std::io::Result<bool> {
+                    if mounted(&m, &p) {
+                        return Ok(true);
+                    }
+                    crate::data_dirs::ensure_private_dir(p.parent().unwrap_or(&p))?;
+                    std::fs::create_dir_all(&p)?;
+                    write_json(p.parent().unwrap_or(&p), &data)?;
+                    Ok(false)
+                })
+                .await
+                .unwrap_or_else(|| Err(std::io::Error::other("the blocking thread was lost")))
+                .map_err(|e| {
+                    (
+                        mount_device_failed(format!(
+                            "{LOG_PREFIX}attacher.MountDevice failed to create dir {:?}: {e}",
+                            path.display().to_string()
+                        )),
+                        false,
+                    )
+                })?
+            };
+            if !staged {
+                // A Secret that cannot be read may be a moment away (upstream: transient).
+                let secrets = credentials(objects, "NodeStageSecretRef", &v.stage_secret)
+                    .await
+                    .map_err(|e| (mount_device_failed(e), true))?;
+                let req = pb::NodeStageVolumeRequest {
+                    volume_id: v.handle.clone(),
+                    publish_context: publish_context.clone(),
+                    staging_target_path: path.to_string_lossy().into_owned(),
+                    volume_capability: Some(cap.clone()),
+                    secrets,
+                    volume_context: v.attributes.clone().into_iter().collect(),
+                };
+                if let Err(e) = client.stage(req).await {
+                    warn!(pod = pod_name, volume = %v.spec_name, driver = %v.driver, error = %e, "NodeStageVolume failed");
+                    return Err((mount_device_failed(rpc_failed(e)), false));
                 }
-                crate::data_dirs::ensure_private_dir(p.parent().unwrap_or(&p))?;
-                std::fs::create_dir_all(&p)?;
-                write_json(p.parent().unwrap_or(&p), &data)?;
-                Ok(false)
+                info!(pod = pod_name, volume = %v.spec_name, driver = %v.driver, path = %path.display(), "CSI volume staged");
+            }
+            staging = Some(path);
+        }
+
+        // Publish.
+        let data = PublishedData {
+            attachment_id: attachment,
+            driver_name: v.driver.clone(),
+            node_name: host.node_name.clone(),
+            spec_vol_id: v.spec_name.clone(),
+            volume_handle: v.handle.clone(),
+            volume_lifecycle_mode: v.lifecycle.to_string(),
+        };
+        {
+            let (dir, volumes) = (spec_dir.clone(), pod_dir.join("volumes"));
+            blocking(move || -> std::io::Result<()> {
+                crate::data_dirs::ensure_private_dir(&volumes)?;
+                crate::data_dirs::ensure_private_dir(&volumes.join(CSI_PLUGIN))?;
+                write_json(&dir, &data)
             })
             .await
             .unwrap_or_else(|| Err(std::io::Error::other("the blocking thread was lost")))
             .map_err(|e| {
                 (
-                    mount_device_failed(format!(
-                        "{LOG_PREFIX}attacher.MountDevice failed to create dir {:?}: {e}",
-                        path.display().to_string()
+                    set_up_failed(format!(
+                        "{LOG_PREFIX}mounter.SetUpAt failed to save volume info data: {e}"
                     )),
                     false,
                 )
-            })?
-        };
-        if !staged {
-            // A Secret that cannot be read may be a moment away (upstream: transient).
-            let secrets = credentials(objects, "NodeStageSecretRef", &v.stage_secret)
+            })?;
+        }
+        let mut context: HashMap<String, String> = v.attributes.clone().into_iter().collect();
+        if csi_driver.and_then(|d| d.spec.pod_info_on_mount) == Some(true) {
+            context.extend(pod_info(pod, v.lifecycle));
+        }
+        if let Some(requests) = csi_driver
+            .and_then(|d| d.spec.token_requests.as_deref())
+            .filter(|r| !r.is_empty())
+        {
+            let tokens = service_account_tokens(pod, requests, objects)
                 .await
-                .map_err(|e| (mount_device_failed(e), true))?;
-            let req = pb::NodeStageVolumeRequest {
-                volume_id: v.handle.clone(),
-                publish_context: publish_context.clone(),
-                staging_target_path: path.to_string_lossy().into_owned(),
-                volume_capability: Some(cap.clone()),
-                secrets,
-                volume_context: v.attributes.clone().into_iter().collect(),
-            };
-            if let Err(e) = client.stage(req).await {
-                warn!(pod = pod_name, volume = %v.spec_name, driver = %v.driver, error = %e, "NodeStageVolume failed");
-                return Err((mount_device_failed(rpc_failed(e)), false));
-            }
-            info!(pod = pod_name, volume = %v.spec_name, driver = %v.driver, path = %path.display(), "CSI volume staged");
+                .map_err(|e| (set_up_failed(e), true))?;
+            context.insert(TOKENS_KEY.into(), tokens);
         }
-        staging = Some(path);
-    }
-
-    // Publish.
-    let data = PublishedData {
-        attachment_id: attachment,
-        driver_name: v.driver.clone(),
-        node_name: host.node_name.clone(),
-        spec_vol_id: v.spec_name.clone(),
-        volume_handle: v.handle.clone(),
-        volume_lifecycle_mode: v.lifecycle.to_string(),
-    };
-    {
-        let (dir, volumes) = (spec_dir.clone(), pod_dir.join("volumes"));
-        blocking(move || -> std::io::Result<()> {
-            crate::data_dirs::ensure_private_dir(&volumes)?;
-            crate::data_dirs::ensure_private_dir(&volumes.join(CSI_PLUGIN))?;
-            write_json(&dir, &data)
-        })
-        .await
-        .unwrap_or_else(|| Err(std::io::Error::other("the blocking thread was lost")))
-        .map_err(|e| {
-            (
-                set_up_failed(format!(
-                    "{LOG_PREFIX}mounter.SetUpAt failed to save volume info data: {e}"
-                )),
-                false,
-            )
-        })?;
-    }
-    let mut context: HashMap<String, String> = v.attributes.clone().into_iter().collect();
-    if csi_driver.and_then(|d| d.spec.pod_info_on_mount) == Some(true) {
-        context.extend(pod_info(pod, v.lifecycle));
-    }
-    let secrets = credentials(objects, "NodePublishSecretRef", &v.publish_secret)
-        .await
-        .map_err(|e| (set_up_failed(e), true))?;
-    let req = pb::NodePublishVolumeRequest {
-        volume_id: v.handle.clone(),
-        publish_context,
-        staging_target_path: staging
-            .as_ref()
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-        target_path: target.to_string_lossy().into_owned(),
-        volume_capability: Some(cap),
-        readonly: v.read_only,
-        secrets,
-        volume_context: context,
-    };
-    if let Err(e) = client.publish(req).await {
-        warn!(pod = pod_name, volume = %v.spec_name, driver = %v.driver, error = %e, "NodePublishVolume failed");
-        // As upstream: a finished failure leaves no mount folder (the driver may have made
-        // it); vol_data.json stays for the teardown to find the volume.
-        let (m, t) = (m.clone(), target.clone());
-        blocking(move || {
-            if !mounted(&m, &t) {
-                let _ = std::fs::remove_dir(&t);
-            }
-        })
-        .await;
-        return Err((set_up_failed(rpc_failed(e)), false));
-    }
-    if let Some(g) = group.filter(|_| !caps.volume_mount_group && applies_fs_group(v, csi_driver)) {
-        let t = target.clone();
-        let r = blocking(move || super::persistent::set_group(&t, g)).await;
-        if let Some(Err(e)) = r {
-            return Err((
-                set_up_failed(format!("applying fsGroup {g} to {}: {e}", target.display())),
-                false,
-            ));
+        let secrets = credentials(objects, "NodePublishSecretRef", &v.publish_secret)
+            .await
+            .map_err(|e| (set_up_failed(e), true))?;
+        let req = pb::NodePublishVolumeRequest {
+            volume_id: v.handle.clone(),
+            publish_context,
+            staging_target_path: staging
+                .as_ref()
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            target_path: target.to_string_lossy().into_owned(),
+            volume_capability: Some(cap),
+            readonly: v.read_only,
+            secrets,
+            volume_context: context,
+        };
+        if let Err(e) = client.publish(req).await {
+            warn!(pod = pod_name, volume = %v.spec_name, driver = %v.driver, error = %e, "NodePublishVolume failed");
+            // As upstream: a finished failure leaves no mount folder (the driver may have made
+            // it); vol_data.json stays for the teardown to find the volume.
+            let (m, t) = (m.clone(), target.clone());
+            blocking(move || {
+                if !mounted(&m, &t) {
+                    let _ = std::fs::remove_dir(&t);
+                }
+            })
+            .await;
+            return Err((set_up_failed(rpc_failed(e)), false));
         }
+        if let Some(g) =
+            group.filter(|_| !caps.volume_mount_group && applies_fs_group(v, csi_driver))
+        {
+            let t = target.clone();
+            let r = blocking(move || super::persistent::set_group(&t, g)).await;
+            if let Some(Err(e)) = r {
+                return Err((
+                    set_up_failed(format!("applying fsGroup {g} to {}: {e}", target.display())),
+                    false,
+                ));
+            }
+        }
+        info!(pod = pod_name, volume = %v.spec_name, driver = %v.driver, path = %target.display(), read_only = v.read_only, republished = published, "CSI volume published");
+        Ok(())
+    };
+    match work.await {
+        Ok(()) => Ok(done.into()),
+        // As upstream's failed remount: the volume stays mounted and the pod runs on.
+        Err((message, _)) if published => Ok(SetUp {
+            volume: done,
+            republish_failed: Some(message),
+        }),
+        Err(e) => Err(e),
     }
-    info!(pod = pod_name, volume = %v.spec_name, driver = %v.driver, path = %target.display(), read_only = v.read_only, "CSI volume published");
-    Ok(done)
 }
 
 /// What every CSI set-up needs first: the registered driver's client, its CSIDriver, the

@@ -76,6 +76,10 @@ impl Fetched {
     ) -> Option<Result<super::HostVolume, super::VolumeError>> {
         self.csi.get(volume).cloned().map(|o| o.into_result())
     }
+    /// Why the CSI pass's republish of a published volume failed (it stays as it was).
+    pub(super) fn csi_republish_failure(&self, volume: &str) -> Option<super::VolumeError> {
+        self.csi.get(volume).and_then(|o| o.republish_failure())
+    }
 }
 
 /// The claim a pod's volume stands on: a persistentVolumeClaim's `claimName`, or the claim

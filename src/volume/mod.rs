@@ -373,6 +373,13 @@ pub(crate) fn setup(
                 None => return Err(e),
             },
         };
+        if let Some(e) = fetched.csi_republish_failure(&vol.name) {
+            out.stale.push(StaleVolume {
+                volume: vol.name.clone(),
+                event_message: e.event_message(),
+                error: e.to_string(),
+            });
+        }
         out.insert(vol.name.clone(), hv);
     }
     Ok(out)

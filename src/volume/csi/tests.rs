@@ -503,3 +503,134 @@ async fn the_drivers_secrets_go_with_stage_and_publish_and_a_missing_one_is_a_tr
         kv(&[("token", "s3cr3t")])
     );
 }
+
+/// The tokens a publish carried, as the driver decodes them.
+fn published_tokens(call: &crate::csi::fake::Call) -> Option<Value> {
+    call.volume_context
+        .iter()
+        .find(|(k, _)| k == "csi.storage.k8s.io/serviceAccount.tokens")
+        .map(|(_, v)| serde_json::from_str(v).unwrap())
+}
+
+#[tokio::test]
+async fn a_driver_with_token_requests_gets_the_pods_tokens_in_the_volume_context() {
+    // Without tokenRequests: no tokens asked for, none passed.
+    let plain = node(true, true);
+    plain.put_claim_and_volume("pv-1", "vol-7");
+    plain.put_driver(json!({"attachRequired": false}));
+    plain.set_up(&claim_pod("uid-a")).await.unwrap();
+    let publish = plain.driver.call("NodePublishVolume").unwrap();
+    assert_eq!(published_tokens(&publish), None);
+    assert!(plain.objects.tokens.lock().unwrap().is_empty());
+
+    let n = node(true, true);
+    n.put_claim_and_volume("pv-1", "vol-7");
+    n.put_driver(json!({
+        "attachRequired": false,
+        "tokenRequests": [{"audience": "vault", "expirationSeconds": 600}, {"audience": ""}]
+    }));
+    n.set_up(&claim_pod("uid-a")).await.unwrap();
+    let asked = n.objects.tokens.lock().unwrap().clone();
+    assert_eq!(
+        asked,
+        vec![
+            crate::objects::TokenSpec {
+                service_account: "sa".into(),
+                audience: "vault".into(),
+                expiration_seconds: 600,
+            },
+            crate::objects::TokenSpec {
+                service_account: "sa".into(),
+                audience: String::new(),
+                expiration_seconds: 3600,
+            },
+        ],
+        "one token per audience, for the pod's service account, the API's default lifetime when unset"
+    );
+    let tokens = published_tokens(&n.driver.call("NodePublishVolume").unwrap()).unwrap();
+    assert_eq!(tokens["vault"]["token"], "token-sa-1");
+    assert_eq!(tokens[""]["token"], "token-sa-2");
+    let written = tokens["vault"]["expirationTimestamp"].as_str().unwrap();
+    assert!(
+        written.ends_with('Z') && !written.contains('.'),
+        "{written}: metav1.Time's form, UTC and whole seconds"
+    );
+    let expires = chrono::DateTime::parse_from_rfc3339(written).unwrap();
+    let left = expires.with_timezone(&chrono::Utc) - chrono::Utc::now();
+    assert!(
+        left > chrono::Duration::seconds(500) && left <= chrono::Duration::seconds(600),
+        "{expires} is the token's expiry ({left} left)"
+    );
+    // Staging gets no tokens, as upstream's (only the mounter asks for them).
+    assert_eq!(
+        published_tokens(&n.driver.call("NodeStageVolume").unwrap()),
+        None
+    );
+}
+
+#[tokio::test]
+async fn a_driver_that_requires_republish_is_published_again_each_pass_and_a_failure_keeps_the_volume(
+) {
+    // Without requiresRepublish a published volume asks the driver nothing more.
+    let once = node(true, true);
+    once.put_claim_and_volume("pv-1", "vol-7");
+    once.put_driver(json!({"attachRequired": false}));
+    let pod = claim_pod("uid-a");
+    once.set_up(&pod).await.unwrap();
+    once.set_up(&pod).await.unwrap();
+    let publishes = |n: &Node| {
+        n.driver
+            .methods()
+            .iter()
+            .filter(|m| **m == "NodePublishVolume")
+            .count()
+    };
+    assert_eq!(publishes(&once), 1);
+
+    let n = node(true, true);
+    n.put_claim_and_volume("pv-1", "vol-7");
+    n.put_driver(json!({
+        "attachRequired": false,
+        "requiresRepublish": true,
+        "tokenRequests": [{"audience": "vault"}]
+    }));
+    n.set_up(&pod).await.unwrap();
+    let v = n.set_up(&pod).await.unwrap();
+    assert!(v.stale().is_empty());
+    assert_eq!(publishes(&n), 2, "published again on the second pass");
+    let staged = n
+        .driver
+        .methods()
+        .iter()
+        .filter(|m| **m == "NodeStageVolume")
+        .count();
+    assert_eq!(staged, 1, "a staged volume is not staged again");
+    let calls = n.driver.calls.lock().unwrap().clone();
+    let republish = calls
+        .iter()
+        .rfind(|c| c.method == "NodePublishVolume")
+        .unwrap();
+    assert!(
+        published_tokens(republish).is_some(),
+        "the republish carries the tokens"
+    );
+
+    // A republish that fails leaves the volume published and the pod's volumes set up, with
+    // the failure to report.
+    *n.driver.fail_publish.lock().unwrap() = Some(tonic::Status::internal("injected failure"));
+    let v = n.set_up(&pod).await.unwrap();
+    let target = n
+        .pod_dir("uid-a")
+        .join("volumes/kubernetes.io~csi/pv-1/mount");
+    assert_eq!(v.get("data").unwrap().path, target);
+    assert!(
+        n.driver.mounted.lock().unwrap().contains(&target),
+        "still mounted"
+    );
+    assert_eq!(v.stale().len(), 1);
+    assert_eq!(
+        v.stale()[0].event_message,
+        "MountVolume.SetUp failed for volume \"pv-1\" : rpc error: code = Internal desc = injected failure"
+    );
+    assert!(target.exists(), "the mounted target is not removed");
+}
