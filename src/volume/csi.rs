@@ -244,19 +244,16 @@ async fn service_account_tokens(
     requests: &[k8s_openapi::api::storage::v1::TokenRequest],
     objects: &dyn ClusterObjects,
 ) -> Result<String, String> {
-    let service_account = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.service_account_name.clone())
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| "default".into());
+    let service_account = super::fetch::service_account(pod);
     let mut out = serde_json::Map::new();
     for r in requests {
         let spec = crate::objects::TokenSpec {
             service_account: service_account.clone(),
             audience: r.audience.clone(),
             // The TokenRequest API's default when the CSIDriver leaves it unset.
-            expiration_seconds: r.expiration_seconds.unwrap_or(3600),
+            expiration_seconds: r
+                .expiration_seconds
+                .unwrap_or(super::fetch::DEFAULT_TOKEN_SECONDS),
         };
         let t = objects
             .service_account_token(pod, &spec)

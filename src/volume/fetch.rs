@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{
 use crate::objects::{ClusterObjects, ObjectError, ServiceAccountToken, TokenSpec};
 
 /// The API's default lifetime of a projected token (`expirationSeconds`).
-const DEFAULT_TOKEN_SECONDS: i64 = 3600;
+pub(super) const DEFAULT_TOKEN_SECONDS: i64 = 3600;
 
 /// One reference's read.
 pub type Read<T> = Result<T, Arc<ObjectError>>;
@@ -97,17 +97,21 @@ pub fn claim_name(pod: &Pod, vol: &k8s_openapi::api::core::v1::Volume) -> Option
     })
 }
 
-/// The token a projected `serviceAccountToken` source asks for: the pod's service account
-/// (the API sets `default` when the pod names none), the source's audience and lifetime.
-pub fn token_spec(pod: &Pod, tp: &ServiceAccountTokenProjection) -> TokenSpec {
-    let service_account = pod
-        .spec
+/// The service account a pod's tokens are for (the API sets `default` when the pod names
+/// none).
+pub(super) fn service_account(pod: &Pod) -> String {
+    pod.spec
         .as_ref()
         .and_then(|s| s.service_account_name.clone())
         .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| "default".into());
+        .unwrap_or_else(|| "default".into())
+}
+
+/// The token a projected `serviceAccountToken` source asks for: the pod's service account
+/// (the API sets `default` when the pod names none), the source's audience and lifetime.
+pub fn token_spec(pod: &Pod, tp: &ServiceAccountTokenProjection) -> TokenSpec {
     TokenSpec {
-        service_account,
+        service_account: service_account(pod),
         audience: tp.audience.clone().unwrap_or_default(),
         expiration_seconds: tp.expiration_seconds.unwrap_or(DEFAULT_TOKEN_SECONDS),
     }
