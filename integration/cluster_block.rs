@@ -2,7 +2,10 @@
 //! with `volumeMode: Block`, bound through a WaitForFirstConsumer StorageClass to a Block
 //! claim. A pod gets it at `/dev/xvda` (a block device node in the container), writes bytes
 //! with dd and reads them back; the agent's map (the bind onto the global map file, the
-//! pod's link) is at upstream's paths and survives an agent kill -9 without doubling; the
+//! pod's link) is at upstream's paths and survives an agent kill -9 without doubling; a loop
+//! device over the map file holds the device open while the pod runs (upstream's descriptor
+//! lock) and goes with the pod; the volume's capacity (the device's size) is in
+//! /stats/summary under its claim and in kubelet_volume_stats_capacity_bytes; the
 //! next pod (its claim readOnly) reads the same bytes and cannot write; once the pods are
 //! gone nothing stays mounted under the agent's root dir.
 
@@ -85,6 +88,23 @@ fn log_of(n: &ClusterNode, pod: &str) -> String {
 }
 
 const BYTES: &str = "kubelet-rs-block-42";
+
+/// The loop devices whose backing file is at or below `dir`, as sysfs names them.
+fn loops_backed_under(dir: &std::path::Path) -> Vec<(String, PathBuf)> {
+    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/sys/block").unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Ok(b) = std::fs::read_to_string(e.path().join("loop/backing_file")) else {
+            continue;
+        };
+        let backing = PathBuf::from(b.trim_end());
+        if backing.starts_with(&dir) {
+            out.push((name, backing));
+        }
+    }
+    out
+}
 
 #[test]
 #[ignore = "needs root, containerd, loop devices and the control plane: run hack/test.sh"]
@@ -170,6 +190,36 @@ spec:
         mounts_under(&global),
         vec![map_file.to_string_lossy().to_string()]
     );
+    // The descriptor lock: one loop device over the map file.
+    let locks = loops_backed_under(&root);
+    assert_eq!(locks.len(), 1, "{locks:?}");
+    assert_eq!(locks[0].1, map_file);
+
+    // Its capacity is the device's size, as upstream's MetricsBlock reports it.
+    n.wait_until(60, "the block volume's capacity in /stats/summary", || {
+        let Some((200, body)) = common::http_get(n.port, "/stats/summary") else {
+            return false;
+        };
+        let summary: Value = serde_json::from_str(&body).unwrap_or_default();
+        summary["pods"].as_array().into_iter().flatten().any(|p| {
+            p["podRef"]["name"] == writer.as_str()
+                && p["volume"].as_array().into_iter().flatten().any(|v| {
+                    v["name"] == "data"
+                        && v["pvcRef"]["name"] == claim.as_str()
+                        && v["capacityBytes"] == 16u64 << 20
+                        && v["usedBytes"] == 0
+                })
+        })
+    });
+    let series = format!(
+        "kubelet_volume_stats_capacity_bytes{{namespace=\"default\",persistentvolumeclaim=\"{claim}\"}} {}",
+        16u64 << 20
+    );
+    n.wait_until(
+        30,
+        "kubelet_volume_stats_capacity_bytes of the claim",
+        || common::http_get(n.port, "/metrics").is_some_and(|(_, m)| m.contains(&series)),
+    );
 
     // kill -9 with the device mapped: the pod runs on, the map neither lost nor doubled.
     let main_id = container_status(&running, "main")["containerID"].clone();
@@ -179,11 +229,13 @@ spec:
     let after = n.wait_api_pod(&writer, 60, "still Running", is_running);
     assert_eq!(container_status(&after, "main")["containerID"], main_id);
     assert_eq!(mounts_under(&global).len(), 1, "one map, not two");
+    assert_eq!(loops_backed_under(&root).len(), 1, "one lock, not two");
 
     n.cluster
         .ok(&["-n", "default", "delete", "pod", &writer, "--wait=false"]);
     n.wait_api(120, "the writer is gone", |_| n.api_pod(&writer).is_none());
     assert!(mounts_under(&root).is_empty(), "{:?}", mounts_under(&root));
+    assert!(loops_backed_under(&root).is_empty(), "the lock went");
     assert!(std::fs::symlink_metadata(&link).is_err(), "the link went");
     assert!(
         !global.exists(),

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use common::cluster::ClusterNode;
 use common::container_status;
-use common::csi::{count, requests, spawn, Bins};
+use common::csi::{count, requests, requests_of, Bins, NodeDriver};
 use common::mounts_under;
 use serde_json::Value;
 
@@ -53,51 +53,19 @@ fn a_csi_driver_registers_and_serves_a_statefulset_and_an_inline_volume() {
     );
     let node = n.name().to_string();
     let root = n.root.path().join("root");
-    let work = tempfile::tempdir().unwrap();
-    let (sock, data, reqs, fail) = (
-        work.path().join("csi.sock"),
-        work.path().join("data"),
-        work.path().join("requests.jsonl"),
-        work.path().join("fail-publish"),
-    );
+    let s = |p: &Path| p.display().to_string();
+    let fail_dir = tempfile::tempdir().unwrap();
+    let fail = fail_dir.path().join("fail-publish");
     // One driver name per node: CSIDrivers are cluster-wide and tests share the cluster.
     let driver = format!("{node}.csi.kubelet-rs.io");
-    let s = |p: &Path| p.display().to_string();
-    let _driver = spawn(
-        &bins.driver(),
-        &[
-            format!("--endpoint={}", s(&sock)),
-            format!("--driver-name={driver}"),
-            format!("--node-id={node}"),
-            format!("--data-dir={}", s(&data)),
-            "--attach-required=true".into(),
-            format!("--fail-publish-file={}", s(&fail)),
-            format!("--requests-log={}", s(&reqs)),
-        ],
-        &work.path().join("driver.log"),
+    let mut d = NodeDriver::start(
+        &bins,
+        &n,
+        &driver,
+        true,
+        &[format!("--fail-publish-file={}", s(&fail))],
     );
-    n.wait_until(30, "the driver's socket", || sock.exists());
-    let registrar = spawn(
-        &bins.registrar(),
-        &[
-            format!("--csi-address={}", s(&sock)),
-            format!(
-                "--plugin-registration-dir={}",
-                s(&root.join("plugins_registry"))
-            ),
-        ],
-        &work.path().join("registrar.log"),
-    );
-    let _attacher = spawn(
-        &bins.attacher(),
-        &[
-            format!("--csi-address={}", s(&sock)),
-            format!("--kubeconfig={}", s(&n.cluster.kubeconfig)),
-            "--leader-election=false".into(),
-            "--timeout=30s".into(),
-        ],
-        &work.path().join("attacher.log"),
-    );
+    let (data, reqs) = (d.data.clone(), d.reqs.clone());
 
     // Registration: the CSINode and the Node's annotation.
     n.wait_api(60, "the CSINode lists the driver", |c| {
@@ -370,7 +338,7 @@ spec:
     });
 
     // The registrar's end deregisters the driver.
-    drop(registrar);
+    drop(d.registrar.take());
     n.wait_api(60, "the CSINode no longer lists the driver", |c| {
         c.get(&["csinode", &node]).is_some_and(|cn| {
             !cn["spec"]["drivers"]
@@ -390,4 +358,158 @@ spec:
     ] {
         n.cluster.kubectl(&["delete", kind, name, "--wait=false"]);
     }
+}
+
+/// The claims of a JWT (its middle part), undecoded signature and all: what the driver got.
+fn jwt_claims(token: &str) -> Value {
+    use base64::Engine;
+    let payload = token.split('.').nth(1).expect("a JWT");
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .expect("base64url claims");
+    serde_json::from_slice(&bytes).expect("JSON claims")
+}
+
+/// A CSIDriver with tokenRequests and requiresRepublish, against the real TokenRequest API:
+/// NodePublishVolume's volume context carries one token per audience, bound to the pod and
+/// its service account; the volume is published again on later syncs; a republish that fails
+/// is a FailedMount while the pod runs on with its mount; the pod's deletion unpublishes it.
+#[test]
+#[ignore = "needs root, containerd, the control plane and hack/csi's binaries: run hack/test.sh"]
+fn a_driver_asking_for_tokens_gets_the_pods_and_is_published_again_on_every_sync() {
+    let bins = Bins::get();
+    // Syncs every 2 s (upstream's default: a minute), so republishes come quickly.
+    let n = ClusterNode::start("cluster-csi-tokens", &["--sync-frequency=2s"]);
+    let node = n.name().to_string();
+    let root = n.root.path().join("root");
+    let fail_dir = tempfile::tempdir().unwrap();
+    let fail = fail_dir.path().join("fail-publish");
+    let driver = format!("{node}.tokens.csi.kubelet-rs.io");
+    let d = NodeDriver::start(
+        &bins,
+        &n,
+        &driver,
+        false,
+        &[format!("--fail-publish-file={}", fail.display())],
+    );
+    let audience = format!("vault-{node}");
+    n.cluster.apply(&format!(
+        "apiVersion: storage.k8s.io/v1
+kind: CSIDriver
+metadata: {{name: {driver}}}
+spec:
+  attachRequired: false
+  podInfoOnMount: false
+  requiresRepublish: true
+  volumeLifecycleModes: [Ephemeral]
+  tokenRequests:
+  - audience: {audience}
+    expirationSeconds: 3600
+  - audience: ''
+"
+    ));
+    n.wait_api(60, "the CSINode lists the driver", |c| {
+        c.get(&["csinode", &node]).is_some_and(|cn| {
+            cn["spec"]["drivers"]
+                .as_array()
+                .is_some_and(|ds| ds.iter().any(|x| x["name"] == driver.as_str()))
+        })
+    });
+    let pod = n.create_pod(
+        "tokens",
+        "sleep 3600",
+        &format!(
+            "    volumeMounts: [{{name: secrets, mountPath: /secrets}}]
+  volumes:
+  - name: secrets
+    csi: {{driver: {driver}}}
+"
+        ),
+    );
+    let running = n.wait_api_pod(&pod, 120, "Running on its CSI volume", is_running);
+    let uid = running["metadata"]["uid"].as_str().unwrap().to_string();
+    let target = root
+        .join("pods")
+        .join(&uid)
+        .join("volumes/kubernetes.io~csi/secrets/mount");
+    assert_eq!(mounts_under(&target).len(), 1);
+
+    // One token per audience, in upstream's JSON, bound to the pod.
+    let first = requests_of(&d.reqs, "NodePublishVolume")
+        .into_iter()
+        .next()
+        .expect("published");
+    let tokens: Value = serde_json::from_str(
+        first["volume_context"]["csi.storage.k8s.io/serviceAccount.tokens"]
+            .as_str()
+            .expect("the tokens in the volume context"),
+    )
+    .unwrap();
+    let keys: Vec<&String> = tokens.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["", audience.as_str()], "{tokens}");
+    for (aud, t) in tokens.as_object().unwrap() {
+        assert!(t["expirationTimestamp"].is_string(), "{t}");
+        let claims = jwt_claims(t["token"].as_str().unwrap());
+        assert_eq!(claims["sub"], "system:serviceaccount:default:default");
+        assert_eq!(claims["kubernetes.io"]["pod"]["name"], pod.as_str());
+        assert_eq!(claims["kubernetes.io"]["pod"]["uid"], uid.as_str());
+        let auds: Vec<&str> = claims["aud"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        if aud.is_empty() {
+            assert!(
+                !auds.contains(&audience.as_str()),
+                "the apiserver's own audiences: {auds:?}"
+            );
+        } else {
+            assert_eq!(auds, [audience.as_str()]);
+        }
+        let lifetime = claims["exp"].as_i64().unwrap() - claims["iat"].as_i64().unwrap();
+        if !aud.is_empty() {
+            assert_eq!(lifetime, 3600, "the audience's expirationSeconds");
+        }
+    }
+
+    // requiresRepublish: published again on later syncs, at the same target, with tokens.
+    n.wait_until(60, "two republishes", || {
+        count(&d.reqs, "NodePublishVolume") >= 3
+    });
+    for r in requests_of(&d.reqs, "NodePublishVolume") {
+        assert_eq!(r["target_path"], target.display().to_string().as_str());
+        assert!(r["volume_context"]["csi.storage.k8s.io/serviceAccount.tokens"].is_string());
+    }
+    assert_eq!(
+        mounts_under(&target).len(),
+        1,
+        "one mount, however often published"
+    );
+
+    // A failing republish: a FailedMount, the pod and its mount as they were.
+    let main_id = container_status(&running, "main")["containerID"].clone();
+    std::fs::write(&fail, "").unwrap();
+    n.wait_api(60, "a FailedMount for the failed republish", |_| {
+        events(&n, &pod, "FailedMount")
+            .iter()
+            .any(|m| m.contains("injected NodePublishVolume failure"))
+    });
+    let after = n.api_pod(&pod).unwrap();
+    assert!(is_running(&after));
+    assert_eq!(container_status(&after, "main")["containerID"], main_id);
+    assert_eq!(mounts_under(&target).len(), 1, "the volume stays mounted");
+    std::fs::remove_file(&fail).unwrap();
+
+    n.cluster
+        .ok(&["-n", "default", "delete", "pod", &pod, "--wait=false"]);
+    n.wait_api(120, "the pod is gone", |_| n.api_pod(&pod).is_none());
+    assert!(count(&d.reqs, "NodeUnpublishVolume") >= 1);
+    assert!(
+        mounts_under(&root).is_empty(),
+        "mounts left under the root dir: {:?}",
+        mounts_under(&root)
+    );
+    n.cluster
+        .kubectl(&["delete", "csidriver", &driver, "--wait=false"]);
 }

@@ -22,7 +22,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use common::cluster::{Cluster, ClusterNode};
-use common::csi::{count, requests_of, spawn, Bins};
+use common::csi::{count, requests_of, spawn, Bins, NodeDriver};
 use common::mounts_under;
 use serde_json::Value;
 
@@ -106,12 +106,6 @@ fn a_statefulset_gets_provisioned_csi_volumes_that_go_with_their_claims() {
     let n = ClusterNode::start("cluster-csi-prov", &[]);
     let node = n.name().to_string();
     let root = n.root.path().join("root");
-    let work = tempfile::tempdir().unwrap();
-    let (sock, data, reqs) = (
-        work.path().join("csi.sock"),
-        work.path().join("data"),
-        work.path().join("requests.jsonl"),
-    );
     // One driver name per node: CSIDrivers and StorageClasses are cluster-wide.
     let driver = format!("{node}.prov.csi.kubelet-rs.io");
     let (class, sts, unused) = (
@@ -122,53 +116,20 @@ fn a_statefulset_gets_provisioned_csi_volumes_that_go_with_their_claims() {
     let replicas = 2;
     let claims: Vec<String> = (0..replicas).map(|i| format!("data-{sts}-{i}")).collect();
     let s = |p: &Path| p.display().to_string();
-    let _driver = spawn(
-        &bins.driver(),
-        &[
-            format!("--endpoint={}", s(&sock)),
-            format!("--driver-name={driver}"),
-            format!("--node-id={node}"),
-            format!("--data-dir={}", s(&data)),
-            "--attach-required=true".into(),
-            format!("--requests-log={}", s(&reqs)),
-        ],
-        &work.path().join("driver.log"),
-    );
-    n.wait_until(30, "the driver's socket", || sock.exists());
-    let _registrar = spawn(
-        &bins.registrar(),
-        &[
-            format!("--csi-address={}", s(&sock)),
-            format!(
-                "--plugin-registration-dir={}",
-                s(&root.join("plugins_registry"))
-            ),
-        ],
-        &work.path().join("registrar.log"),
-    );
-    let kubeconfig = format!("--kubeconfig={}", s(&n.cluster.kubeconfig));
-    let _attacher = spawn(
-        &bins.attacher(),
-        &[
-            format!("--csi-address={}", s(&sock)),
-            kubeconfig.clone(),
-            "--leader-election=false".into(),
-            "--timeout=30s".into(),
-        ],
-        &work.path().join("attacher.log"),
-    );
+    let d = NodeDriver::start(&bins, &n, &driver, true, &[]);
+    let (data, reqs) = (d.data.clone(), d.reqs.clone());
     let _provisioner = spawn(
         &bins.provisioner(),
         &[
-            format!("--csi-address={}", s(&sock)),
-            kubeconfig,
+            format!("--csi-address={}", s(&d.sock)),
+            format!("--kubeconfig={}", s(&n.cluster.kubeconfig)),
             "--timeout=30s".into(),
             "--extra-create-metadata".into(),
             // Bounds the wait after a failed try (the lib's default doubles up to 5 min).
             "--retry-interval-max=5s".into(),
             "--v=3".into(),
         ],
-        &work.path().join("provisioner.log"),
+        &d.work.path().join("provisioner.log"),
     );
     let _cleanup = ApiCleanup {
         cluster: n.cluster.clone(),

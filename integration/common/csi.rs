@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::cluster::ClusterNode;
+
 /// A helper process stopped (SIGTERM, then SIGKILL after 5 s) with its test.
 pub struct Proc(pub Child);
 
@@ -96,6 +98,82 @@ pub fn spawn(bin: &Path, args: &[String], log: &Path) -> Proc {
             .spawn()
             .unwrap_or_else(|e| panic!("{} starts: {e}", bin.display())),
     )
+}
+
+/// hack/csi's driver for one node, registered by the registrar through the agent's
+/// plugins_registry, with upstream's external-attacher when the driver needs attaching; each
+/// process stopped when this is dropped. The registrar may be dropped alone, to deregister.
+pub struct NodeDriver {
+    /// Its socket, folder of volumes and requests log (`requests`).
+    pub sock: PathBuf,
+    pub data: PathBuf,
+    pub reqs: PathBuf,
+    pub registrar: Option<Proc>,
+    _attacher: Option<Proc>,
+    _driver: Proc,
+    /// Holds the socket, the volumes and each process's log (`<name>.log`).
+    pub work: tempfile::TempDir,
+}
+
+impl NodeDriver {
+    /// Starts the driver named `name` for `n`'s node with `extra` arguments, its registrar,
+    /// and the attacher when `attach`.
+    pub fn start(
+        bins: &Bins,
+        n: &ClusterNode,
+        name: &str,
+        attach: bool,
+        extra: &[String],
+    ) -> NodeDriver {
+        let work = tempfile::tempdir().unwrap();
+        let (sock, data, reqs) = (
+            work.path().join("csi.sock"),
+            work.path().join("data"),
+            work.path().join("requests.jsonl"),
+        );
+        let s = |p: &Path| p.display().to_string();
+        let mut args = vec![
+            format!("--endpoint={}", s(&sock)),
+            format!("--driver-name={name}"),
+            format!("--node-id={}", n.name()),
+            format!("--data-dir={}", s(&data)),
+            format!("--attach-required={attach}"),
+            format!("--requests-log={}", s(&reqs)),
+        ];
+        args.extend_from_slice(extra);
+        let driver = spawn(&bins.driver(), &args, &work.path().join("driver.log"));
+        n.wait_until(30, "the driver's socket", || sock.exists());
+        let registration = n.root.path().join("root/plugins_registry");
+        let registrar = spawn(
+            &bins.registrar(),
+            &[
+                format!("--csi-address={}", s(&sock)),
+                format!("--plugin-registration-dir={}", s(&registration)),
+            ],
+            &work.path().join("registrar.log"),
+        );
+        let attacher = attach.then(|| {
+            spawn(
+                &bins.attacher(),
+                &[
+                    format!("--csi-address={}", s(&sock)),
+                    format!("--kubeconfig={}", s(&n.cluster.kubeconfig)),
+                    "--leader-election=false".into(),
+                    "--timeout=30s".into(),
+                ],
+                &work.path().join("attacher.log"),
+            )
+        });
+        NodeDriver {
+            sock,
+            data,
+            reqs,
+            registrar: Some(registrar),
+            _attacher: attacher,
+            _driver: driver,
+            work,
+        }
+    }
 }
 
 /// The driver's requests log (--requests-log): (method, request) in order.

@@ -38,26 +38,17 @@ fn state() -> &'static Mutex<State> {
     STATE.get_or_init(Default::default)
 }
 
-/// Upstream's plugin name of a set-up volume (`kubernetes.io/empty-dir`, ...). A raw block
-/// volume's plugin is the folder its pod link sits in (`volumeDevices/<plugin>/<pv>`).
+/// Upstream's plugin name of a set-up volume (`kubernetes.io/empty-dir`, ...).
 fn plugin_of_volume(hv: &HostVolume) -> &'static str {
     match hv.kind {
-        VolumeKind::Block => {
-            let dir = hv.path.parent().and_then(|p| p.file_name());
-            if dir.is_some_and(|d| d == "kubernetes.io~csi") {
-                "kubernetes.io/csi"
-            } else {
-                "kubernetes.io/local-volume"
-            }
-        }
         VolumeKind::EmptyDir | VolumeKind::EmptyDirMemory => "kubernetes.io/empty-dir",
         VolumeKind::HostPath => "kubernetes.io/host-path",
         VolumeKind::ConfigMap => "kubernetes.io/configmap",
         VolumeKind::Secret => "kubernetes.io/secret",
         VolumeKind::DownwardApi => "kubernetes.io/downward-api",
         VolumeKind::Projected => "kubernetes.io/projected",
-        VolumeKind::Local => "kubernetes.io/local-volume",
-        VolumeKind::Csi => "kubernetes.io/csi",
+        VolumeKind::Local | VolumeKind::LocalBlock => "kubernetes.io/local-volume",
+        VolumeKind::Csi | VolumeKind::CsiBlock => "kubernetes.io/csi",
     }
 }
 
@@ -231,18 +222,13 @@ mod tests {
     }
 
     #[test]
-    fn a_block_volume_is_named_by_the_plugin_folder_of_its_pod_link() {
-        let block = |path: &str| HostVolume {
-            path: PathBuf::from(path),
-            read_only: false,
-            kind: VolumeKind::Block,
-        };
+    fn a_block_volume_is_named_by_its_plugin() {
         assert_eq!(
-            plugin_of_volume(&block("/p/volumeDevices/kubernetes.io~csi/pv1")),
+            plugin_of_volume(&host(VolumeKind::CsiBlock)),
             "kubernetes.io/csi"
         );
         assert_eq!(
-            plugin_of_volume(&block("/p/volumeDevices/kubernetes.io~local-volume/pv2")),
+            plugin_of_volume(&host(VolumeKind::LocalBlock)),
             "kubernetes.io/local-volume"
         );
         assert_eq!(

@@ -11,7 +11,7 @@ use chrono::{DateTime, TimeZone, Utc};
 
 use super::cadvisor::{render_cadvisor_metrics, CadvisorSnapshot};
 use super::cgroup::{available_bytes, CgroupSample, CgroupVersion, Cgroups, ProcessCgroup};
-use super::disk::{statvfs, DiskUsage, DiskUsageCache, FsCapacity};
+use super::disk::{device_size, statvfs, DiskUsage, DiskUsageCache, FsCapacity};
 use super::error::{Result, StatsError};
 use super::parse::{
     parse_btime, parse_loadavg_tasks, parse_mem_total, parse_net_dev, read_string, read_u64,
@@ -66,6 +66,9 @@ pub enum Measure {
     StatFs,
     /// What its driver last said (`reported_volumes`, CSI's NodeGetVolumeStats).
     Reported,
+    /// A raw block device: its size is the capacity, every other figure 0 (a `local` block
+    /// PV: upstream's MetricsBlock).
+    DeviceSize,
 }
 
 /// A volume's usage as its driver reports it, each value as far as it does.
@@ -788,6 +791,24 @@ impl Collector {
                         inodes: c.inodes_used(),
                     };
                     fs_stats(tick.now, Some(c), Some(used))
+                }
+                Measure::DeviceSize => {
+                    let size = match device_size(&v.path) {
+                        Ok(s) => s,
+                        Err(e) => {
+                            tracing::debug!(volume = %v.name, path = %v.path.display(), error = %e, "block volume's size unknown");
+                            continue;
+                        }
+                    };
+                    FsStats {
+                        time: tick.now,
+                        available_bytes: Some(0),
+                        capacity_bytes: Some(size),
+                        used_bytes: Some(0),
+                        inodes_free: Some(0),
+                        inodes: Some(0),
+                        inodes_used: Some(0),
+                    }
                 }
                 Measure::Reported => {
                     let reported = self.config.reported_volumes.read();

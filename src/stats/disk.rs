@@ -40,6 +40,15 @@ pub fn statvfs(path: &Path) -> Result<FsCapacity> {
     })
 }
 
+/// The size of the block device at `path` (a link to it will do), as upstream's MetricsBlock
+/// finds it: the offset of its end.
+pub fn device_size(path: &Path) -> Result<u64> {
+    use std::io::{Seek, SeekFrom};
+    std::fs::File::open(path)
+        .and_then(|mut f| f.seek(SeekFrom::End(0)))
+        .map_err(|e| StatsError::read(path, e))
+}
+
 /// Bytes on disk and inodes under a directory.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DiskUsage {

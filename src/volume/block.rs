@@ -13,10 +13,11 @@
 //! - every container listing the volume gets the device at its `devicePath` (upstream's
 //!   makeBlockVolumes), "mrw" or, for a claim the pod mounts readOnly, "r".
 //!
+//! - the mapped device is held open for the pod by a loop device over its map file
+//!   (upstream's descriptor lock, `loop_lock`), released before the map file is unmounted.
+//!
 //! Teardown reads only the disk (the pod's links), so an agent restarted, or a pod found
-//! after one, is unmapped exactly. Not done: upstream's "descriptor lock" (a loop device it
-//! opens over the map file so the kernel cannot reuse the device's name under a running
-//! pod).
+//! after one, is unmapped exactly.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -154,9 +155,11 @@ pub(super) fn is_mapped(global: &Path, pod_uid: &str, m: &dyn Mounter) -> bool {
     m.mounted_fs(&global.join(pod_uid)).ok().flatten().is_some()
 }
 
-/// Upstream's MapBlockVolume: `device` linked from `link` and bind-mounted onto the file
-/// `<global>/<pod uid>`. The link is made first, so a teardown after a crash in between
-/// still finds the bind. Idempotent. The error is the reason, for the caller's words.
+/// Upstream's MapBlockVolume: `device` linked from `link`, bind-mounted onto the file
+/// `<global>/<pod uid>`, and held open by a loop device over that file. The link is made
+/// first, so a teardown after a crash in between still finds the bind; the lock is taken
+/// on every call, so one a crash left out is taken by the next pass. Idempotent. The error
+/// is the reason, for the caller's words.
 pub(super) fn map(
     device: &Path,
     global: &Path,
@@ -166,29 +169,40 @@ pub(super) fn map(
 ) -> Result<(), String> {
     link(device, link_path)?;
     crate::data_dirs::ensure_private_dir(global).map_err(|e| e.to_string())?;
-    if is_mapped(global, pod_uid, m) {
-        return Ok(());
-    }
     let map_file = global.join(pod_uid);
-    fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o750)
-        .open(&map_file)
-        .map_err(|e| format!("failed to open file {}: {e}", map_file.display()))?;
-    m.bind(device, &map_file).map_err(|e| {
-        format!(
-            "failed to bind mount devicePath: {} to linkPath {}: {e}",
-            device.display(),
-            map_file.display()
-        )
-    })
+    if !is_mapped(global, pod_uid, m) {
+        fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o750)
+            .open(&map_file)
+            .map_err(|e| format!("failed to open file {}: {e}", map_file.display()))?;
+        m.bind(device, &map_file).map_err(|e| {
+            format!(
+                "failed to bind mount devicePath: {} to linkPath {}: {e}",
+                device.display(),
+                map_file.display()
+            )
+        })?;
+    }
+    m.lock_device(&map_file)
+        .map_err(|e| lock_failed(global, pod_uid, &e))
+}
+
+/// Upstream's words for a descriptor lock that could not be taken.
+pub(super) fn lock_failed(global: &Path, pod_uid: &str, e: &io::Error) -> String {
+    format!(
+        "blkUtil.AttachFileDevice failed. globalMapPath:{}, podUID: {pod_uid}: {e}",
+        global.display()
+    )
 }
 
 /// The bind on `<global>/<pod uid>` unmounted and its file removed. Idempotent.
 pub(super) fn release_map_file(global: &Path, pod_uid: &str, m: &dyn Mounter) -> io::Result<()> {
     let map_file = global.join(pod_uid);
+    // The descriptor lock first: the bind cannot be unmounted while a loop device holds it.
+    m.unlock_device(&map_file)?;
     // A bind made twice (a crash between the check and the mount) needs one unmount each.
     for _ in 0..8 {
         if m.mounted_fs(&map_file)?.is_none() {
@@ -267,7 +281,7 @@ pub(super) fn set_up_local(
     Ok(HostVolume {
         path: link,
         read_only,
-        kind: VolumeKind::Block,
+        kind: VolumeKind::LocalBlock,
     })
 }
 
@@ -320,10 +334,7 @@ pub fn container_devices(c: &Container, vols: &PodVolumes) -> Result<Vec<DeviceI
                 ),
             ));
         }
-        let Some(vol) = vols
-            .get(&d.name)
-            .filter(|v| matches!(v.kind, VolumeKind::Block))
-        else {
+        let Some(vol) = vols.get(&d.name).filter(|v| v.kind.is_block()) else {
             return Err(err(
                 "name",
                 format!(
@@ -388,7 +399,7 @@ mod tests {
     }
 
     #[test]
-    fn map_binds_the_device_onto_the_pods_map_file_links_it_and_unmap_undoes_both() {
+    fn map_binds_the_device_onto_the_pods_map_file_links_and_locks_it_and_unmap_undoes_all() {
         let tmp = tempfile::tempdir().unwrap();
         let device = tmp.path().join("dev-sdz");
         fs::write(&device, "").unwrap();
@@ -403,6 +414,14 @@ mod tests {
             vec![(device.clone(), global.join("u1"))],
             "bound once, however often mapped"
         );
+        assert!(
+            m.locked.lock().unwrap().contains(&global.join("u1")),
+            "the device held open over the map file"
+        );
+        // A lock a crash left out (bound, not locked) is taken by the next map.
+        m.locked.lock().unwrap().clear();
+        map(&device, &global, "u1", &link, &m).unwrap();
+        assert!(m.locked.lock().unwrap().contains(&global.join("u1")));
         // A second pod of the same device keeps the global folder while it maps it.
         let link2 = tmp.path().join("pods/u2/volumeDevices/p/pv-1");
         map(&device, &global, "u2", &link2, &m).unwrap();
@@ -415,6 +434,10 @@ mod tests {
             "the global map path goes with the last pod"
         );
         assert!(m.mounted.lock().unwrap().is_empty());
+        assert!(
+            m.locked.lock().unwrap().is_empty(),
+            "every lock released (before its unmount: the fake refuses an unmount under one)"
+        );
         unmap(&global, "u2", &link2, &m).unwrap();
     }
 
@@ -454,7 +477,7 @@ mod tests {
         let block = |read_only| HostVolume {
             path: link.clone(),
             read_only,
-            kind: VolumeKind::Block,
+            kind: VolumeKind::LocalBlock,
         };
         vols.insert("rw", block(false));
         vols.insert("ro", block(true));

@@ -157,9 +157,19 @@ pub(crate) struct PublishedData {
     pub volume_lifecycle_mode: String,
 }
 
-/// What `vol_data.json` says of the volume published at `target` (its driver and handle).
+/// What `vol_data.json` says of the volume published at `target` (its driver and handle):
+/// a filesystem volume's mount point, or a block volume's map file (`block::map_file`).
 pub(crate) fn published_data(target: &Path) -> Option<PublishedData> {
-    read_json(target.parent()?).ok()
+    read_json(target.parent()?)
+        .ok()
+        .or_else(|| block::published_data(target))
+}
+
+/// The map file of a CSI block volume for a pod (`<root>/plugins/kubernetes.io/csi/
+/// volumeDevices/<volume>/dev/<pod uid>`, the device bound onto it): upstream's volume path
+/// in NodeGetVolumeStats for a block volume. `volume` is the folder name of the pod's link.
+pub(crate) fn block_map_file(root_dir: &Path, volume: &str, pod_uid: &str) -> PathBuf {
+    block::map_file(root_dir, volume, pod_uid)
 }
 
 /// The `vol_data.json` beside a staging path.

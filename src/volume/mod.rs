@@ -37,6 +37,7 @@ mod empty_dir;
 mod error;
 mod fetch;
 mod host_path;
+mod loop_lock;
 mod mounter;
 mod mounts;
 mod object_files;
@@ -103,9 +104,19 @@ pub enum VolumeKind {
     Local,
     /// A CSI volume, published by its driver into the pod's dir.
     Csi,
-    /// A raw block volume (volumeMode Block: a `local` or CSI PV): `path` is the pod's link
-    /// to the device, `<pod>/volumeDevices/<plugin>/<pv>`.
-    Block,
+    /// A raw block volume of an in-tree `local` PV (volumeMode Block): `path` is the pod's
+    /// link to the device, `<pod>/volumeDevices/kubernetes.io~local-volume/<pv>`.
+    LocalBlock,
+    /// A raw block volume of a CSI PV: `path` is the pod's link to the device,
+    /// `<pod>/volumeDevices/kubernetes.io~csi/<pv>`.
+    CsiBlock,
+}
+
+impl VolumeKind {
+    /// A raw block volume, for containers' volumeDevices.
+    pub fn is_block(self) -> bool {
+        matches!(self, VolumeKind::LocalBlock | VolumeKind::CsiBlock)
+    }
 }
 
 /// One volume as it exists on the host.

@@ -20,6 +20,12 @@ pub trait Mounter: Send + Sync {
     fn remount_read_only(&self, target: &Path) -> io::Result<()>;
     /// Every mount point at or below `dir`.
     fn mounts_under(&self, dir: &Path) -> io::Result<Vec<PathBuf>>;
+    /// Holds the device bound onto the map file `file` open (upstream's descriptor lock, a
+    /// loop device over it: `loop_lock`). Idempotent.
+    fn lock_device(&self, file: &Path) -> io::Result<()>;
+    /// Releases `lock_device`'s hold; nothing to do when none is held. Until then the map
+    /// file's bind cannot be unmounted.
+    fn unlock_device(&self, file: &Path) -> io::Result<()>;
 }
 
 /// The host's mount table, through the kernel.
@@ -104,6 +110,14 @@ impl Mounter for SysMounter {
             .filter(|p| p.starts_with(&dir))
             .collect())
     }
+
+    fn lock_device(&self, file: &Path) -> io::Result<()> {
+        super::loop_lock::attach(file)
+    }
+
+    fn unlock_device(&self, file: &Path) -> io::Result<()> {
+        super::loop_lock::detach(file)
+    }
 }
 
 fn raw_tmpfs(path: &Path, options: &[String]) -> io::Result<()> {
@@ -164,6 +178,9 @@ pub struct FakeMounter {
     pub binds: std::sync::Mutex<Vec<(PathBuf, PathBuf)>>,
     /// Bind mounts made read-only.
     pub read_only: std::sync::Mutex<std::collections::HashSet<PathBuf>>,
+    /// Map files whose device is held open (`lock_device`): unmounting one is EBUSY, as
+    /// the kernel has it while the loop device holds the file.
+    pub locked: std::sync::Mutex<std::collections::HashSet<PathBuf>>,
 }
 
 #[cfg(test)]
@@ -185,6 +202,9 @@ impl Mounter for FakeMounter {
         Ok(())
     }
     fn unmount(&self, p: &Path) -> io::Result<()> {
+        if self.locked.lock().unwrap().contains(p) {
+            return Err(io::Error::from_raw_os_error(libc::EBUSY));
+        }
         self.mounted.lock().unwrap().remove(p);
         Ok(())
     }
@@ -205,6 +225,14 @@ impl Mounter for FakeMounter {
     fn mounts_under(&self, d: &Path) -> io::Result<Vec<PathBuf>> {
         let m = self.mounted.lock().unwrap();
         Ok(m.iter().filter(|p| p.starts_with(d)).cloned().collect())
+    }
+    fn lock_device(&self, file: &Path) -> io::Result<()> {
+        self.locked.lock().unwrap().insert(file.to_path_buf());
+        Ok(())
+    }
+    fn unlock_device(&self, file: &Path) -> io::Result<()> {
+        self.locked.lock().unwrap().remove(file);
+        Ok(())
     }
 }
 

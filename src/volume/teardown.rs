@@ -152,6 +152,12 @@ mod tests {
             fn mounts_under(&self, d: &Path) -> io::Result<Vec<std::path::PathBuf>> {
                 Ok(vec![d.join("kubernetes.io~empty-dir/m")])
             }
+            fn lock_device(&self, _: &Path) -> io::Result<()> {
+                Ok(())
+            }
+            fn unlock_device(&self, _: &Path) -> io::Result<()> {
+                Ok(())
+            }
         }
         let tmp = tempfile::tempdir().unwrap();
         let vol = tmp.path().join("volumes/kubernetes.io~empty-dir/m");

@@ -2,6 +2,8 @@
 //! (the one writer of statuses), and what the stats collector samples. Both come from the
 //! pass's own view, so publishing costs no runtime listing.
 
+use std::path::Path;
+
 use chrono::Utc;
 use k8s_openapi::api::core::v1::{Pod, Volume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -156,10 +158,13 @@ impl Worker {
 
 /// The pod's volumes the collector measures, as upstream's volume plugins measure them:
 /// emptyDir, configMap, secret, downwardAPI and projected walked, a `local` PV by its
-/// filesystem, a CSI volume as its driver reports it; hostPath not at all. Those on the
-/// node's disk count in the pod's ephemeral storage (upstream's IsLocalEphemeralVolume:
-/// emptyDir not in memory, configMap); a claim's volume names its claim.
-pub(super) fn stats_volumes(pod: &Pod, volumes: &PodVolumes) -> Vec<VolumeInfo> {
+/// filesystem, a CSI volume as its driver reports it, a `local` block device by its size and
+/// a CSI one as its driver reports it for the pod's map file (upstream's volume path for a
+/// block volume); hostPath not at all. Those on the node's disk count in the pod's ephemeral
+/// storage (upstream's IsLocalEphemeralVolume: emptyDir not in memory, configMap); a claim's
+/// volume names its claim.
+pub(super) fn stats_volumes(pod: &Pod, volumes: &PodVolumes, root_dir: &Path) -> Vec<VolumeInfo> {
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
     let spec: Vec<&Volume> = pod
         .spec
         .iter()
@@ -170,6 +175,7 @@ pub(super) fn stats_volumes(pod: &Pod, volumes: &PodVolumes) -> Vec<VolumeInfo> 
     volumes
         .iter()
         .filter_map(|(name, v)| {
+            let mut path = v.path.clone();
             let (measure, ephemeral) = match v.kind {
                 VolumeKind::EmptyDir | VolumeKind::ConfigMap => (Measure::Walk, true),
                 VolumeKind::EmptyDirMemory
@@ -178,8 +184,13 @@ pub(super) fn stats_volumes(pod: &Pod, volumes: &PodVolumes) -> Vec<VolumeInfo> 
                 | VolumeKind::Projected => (Measure::Walk, false),
                 VolumeKind::Local => (Measure::StatFs, false),
                 VolumeKind::Csi => (Measure::Reported, false),
-                // Raw block volumes: not measured yet (upstream reports their capacity).
-                VolumeKind::HostPath | VolumeKind::Block => return None,
+                VolumeKind::LocalBlock => (Measure::DeviceSize, false),
+                VolumeKind::CsiBlock => {
+                    let folder = v.path.file_name()?.to_string_lossy();
+                    path = crate::volume::csi::block_map_file(root_dir, &folder, uid);
+                    (Measure::Reported, false)
+                }
+                VolumeKind::HostPath => return None,
             };
             let source = spec.iter().find(|s| s.name == name);
             let claim = source.and_then(|s| {
@@ -192,7 +203,7 @@ pub(super) fn stats_volumes(pod: &Pod, volumes: &PodVolumes) -> Vec<VolumeInfo> 
             });
             Some(VolumeInfo {
                 name: name.to_string(),
-                path: v.path.clone(),
+                path,
                 ephemeral,
                 measure,
                 pvc: claim.map(|name| PvcReference {
@@ -226,6 +237,8 @@ mod tests {
                     {"name": "host", "hostPath": {"path": "/srv"}},
                     {"name": "db", "persistentVolumeClaim": {"claimName": "data"}},
                     {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+                    {"name": "raw", "persistentVolumeClaim": {"claimName": "dev"}},
+                    {"name": "rawcsi", "persistentVolumeClaim": {"claimName": "devcsi"}},
                 ],
             },
         }))
@@ -248,6 +261,16 @@ mod tests {
             ("host", VolumeKind::HostPath, "/srv"),
             ("db", VolumeKind::Local, "kubernetes.io~local-volume/pv-1"),
             ("scratch", VolumeKind::Csi, "kubernetes.io~csi/pvc-2/mount"),
+            (
+                "raw",
+                VolumeKind::LocalBlock,
+                "../volumeDevices/kubernetes.io~local-volume/pv-3",
+            ),
+            (
+                "rawcsi",
+                VolumeKind::CsiBlock,
+                "../volumeDevices/kubernetes.io~csi/pv-4",
+            ),
         ] {
             let host = crate::volume::HostVolume {
                 path: dir.join(sub),
@@ -256,7 +279,7 @@ mod tests {
             };
             v.insert(name, host);
         }
-        let got = stats_volumes(&pod, &v);
+        let got = stats_volumes(&pod, &v, std::path::Path::new("/r"));
         let seen: Vec<_> = got
             .iter()
             .map(|v| {
@@ -273,6 +296,8 @@ mod tests {
                 ("cfg", Measure::Walk, true, None),
                 ("db", Measure::StatFs, false, Some("ns/data".into())),
                 ("disk", Measure::Walk, true, None),
+                ("raw", Measure::DeviceSize, false, Some("ns/dev".into())),
+                ("rawcsi", Measure::Reported, false, Some("ns/devcsi".into())),
                 (
                     "scratch",
                     Measure::Reported,
@@ -285,5 +310,15 @@ mod tests {
             "hostPath is not measured; a claim's volume names it"
         );
         assert_eq!(got[2].path, dir.join("kubernetes.io~empty-dir/disk"));
+        assert_eq!(
+            got[3].path,
+            dir.join("../volumeDevices/kubernetes.io~local-volume/pv-3"),
+            "a local device measured through the pod's link"
+        );
+        assert_eq!(
+            got[4].path,
+            std::path::Path::new("/r/plugins/kubernetes.io/csi/volumeDevices/pv-4/dev/u"),
+            "a CSI device asked of its driver at the pod's map file"
+        );
     }
 }

@@ -191,7 +191,8 @@ impl Worker {
                         stale.event_message.clone(),
                     );
                 }
-                self.stats_volumes = super::publish::stats_volumes(pod, &v);
+                self.stats_volumes =
+                    super::publish::stats_volumes(pod, &v, &self.shared.cfg.root_dir);
                 sandbox.volumes = Some(v);
             }
             Err(e) => {

@@ -712,8 +712,20 @@ fn cadvisor_series_of_a_v2_pod() {
 }
 
 #[test]
-fn claims_volumes_are_measured_by_statfs_or_their_drivers_word() {
+fn claims_volumes_are_measured_by_statfs_their_drivers_word_or_their_devices_size() {
     let mut f = fixture();
+    // A block device stands in as a file of the device's size: its end is what is read.
+    let device = f._tmp.path().join("dev-loop9");
+    std::fs::File::create(&device)
+        .unwrap()
+        .set_len(16 << 20)
+        .unwrap();
+    let link = f
+        ._tmp
+        .path()
+        .join("volumeDevices/kubernetes.io~local-volume/pv-raw");
+    std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(&device, &link).unwrap();
     let local = f._tmp.path().join("volumes/local-pv");
     std::fs::create_dir_all(&local).unwrap();
     let csi = f._tmp.path().join("volumes/csi/mount");
@@ -746,6 +758,20 @@ fn claims_volumes_are_measured_by_statfs_or_their_drivers_word() {
             measure: Measure::Reported,
             pvc: claim("not-reported"),
         },
+        VolumeInfo {
+            name: "raw".into(),
+            path: link,
+            ephemeral: false,
+            measure: Measure::DeviceSize,
+            pvc: claim("raw-disk"),
+        },
+        VolumeInfo {
+            name: "raw-gone".into(),
+            path: f._tmp.path().join("volumeDevices/gone"),
+            ephemeral: false,
+            measure: Measure::DeviceSize,
+            pvc: claim("gone"),
+        },
     ];
     let reported = ReportedUsage {
         capacity: Some(1 << 30),
@@ -767,8 +793,8 @@ fn claims_volumes_are_measured_by_statfs_or_their_drivers_word() {
     let names: Vec<_> = v.iter().map(|v| v.name.as_str()).collect();
     assert_eq!(
         names,
-        ["db", "scratch"],
-        "a volume its driver said nothing of is left out"
+        ["db", "scratch", "raw"],
+        "a volume its driver said nothing of, or a device gone, is left out"
     );
     let fs = statvfs(&local).unwrap();
     assert_eq!(v[0].fs.capacity_bytes, Some(fs.capacity));
@@ -780,6 +806,20 @@ fn claims_volumes_are_measured_by_statfs_or_their_drivers_word() {
     assert_eq!(v[1].fs.used_bytes, Some(24 << 20));
     assert_eq!(v[1].fs.inodes_free, Some(990));
     assert_eq!(v[1].pvc_ref.as_ref().unwrap().name, "web-scratch");
+    // Upstream's MetricsBlock: the capacity, every other figure 0.
+    let raw = &v[2].fs;
+    assert_eq!(raw.capacity_bytes, Some(16 << 20));
+    assert_eq!(
+        [
+            raw.available_bytes,
+            raw.used_bytes,
+            raw.inodes,
+            raw.inodes_free,
+            raw.inodes_used
+        ],
+        [Some(0); 5]
+    );
+    assert_eq!(v[2].pvc_ref.as_ref().unwrap().name, "raw-disk");
 }
 
 /// The captured pressure files (hack/capture-cgroup-v2-pressure.sh) in the Summary: cpu and

@@ -75,6 +75,26 @@ impl Paths {
     }
 }
 
+/// The pod's map file of the volume whose folder (the escaped spec name) is `volume`.
+pub(super) fn map_file(root_dir: &Path, volume: &str, pod_uid: &str) -> PathBuf {
+    Paths::new(root_dir, volume).dev.join(pod_uid)
+}
+
+/// What the volume's `data/vol_data.json` says, from one of its map files
+/// (`<volume>/dev/<pod uid>`).
+pub(super) fn published_data(map_file: &Path) -> Option<super::PublishedData> {
+    let volume = map_file.parent()?.parent()?;
+    let d: BlockData = read_json(&volume.join("data")).ok()?;
+    Some(super::PublishedData {
+        attachment_id: d.attachment_id,
+        driver_name: d.driver_name,
+        node_name: d.node_name,
+        spec_vol_id: d.spec_vol_id,
+        volume_handle: d.volume_handle,
+        volume_lifecycle_mode: PERSISTENT.to_string(),
+    })
+}
+
 fn pod_link(pod_dir: &Path, spec_name: &str) -> PathBuf {
     block::pod_device_link(pod_dir, CSI_PLUGIN, &spec_name.replace('/', "~"))
 }
@@ -110,18 +130,32 @@ pub(super) async fn set_up(
     let done = HostVolume {
         path: link.clone(),
         read_only: v.read_only,
-        kind: VolumeKind::Block,
+        kind: VolumeKind::CsiBlock,
     };
     let step = Step::Map;
     {
         let (m, dev, u, l) = (m.clone(), paths.dev.clone(), uid.clone(), link.clone());
         let mapped = blocking(move || {
-            block::is_mapped(&dev, &u, m.as_ref()) && std::fs::symlink_metadata(&l).is_ok()
+            let mapped =
+                block::is_mapped(&dev, &u, m.as_ref()) && std::fs::symlink_metadata(&l).is_ok();
+            // The descriptor lock a crash between the bind and the lock left out, taken now.
+            mapped.then(|| m.lock_device(&dev.join(&u)))
         })
         .await
-        .unwrap_or(false);
-        if mapped {
-            return Ok(done);
+        .flatten();
+        match mapped {
+            Some(Ok(())) => return Ok(done),
+            Some(Err(e)) => {
+                let reason = block::lock_failed(&paths.dev, &uid, &e);
+                return Err((
+                    format!(
+                        "MapVolume.MapBlockVolume failed for volume {:?} : {reason}",
+                        v.spec_name
+                    ),
+                    false,
+                ));
+            }
+            None => {}
         }
     }
     // What teardown needs, first: the link makes the pod's teardown find the volume.
@@ -479,7 +513,7 @@ mod tests {
         let got = v.get("data").unwrap();
         assert_eq!(
             (&got.path, got.read_only, got.kind),
-            (&link, false, VolumeKind::Block)
+            (&link, false, VolumeKind::CsiBlock)
         );
         assert_eq!(n.driver.methods(), ["NodeStageVolume", "NodePublishVolume"]);
         let stage = n.driver.call("NodeStageVolume").unwrap();
@@ -512,6 +546,19 @@ mod tests {
                    "volumeHandle": "vol-7"})
         );
         assert_eq!(n.host.in_use.names().len(), 1);
+        // The map file is the volume path its stats are asked for, and names the volume.
+        assert_eq!(
+            map_file,
+            super::super::block_map_file(&n.root, "pv-1", "uid-a")
+        );
+        let published = super::super::published_data(&map_file).unwrap();
+        assert_eq!(
+            (
+                published.driver_name.as_str(),
+                published.volume_handle.as_str()
+            ),
+            (DRIVER, "vol-7")
+        );
 
         // Later passes (and an agent restarted: all of it is on disk) ask the driver nothing;
         // a second pod is published and mapped, not staged again.
@@ -644,7 +691,7 @@ mod tests {
         )
         .await
         .unwrap();
-        assert_eq!(v.get("data").unwrap().kind, VolumeKind::Block);
+        assert_eq!(v.get("data").unwrap().kind, VolumeKind::CsiBlock);
         assert_eq!(n.driver.methods().len(), 2, "the driver is asked nothing");
         assert_eq!(
             restarted.in_use.names(),
