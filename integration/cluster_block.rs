@@ -212,13 +212,18 @@ spec:
         })
     });
     let series = format!(
-        "kubelet_volume_stats_capacity_bytes{{namespace=\"default\",persistentvolumeclaim=\"{claim}\"}} {}",
-        16u64 << 20
+        "kubelet_volume_stats_capacity_bytes{{namespace=\"default\",persistentvolumeclaim=\"{claim}\"}} "
     );
     n.wait_until(
         30,
         "kubelet_volume_stats_capacity_bytes of the claim",
-        || common::http_get(n.port, "/metrics").is_some_and(|(_, m)| m.contains(&series)),
+        || {
+            common::http_get(n.port, "/metrics").is_some_and(|(_, m)| {
+                m.lines()
+                    .filter_map(|l| l.strip_prefix(&series))
+                    .any(|v| v.parse::<f64>() == Ok((16u64 << 20) as f64))
+            })
+        },
     );
 
     // kill -9 with the device mapped: the pod runs on, the map neither lost nor doubled.
