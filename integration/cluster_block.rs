@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use common::cluster::ClusterNode;
 use common::container_status;
+use common::csi::{count, requests_of, Bins, NodeDriver};
 use common::mounts_under;
 use serde_json::Value;
 
@@ -278,4 +279,192 @@ spec:
     n.cluster.kubectl(&["delete", "pv", &pv, "--wait=false"]);
     n.cluster
         .kubectl(&["delete", "storageclass", &class, "--wait=false"]);
+}
+
+/// A CSI block volume, against hack/csi's driver (a loop device over an image file of its
+/// own) with the real external-attacher: the claim's pod gets a block device that writes
+/// through to the driver's image; staged, published at upstream's path (a file the driver
+/// binds its device onto) and mapped onto the pod's map file, which a loop device holds open;
+/// the capacity is asked of the driver (NodeGetVolumeStats at the map file) and is in
+/// /stats/summary; an agent kill -9 doubles nothing; the pod's deletion unpublishes,
+/// unstages, and leaves no mount and no loop device.
+#[test]
+#[ignore = "needs root, containerd, loop devices, the control plane and hack/csi's binaries: run hack/test.sh"]
+fn a_csi_block_volume_is_staged_published_mapped_and_measured() {
+    let bins = Bins::get();
+    let mut n = ClusterNode::start(
+        "cluster-block-csi",
+        &["--volume-stats-agg-period=2s", "--housekeeping-interval=1s"],
+    );
+    let node = n.name().to_string();
+    let root = n.root.path().join("root");
+    let driver = format!("{node}.block.csi.kubelet-rs.io");
+    let d = NodeDriver::start(
+        &bins,
+        &n,
+        &driver,
+        true,
+        &[format!("--block-size={}", 16u64 << 20)],
+    );
+    let (pv, claim, handle) = (
+        format!("pv-csiblock-{node}"),
+        format!("csiblock-{node}"),
+        format!("blk-{node}"),
+    );
+    n.cluster.apply(&format!(
+        "apiVersion: storage.k8s.io/v1
+kind: CSIDriver
+metadata: {{name: {driver}}}
+spec:
+  attachRequired: true
+  podInfoOnMount: false
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: {pv}}}
+spec:
+  capacity: {{storage: 16Mi}}
+  volumeMode: Block
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  storageClassName: ''
+  claimRef: {{namespace: default, name: {claim}}}
+  csi: {{driver: {driver}, volumeHandle: {handle}}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: {claim}, namespace: default}}
+spec:
+  storageClassName: ''
+  volumeName: {pv}
+  volumeMode: Block
+  accessModes: [ReadWriteOnce]
+  resources: {{requests: {{storage: 16Mi}}}}
+"
+    ));
+    n.wait_api(60, "the CSINode lists the driver", |c| {
+        c.get(&["csinode", &node]).is_some_and(|cn| {
+            cn["spec"]["drivers"]
+                .as_array()
+                .is_some_and(|ds| ds.iter().any(|x| x["name"] == driver.as_str()))
+        })
+    });
+    let writer = n.create_pod(
+        "csiwriter",
+        &format!(
+            "if [ -b /dev/xvda ]; then echo is-block; fi; \
+             printf {BYTES} | dd of=/dev/xvda bs=512 conv=sync,fsync 2>/dev/null; \
+             echo read-$(dd if=/dev/xvda bs={len} count=1 2>/dev/null); sleep 3600",
+            len = BYTES.len()
+        ),
+        &block_claim(&claim, false),
+    );
+    let running = n.wait_api_pod(&writer, 180, "Running with its CSI device", is_running);
+    let uid = running["metadata"]["uid"].as_str().unwrap().to_string();
+    n.wait_until(60, "the writer wrote and read back its bytes", || {
+        let log = log_of(&n, &writer);
+        log.contains("is-block") && log.contains(&format!("read-{BYTES}"))
+    });
+    let image = d.data.join("volumes").join(&handle).join("block.img");
+    let head = {
+        use std::io::Read;
+        let mut buf = vec![0; BYTES.len()];
+        std::fs::File::open(&image)
+            .unwrap()
+            .read_exact(&mut buf)
+            .unwrap();
+        buf
+    };
+    assert_eq!(head, BYTES.as_bytes(), "through to the driver's image");
+
+    // Staged with a Block capability, published at upstream's path, mapped and locked.
+    let base = root.join("plugins/kubernetes.io/csi/volumeDevices");
+    let stage = requests_of(&d.reqs, "NodeStageVolume");
+    assert_eq!(stage.len(), 1);
+    assert!(
+        stage[0]["volume_capability"]["block"].is_object(),
+        "{}",
+        stage[0]
+    );
+    let publish = base.join("publish").join(&pv).join(&uid);
+    let published = requests_of(&d.reqs, "NodePublishVolume");
+    assert_eq!(published.len(), 1);
+    assert_eq!(
+        published[0]["target_path"],
+        publish.display().to_string().as_str()
+    );
+    let map_file = base.join(&pv).join("dev").join(&uid);
+    let mut mounted = mounts_under(&base);
+    mounted.sort();
+    let mut want = vec![
+        map_file.display().to_string(),
+        publish.display().to_string(),
+    ];
+    want.sort();
+    assert_eq!(mounted, want, "the driver's bind and the map");
+    assert!(std::fs::symlink_metadata(
+        root.join("pods")
+            .join(&uid)
+            .join("volumeDevices/kubernetes.io~csi")
+            .join(&pv)
+    )
+    .is_ok());
+    let locks = loops_backed_under(&root);
+    assert_eq!(locks.len(), 1, "{locks:?}");
+    assert_eq!(locks[0].1, map_file);
+
+    // The capacity, as the driver reports it for the map file.
+    n.wait_until(
+        60,
+        "the CSI block volume's capacity in /stats/summary",
+        || {
+            let Some((200, body)) = common::http_get(n.port, "/stats/summary") else {
+                return false;
+            };
+            let summary: Value = serde_json::from_str(&body).unwrap_or_default();
+            summary["pods"].as_array().into_iter().flatten().any(|p| {
+                p["podRef"]["name"] == writer.as_str()
+                    && p["volume"].as_array().into_iter().flatten().any(|v| {
+                        v["name"] == "data"
+                            && v["pvcRef"]["name"] == claim.as_str()
+                            && v["capacityBytes"] == 16u64 << 20
+                    })
+            })
+        },
+    );
+    let stats = requests_of(&d.reqs, "NodeGetVolumeStats");
+    assert!(
+        stats
+            .iter()
+            .all(|r| r["volume_path"] == map_file.display().to_string().as_str()),
+        "{stats:?}"
+    );
+
+    // kill -9: the pod runs on, nothing doubled, the driver not asked again.
+    let main_id = container_status(&running, "main")["containerID"].clone();
+    n.kill9();
+    n.launch();
+    std::thread::sleep(Duration::from_secs(5));
+    let after = n.wait_api_pod(&writer, 60, "still Running", is_running);
+    assert_eq!(container_status(&after, "main")["containerID"], main_id);
+    assert_eq!(mounts_under(&base).len(), 2, "one map, not two");
+    assert_eq!(loops_backed_under(&root).len(), 1, "one lock, not two");
+    assert_eq!(count(&d.reqs, "NodePublishVolume"), 1);
+
+    n.cluster
+        .ok(&["-n", "default", "delete", "pod", &writer, "--wait=false"]);
+    n.wait_api(120, "the writer is gone", |_| n.api_pod(&writer).is_none());
+    n.wait_until(60, "unstaged", || count(&d.reqs, "NodeUnstageVolume") >= 1);
+    assert_eq!(count(&d.reqs, "NodeUnpublishVolume"), 1);
+    assert!(mounts_under(&root).is_empty(), "{:?}", mounts_under(&root));
+    assert!(loops_backed_under(&root).is_empty(), "the lock went");
+    assert!(
+        loops_backed_under(d.work.path()).is_empty(),
+        "the driver's loop device went with the unstage"
+    );
+    n.cluster
+        .kubectl(&["-n", "default", "delete", "pvc", &claim, "--wait=false"]);
+    n.cluster.kubectl(&["delete", "pv", &pv, "--wait=false"]);
+    n.cluster
+        .kubectl(&["delete", "csidriver", &driver, "--wait=false"]);
 }

@@ -99,6 +99,10 @@ func (s *controller) CreateVolume(_ context.Context, req *csi.CreateVolumeReques
 		if err := checkCapability(c); err != nil {
 			return nil, err
 		}
+		// The node serves pre-made block volumes (block.go); provisioning makes folders only.
+		if isBlock(c) {
+			return nil, status.Error(codes.InvalidArgument, "provisioning block volumes is not supported")
+		}
 	}
 	if req.GetVolumeContentSource() != nil {
 		return nil, status.Error(codes.InvalidArgument, "volume_content_source (snapshots, clones) is not supported")

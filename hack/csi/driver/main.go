@@ -33,6 +33,8 @@ type config struct {
 	dataDir        string
 	attachRequired bool
 	failPublish    string
+	// The size of a block volume's image, made on its first stage or publish.
+	blockSize int64
 }
 
 func main() {
@@ -48,6 +50,7 @@ func main() {
 		attach      = flag.Bool("attach-required", false, "offer PUBLISH_UNPUBLISH_VOLUME in the controller service")
 		failPublish = flag.String("fail-publish-file", "", "while this file exists, NodePublishVolume fails with Internal")
 		requestsLog = flag.String("requests-log", "", "append every request here as a JSON line")
+		blockSize   = flag.Int64("block-size", 16<<20, "bytes of a block volume's image file")
 	)
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -71,7 +74,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	cfg := &config{name: *name, nodeID: *nodeID, dataDir: data, attachRequired: *attach, failPublish: *failPublish}
+	cfg := &config{name: *name, nodeID: *nodeID, dataDir: data, attachRequired: *attach, failPublish: *failPublish, blockSize: *blockSize}
 
 	reqs, err := openRequestLog(*requestsLog)
 	if err != nil {

@@ -93,8 +93,8 @@ func unmountAll(path string) error {
 	return fmt.Errorf("%s is still mounted after 16 unmounts", path)
 }
 
-// removeDir removes the (empty) directory path; a missing one is fine. Never recursive: a
-// directory that is not empty may still hold a volume's data.
+// removeDir removes the (empty) directory path, or a block volume's target file; a missing
+// one is fine. Never recursive: a directory that is not empty may still hold a volume's data.
 func removeDir(path string) error {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err

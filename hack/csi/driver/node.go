@@ -23,9 +23,6 @@ func checkCapability(c *csi.VolumeCapability) error {
 	if c == nil {
 		return status.Error(codes.InvalidArgument, "volume_capability is required")
 	}
-	if c.GetBlock() != nil {
-		return status.Error(codes.InvalidArgument, "block volumes are not supported")
-	}
 	return nil
 }
 
@@ -58,6 +55,18 @@ func (s *node) NodeStageVolume(_ context.Context, req *csi.NodeStageVolumeReques
 	}
 	s.vols.mu.Lock()
 	defer s.vols.mu.Unlock()
+	if isBlock(req.GetVolumeCapability()) {
+		// Staged: its image attached as a loop device; the staging folder stays empty.
+		image, err := s.vols.blockImage(req.GetVolumeId(), s.cfg.blockSize)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := attachLoop(image); err != nil {
+			return nil, err
+		}
+		s.vols.mounted(req.GetVolumeId(), staging)
+		return &csi.NodeStageVolumeResponse{}, nil
+	}
 	src, err := s.vols.ensureDir(req.GetVolumeId())
 	if err != nil {
 		return nil, err
@@ -88,6 +97,16 @@ func (s *node) NodeUnstageVolume(_ context.Context, req *csi.NodeUnstageVolumeRe
 	if err := unmountAll(staging); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
+	// A block volume's loop device goes with its staging.
+	image, err := s.vols.existingBlockImage(req.GetVolumeId())
+	if err != nil {
+		return nil, err
+	}
+	if image != "" {
+		if err := detachLoop(image); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	}
 	s.vols.unmounted(req.GetVolumeId(), staging)
 	if err := removeDir(staging); err != nil {
 		return nil, status.Errorf(codes.Internal, "removing %s: %v", staging, err)
@@ -113,6 +132,24 @@ func (s *node) NodePublishVolume(_ context.Context, req *csi.NodePublishVolumeRe
 	}
 	s.vols.mu.Lock()
 	defer s.vols.mu.Unlock()
+
+	if isBlock(req.GetVolumeCapability()) {
+		// Staged or not (attachLoop sets the loop device up when not), the loop device is
+		// bound onto the target file.
+		image, err := s.vols.blockImage(req.GetVolumeId(), s.cfg.blockSize)
+		if err != nil {
+			return nil, err
+		}
+		device, err := attachLoop(image)
+		if err != nil {
+			return nil, err
+		}
+		if err := publishBlock(device, target, req.GetReadonly()); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		s.vols.mounted(req.GetVolumeId(), target)
+		return &csi.NodePublishVolumeResponse{}, nil
+	}
 
 	src := req.GetStagingTargetPath()
 	if src != "" {
@@ -183,6 +220,14 @@ func (s *node) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolumeStats
 	}
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		return nil, status.Errorf(codes.NotFound, "%s does not exist", path)
+	}
+	// A block volume's path is its device: only its size is known (as host-path reports it).
+	if size, ok, err := deviceSize(path); err != nil {
+		return nil, status.Errorf(codes.Internal, "size of %s: %v", path, err)
+	} else if ok {
+		return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
+			{Unit: csi.VolumeUsage_BYTES, Total: size},
+		}}, nil
 	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(path, &st); err != nil {
