@@ -192,7 +192,9 @@ start() {
 	local bin kubeconfig="" pid
 	bin="$("$KUBELET_RS_ROOT/hack/cluster/build.sh" --print)/kubelet"
 	[[ -x "$bin" ]] || die "no upstream kubelet at $bin; run hack/cluster/build.sh"
-	if pid="$(cat "$STATE/kubelet.pid" 2>/dev/null)" && kill -0 "$pid" 2>/dev/null; then
+	# pid_alive, not kill -0: a kubelet killed with SIGKILL may stay a zombie (its parent, this
+	# script, is gone, and PID 1 need not reap it).
+	if pid="$(cat "$STATE/kubelet.pid" 2>/dev/null)" && pid_alive "$pid"; then
 		die "the upstream kubelet for $NAME is already running (pid $pid)"
 	fi
 	if [[ -z "$STATIC_PODS" ]]; then

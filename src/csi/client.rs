@@ -72,12 +72,34 @@ pub(crate) async fn connect_unix(socket: &Path) -> Result<Channel, tonic::transp
         .connect_with_connector(tower::service_fn(move |_| {
             let path = path.clone();
             async move {
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                    tokio::net::UnixStream::connect(path).await?,
-                ))
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(unix_stream(&path).await?))
             }
         }))
         .await
+}
+
+/// What a unix socket address holds of a path (sun_path, less its NUL).
+const MAX_SUN_PATH: usize = 107;
+
+/// Connects to the socket at `path`; one longer than a socket address holds (a deep
+/// `--root-dir` makes the registration sockets' paths long) is reached through
+/// `/proc/self/fd/<its folder>/<name>`, which is short whatever the folder, as the
+/// registrars that bind there do.
+async fn unix_stream(path: &Path) -> std::io::Result<tokio::net::UnixStream> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::io::AsRawFd;
+    if path.as_os_str().as_bytes().len() <= MAX_SUN_PATH {
+        return tokio::net::UnixStream::connect(path).await;
+    }
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return tokio::net::UnixStream::connect(path).await;
+    };
+    // Held open until the connection is made.
+    let folder = std::fs::File::open(dir)?;
+    let short = Path::new("/proc/self/fd")
+        .join(folder.as_raw_fd().to_string())
+        .join(name);
+    tokio::net::UnixStream::connect(short).await
 }
 
 /// What a driver's Node service says it can do.
@@ -232,5 +254,31 @@ impl DriverClient {
             .await
             .map_err(CsiError::Rpc)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_socket_deeper_than_a_socket_address_holds_is_still_reached() {
+        use std::os::unix::io::AsRawFd;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a".repeat(60)).join("b".repeat(60));
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("driver-reg.sock");
+        assert!(socket.as_os_str().len() > MAX_SUN_PATH);
+        // Bound the way registrars bind such a path.
+        let folder = std::fs::File::open(&dir).unwrap();
+        let short = format!("/proc/self/fd/{}/driver-reg.sock", folder.as_raw_fd());
+        let listener = tokio::net::UnixListener::bind(&short).unwrap();
+        assert!(
+            tokio::net::UnixStream::connect(&socket).await.is_err(),
+            "too long for a plain connect"
+        );
+        let (accepted, connected) = tokio::join!(listener.accept(), unix_stream(&socket));
+        accepted.unwrap();
+        connected.unwrap();
     }
 }

@@ -37,7 +37,8 @@
 //! remounts such volumes at each pod sync), so the driver sees renewed tokens; a failed
 //! republish leaves the volume as it is and the pod running, reported as a FailedMount.
 //!
-//! Not done yet: tokens for raw block volumes, SELinux mount contexts.
+//! A raw block volume's publish gets no tokens: upstream's block mapper sends none. Not done
+//! yet: SELinux mount contexts.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};

@@ -171,6 +171,8 @@ pub struct Worker {
     last_status: Option<PodStatus>,
     sandbox_error: Option<String>,
     volume_error: Option<Waiting>,
+    /// Set-ups of the pod's volumes failed in a row (`reconcile::volume_retry`).
+    volume_failures: u32,
     /// Probe workers of running containers, by container id.
     probes: HashMap<String, ContainerProbes>,
     /// Wakes this worker; probes notify it when a result changes.
@@ -306,6 +308,7 @@ impl Worker {
             last_status: None,
             sandbox_error: None,
             volume_error: None,
+            volume_failures: 0,
             probes: HashMap::new(),
             wake: Arc::new(Notify::new()),
             upper_dirs: HashMap::new(),

@@ -217,12 +217,11 @@ impl Worker {
                     self.waiting.insert(c.name.clone(), w.clone());
                 }
                 self.volume_error = Some(w);
-                // A read that failed is retried soon (the Node authorizer learns of a new
-                // binding a moment after the pod reaches the node); a missing object or a
-                // bad spec waits longer.
-                return Ok(if e.is_transient() { RETRY } else { RETRY * 5 });
+                self.volume_failures = self.volume_failures.saturating_add(1);
+                return Ok(volume_retry(self.volume_failures, e.is_transient()));
             }
         }
+        self.volume_failures = 0;
         if self.volume_error.take().is_some() {
             self.waiting.clear();
         }
@@ -681,6 +680,18 @@ impl Worker {
     }
 }
 
+/// When a pod whose volumes failed to set up `failures` times in a row is tried again:
+/// upstream's exponential back-off of volume operations (500 ms, doubling), capped at 2 s
+/// for a failure that passes by itself (a read the Node authorizer refused a moment after
+/// the pod reached the node, a claim not bound yet) and at 10 s for the rest (a missing
+/// object, a driver's error, a bad spec). Upstream's cap is 2 min 2 s; the lower caps keep
+/// a pod from waiting minutes for a volume whose cause went away.
+fn volume_retry(failures: u32, transient: bool) -> Duration {
+    let cap = if transient { RETRY } else { RETRY * 5 };
+    let exp = failures.saturating_sub(1).min(16);
+    (Duration::from_millis(500) * 2u32.pow(exp)).min(cap)
+}
+
 #[cfg(test)]
 mod tests {
     //! Volume set-up as the pass sees it: a pod whose ConfigMap is missing waits in
@@ -729,7 +740,11 @@ mod tests {
         let mut w = Worker::new(shared.clone(), pod_ref(&p));
 
         let next = w.pass(&p).await;
-        assert_eq!(next, super::RETRY * 5, "volume errors are retried");
+        assert_eq!(
+            next,
+            std::time::Duration::from_millis(500),
+            "volume errors are retried, first after half a second"
+        );
         let status = shared
             .statuses
             .get(UID)
@@ -759,6 +774,9 @@ mod tests {
                     .to_string()
             )]
         );
+
+        // Still missing: the next try comes after twice the delay.
+        assert_eq!(w.pass(&p).await, std::time::Duration::from_secs(1));
 
         let mut cm = ConfigMap::default();
         cm.metadata.namespace = Some("default".into());
@@ -828,5 +846,20 @@ mod tests {
         assert_eq!(super::active_deadline(&pod), Some(chrono::Duration::zero()));
         pod.spec.as_mut().unwrap().termination_grace_period_seconds = Some(-5);
         assert_eq!(super::super::grace_period(&pod), std::time::Duration::ZERO);
+    }
+
+    #[test]
+    fn a_failed_volume_set_up_is_retried_after_upstreams_doubling_delays_up_to_a_cap() {
+        use super::volume_retry;
+        let secs = |n, t| volume_retry(n, t).as_secs_f64();
+        let others: Vec<f64> = (1..=7).map(|n| secs(n, false)).collect();
+        assert_eq!(others, [0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0]);
+        let transient: Vec<f64> = (1..=4).map(|n| secs(n, true)).collect();
+        assert_eq!(transient, [0.5, 1.0, 2.0, 2.0]);
+        assert_eq!(
+            secs(u32::MAX, false),
+            10.0,
+            "no overflow however long it fails"
+        );
     }
 }
