@@ -90,6 +90,40 @@ fn log_of(n: &ClusterNode, pod: &str) -> String {
 
 const BYTES: &str = "kubelet-rs-block-42";
 
+/// A pod's script: whether /dev/xvda is a block device, then BYTES written onto it and read
+/// back (`wrote_and_read` checks its log).
+fn writer_script() -> String {
+    format!(
+        "if [ -b /dev/xvda ]; then echo is-block; fi; \
+         printf {BYTES} | dd of=/dev/xvda bs=512 conv=sync,fsync 2>/dev/null; \
+         echo read-$(dd if=/dev/xvda bs={len} count=1 2>/dev/null); sleep 3600",
+        len = BYTES.len()
+    )
+}
+
+fn wrote_and_read(log: &str) -> bool {
+    log.contains("is-block") && log.contains(&format!("read-{BYTES}"))
+}
+
+/// Whether /stats/summary has the pod's volume "data" under `claim` with the 16 MiB
+/// capacity of the tests' devices (and, with `zero_used`, 0 used, as upstream's
+/// MetricsBlock reports a device).
+fn capacity_reported(n: &ClusterNode, pod: &str, claim: &str, zero_used: bool) -> bool {
+    let Some((200, body)) = common::http_get(n.port, "/stats/summary") else {
+        return false;
+    };
+    let summary: Value = serde_json::from_str(&body).unwrap_or_default();
+    summary["pods"].as_array().into_iter().flatten().any(|p| {
+        p["podRef"]["name"] == pod
+            && p["volume"].as_array().into_iter().flatten().any(|v| {
+                v["name"] == "data"
+                    && v["pvcRef"]["name"] == claim
+                    && v["capacityBytes"] == 16u64 << 20
+                    && (!zero_used || v["usedBytes"] == 0)
+            })
+    })
+}
+
 /// The loop devices whose backing file is at or below `dir`, as sysfs names them.
 fn loops_backed_under(dir: &std::path::Path) -> Vec<(String, PathBuf)> {
     let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
@@ -153,21 +187,11 @@ spec:
         dev = disk.path.display()
     ));
 
-    let writer = n.create_pod(
-        "writer",
-        &format!(
-            "if [ -b /dev/xvda ]; then echo is-block; fi; \
-             printf {BYTES} | dd of=/dev/xvda bs=512 conv=sync,fsync 2>/dev/null; \
-             echo read-$(dd if=/dev/xvda bs={len} count=1 2>/dev/null); sleep 3600",
-            len = BYTES.len()
-        ),
-        &block_claim(&claim, false),
-    );
+    let writer = n.create_pod("writer", &writer_script(), &block_claim(&claim, false));
     let running = n.wait_api_pod(&writer, 120, "Running with its device", is_running);
     let uid = running["metadata"]["uid"].as_str().unwrap().to_string();
     n.wait_until(60, "the writer wrote and read back its bytes", || {
-        let log = log_of(&n, &writer);
-        log.contains("is-block") && log.contains(&format!("read-{BYTES}"))
+        wrote_and_read(&log_of(&n, &writer))
     });
     assert_eq!(
         disk.head(BYTES.len()),
@@ -198,19 +222,7 @@ spec:
 
     // Its capacity is the device's size, as upstream's MetricsBlock reports it.
     n.wait_until(60, "the block volume's capacity in /stats/summary", || {
-        let Some((200, body)) = common::http_get(n.port, "/stats/summary") else {
-            return false;
-        };
-        let summary: Value = serde_json::from_str(&body).unwrap_or_default();
-        summary["pods"].as_array().into_iter().flatten().any(|p| {
-            p["podRef"]["name"] == writer.as_str()
-                && p["volume"].as_array().into_iter().flatten().any(|v| {
-                    v["name"] == "data"
-                        && v["pvcRef"]["name"] == claim.as_str()
-                        && v["capacityBytes"] == 16u64 << 20
-                        && v["usedBytes"] == 0
-                })
-        })
+        capacity_reported(&n, &writer, &claim, true)
     });
     let series = format!(
         "kubelet_volume_stats_capacity_bytes{{namespace=\"default\",persistentvolumeclaim=\"{claim}\"}} "
@@ -342,28 +354,12 @@ spec:
   resources: {{requests: {{storage: 16Mi}}}}
 "
     ));
-    n.wait_api(60, "the CSINode lists the driver", |c| {
-        c.get(&["csinode", &node]).is_some_and(|cn| {
-            cn["spec"]["drivers"]
-                .as_array()
-                .is_some_and(|ds| ds.iter().any(|x| x["name"] == driver.as_str()))
-        })
-    });
-    let writer = n.create_pod(
-        "csiwriter",
-        &format!(
-            "if [ -b /dev/xvda ]; then echo is-block; fi; \
-             printf {BYTES} | dd of=/dev/xvda bs=512 conv=sync,fsync 2>/dev/null; \
-             echo read-$(dd if=/dev/xvda bs={len} count=1 2>/dev/null); sleep 3600",
-            len = BYTES.len()
-        ),
-        &block_claim(&claim, false),
-    );
+    d.wait_listed(&n);
+    let writer = n.create_pod("csiwriter", &writer_script(), &block_claim(&claim, false));
     let running = n.wait_api_pod(&writer, 180, "Running with its CSI device", is_running);
     let uid = running["metadata"]["uid"].as_str().unwrap().to_string();
     n.wait_until(60, "the writer wrote and read back its bytes", || {
-        let log = log_of(&n, &writer);
-        log.contains("is-block") && log.contains(&format!("read-{BYTES}"))
+        wrote_and_read(&log_of(&n, &writer))
     });
     let image = d.data.join("volumes").join(&handle).join("block.img");
     let head = {
@@ -417,20 +413,7 @@ spec:
     n.wait_until(
         60,
         "the CSI block volume's capacity in /stats/summary",
-        || {
-            let Some((200, body)) = common::http_get(n.port, "/stats/summary") else {
-                return false;
-            };
-            let summary: Value = serde_json::from_str(&body).unwrap_or_default();
-            summary["pods"].as_array().into_iter().flatten().any(|p| {
-                p["podRef"]["name"] == writer.as_str()
-                    && p["volume"].as_array().into_iter().flatten().any(|v| {
-                        v["name"] == "data"
-                            && v["pvcRef"]["name"] == claim.as_str()
-                            && v["capacityBytes"] == 16u64 << 20
-                    })
-            })
-        },
+        || capacity_reported(&n, &writer, &claim, false),
     );
     let stats = requests_of(&d.reqs, "NodeGetVolumeStats");
     assert!(

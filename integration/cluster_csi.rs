@@ -408,13 +408,7 @@ spec:
   - audience: ''
 "
     ));
-    n.wait_api(60, "the CSINode lists the driver", |c| {
-        c.get(&["csinode", &node]).is_some_and(|cn| {
-            cn["spec"]["drivers"]
-                .as_array()
-                .is_some_and(|ds| ds.iter().any(|x| x["name"] == driver.as_str()))
-        })
-    });
+    d.wait_listed(&n);
     let pod = n.create_pod(
         "tokens",
         "sleep 3600",

@@ -96,6 +96,8 @@ cleanup() {
 		kc delete pods -l app=krs-storage --wait=true --timeout=120s >/dev/null 2>&1
 		kc delete pvc --all --wait=false >/dev/null 2>&1
 		await 120 no_mounts_under_root || warn "mounts left under $ROOT: $(mounts_under_root)"
+		# The upstream kubelet removes a deleted pod's sandbox at its next container GC.
+		wait_runtime_empty 120
 	fi
 	local p
 	for p in "${CSI_PIDS[@]}"; do stop_pid "$p" "a CSI process" >/dev/null; done

@@ -283,10 +283,20 @@ clean() {
 	for id in $ids; do
 		ctr_k8s tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true
 	done
+	local netns
 	for id in $ids; do
+		# A sandbox's network namespace is pinned under /run/netns by the CRI plugin, which
+		# unpins it only through RemovePodSandbox: removed here, it would stay pinned (and
+		# the agent tests that need /run/netns free of pins would wait on it).
+		netns="$(ctr_k8s containers info "$id" 2>/dev/null |
+			awk '/"type": "network"/ { getline; if ($1 == "\"path\":") { gsub(/[",]/, "", $2); print $2 } }')"
 		ctr_k8s tasks delete -f "$id" >/dev/null 2>&1 || true
 		if ctr_k8s containers rm "$id" >/dev/null 2>&1; then
 			warn "removed left-over CRI container $id"
+		fi
+		netns="${netns/#\/var\/run\//\/run\/}"
+		if [[ "$netns" == /run/netns/cni-* ]] && grep -q " $netns " /proc/self/mounts; then
+			umount "$netns" && rm -f "$netns" && warn "unpinned its network namespace $netns"
 		fi
 	done
 	return 0

@@ -104,6 +104,7 @@ pub fn spawn(bin: &Path, args: &[String], log: &Path) -> Proc {
 /// plugins_registry, with upstream's external-attacher when the driver needs attaching; each
 /// process stopped when this is dropped. The registrar may be dropped alone, to deregister.
 pub struct NodeDriver {
+    pub name: String,
     /// Its socket, folder of volumes and requests log (`requests`).
     pub sock: PathBuf,
     pub data: PathBuf,
@@ -165,6 +166,7 @@ impl NodeDriver {
             )
         });
         NodeDriver {
+            name: name.to_string(),
             sock,
             data,
             reqs,
@@ -173,6 +175,20 @@ impl NodeDriver {
             _driver: driver,
             work,
         }
+    }
+}
+
+impl NodeDriver {
+    /// Waits until the node's CSINode lists the driver: the agent registered it.
+    pub fn wait_listed(&self, n: &ClusterNode) {
+        let node = n.name().to_string();
+        n.wait_api(60, "the CSINode lists the driver", |c| {
+            c.get(&["csinode", &node]).is_some_and(|cn| {
+                cn["spec"]["drivers"]
+                    .as_array()
+                    .is_some_and(|ds| ds.iter().any(|x| x["name"] == self.name.as_str()))
+            })
+        });
     }
 }
 
