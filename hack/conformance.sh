@@ -8,6 +8,9 @@
 #   hack/conformance.sh [--agent both|kubelet-rs|upstream] [--fast | --features] [--focus RE] [--skip RE]
 #                       [--skip-known] [--procs N] [--out DIR] [--kubelet-rs-bin PATH]
 #   hack/conformance.sh --build-only   build (or reuse) binaries and images, import them, no run
+#   hack/conformance.sh --build-e2e    build (or reuse) e2e_node.test, agnhost, nnp and ginkgo
+#                                      only: no agent, no images, no containerd (hack/test.sh
+#                                      builds them while cargo builds)
 #   hack/conformance.sh --print        print the directory of e2e_node.test, agnhost, nnp, ginkgo
 #
 #   --agent A       who runs, one after the other (default both: upstream, then kubelet-rs)
@@ -101,6 +104,7 @@ PROCS=""
 OUT=""
 KRS_BIN_ARG=""
 BUILD_ONLY=0
+BUILD_E2E=0
 parse_args() {
 	while (($# > 0)); do
 		case "$1" in
@@ -114,6 +118,7 @@ parse_args() {
 		--out) OUT="${2:?--out needs a value}"; shift ;;
 		--kubelet-rs-bin) KRS_BIN_ARG="${2:?--kubelet-rs-bin needs a value}"; shift ;;
 		--build-only) BUILD_ONLY=1 ;;
+		--build-e2e) BUILD_E2E=1 ;;
 		--print) echo "$E2E_BIN"; exit 0 ;;
 		-h | --help) usage; exit 0 ;;
 		*) die "unknown argument '$1' (see --help)" ;;
@@ -791,6 +796,12 @@ on_exit() {
 
 main() {
 	parse_args "$@"
+	if ((BUILD_E2E)); then
+		require_cmd flock
+		k8s_ensure_go e2e_node.test
+		build_e2e
+		return 0
+	fi
 	require_root
 	require_cmd jq ctr ss gcc tar gzip sha256sum flock timeout "$BUSYBOX_BIN"
 	require_containerd
@@ -804,7 +815,7 @@ main() {
 	((FAST == 0)) || check_fast_list
 	if [[ " ${AGENTS[*]} " == *" upstream "* ]] || ((BUILD_ONLY)); then
 		# The upstream kubelet, with the control plane it is built with (cached after once).
-		"$KUBELET_RS_ROOT/hack/cluster/build.sh" || die "hack/cluster/build.sh failed"
+		"$KUBELET_RS_ROOT/hack/cluster/build.sh" --kubelet || die "hack/cluster/build.sh --kubelet failed"
 	fi
 	resolve_kubelet_rs_bin
 	build_images

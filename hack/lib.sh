@@ -83,21 +83,56 @@ stop_pid() {
 sha256_stdin() { sha256sum | cut -d' ' -f1; }
 sha256_file() { sha256sum "$1" | cut -d' ' -f1; }
 
-# The OCI name of this machine's architecture.
-# Points NAME at 127.0.0.1 in /etc/hosts (a line of its own), so that what reaches a node by
-# its name (the apiserver's logs, exec and metrics calls) stays on loopback. A name added here
-# is only seen by a running Go program (kube-apiserver) once its resolver re-reads the file,
-# which it does at most every 5 s: wait that out, so a test's first call already resolves.
-hosts_add_loopback() {
-	local name="$1"
-	if ! grep -qE "^127\.0\.0\.1([[:space:]]+[^[:space:]]+)*[[:space:]]+$name([[:space:]]|\$)" /etc/hosts; then
-		# A file whose last line lacks its newline would swallow ours into that line.
-		[[ -z "$(tail -c1 /etc/hosts)" ]] || echo >>/etc/hosts
-		echo "127.0.0.1 $name" >>/etc/hosts
-		sleep 6
+# quiet WHAT COMMAND...: runs COMMAND with its output held back (openssl and `go mod init` talk
+# on success); when it fails, dies naming WHAT and the command with everything it printed, so a
+# test's panic or CI's log says why and not just that.
+quiet() {
+	local what="$1" out
+	shift
+	if ! out="$("$@" 2>&1)"; then
+		die "$what failed: $*
+$out"
 	fi
 }
 
+# with_lock FILE COMMAND...: runs COMMAND holding an exclusive flock on FILE (made if missing),
+# so scripts run at once by parallel tests take turns on what they share (a CA, /etc/hosts).
+with_lock() {
+	local file="$1" fd
+	shift
+	exec {fd}>>"$file" || die "cannot open the lock file $file"
+	flock "$fd" || die "cannot lock $file"
+	local rc=0
+	"$@" || rc=$?
+	exec {fd}>&-
+	return "$rc"
+}
+
+# Points NAME at 127.0.0.1 in /etc/hosts (a line of its own), so that what reaches a node by
+# its name (the apiserver's logs, exec and metrics calls) stays on loopback. Tests add names from
+# many processes at once: the check and the append happen under one lock, or two appends (or an
+# append and the newline fix) could interleave. A name added here is only seen by a running Go
+# program (kube-apiserver) once its resolver re-reads the file, which it does at most every 5 s:
+# wait that out (outside the lock), so a test's first call already resolves.
+HOSTS_FILE="${KUBELET_RS_HOSTS_FILE:-/etc/hosts}"
+HOSTS_LOCK="${KUBELET_RS_HOSTS_LOCK:-/run/kubelet-rs-hosts.lock}"
+hosts_has_loopback() {
+	grep -qE "^127\.0\.0\.1([[:space:]]+[^[:space:]]+)*[[:space:]]+$1([[:space:]]|\$)" "$HOSTS_FILE"
+}
+hosts_append_loopback() {
+	hosts_has_loopback "$1" && return 0
+	# A file whose last line lacks its newline would swallow ours into that line.
+	[[ ! -s "$HOSTS_FILE" || -z "$(tail -c1 "$HOSTS_FILE")" ]] || echo >>"$HOSTS_FILE"
+	echo "127.0.0.1 $1" >>"$HOSTS_FILE"
+	HOSTS_ADDED=1
+}
+hosts_add_loopback() {
+	HOSTS_ADDED=0
+	with_lock "$HOSTS_LOCK" hosts_append_loopback "$1"
+	if ((HOSTS_ADDED)); then sleep "${KUBELET_RS_HOSTS_WAIT:-6}"; fi
+}
+
+# The OCI name of this machine's architecture.
 oci_arch() {
 	case "$(uname -m)" in
 	x86_64) echo amd64 ;;

@@ -24,6 +24,7 @@ PACKAGES=(
 	docker-registry skopeo # the pull tests' registry on loopback, and filling it
 	etcd-server openssl     # the control plane of the cluster tests (hack/cluster/)
 	ca-certificates curl tar gzip coreutils
+	jq util-linux # hack/run-tests.sh reads cargo's build report; flock for the scripts' locks
 )
 
 did_something=0
@@ -56,7 +57,8 @@ stop_packaged_etcd() {
 	[[ -d /run/systemd/system ]] && command -v systemctl >/dev/null 2>&1 || return 0
 	if systemctl is-active --quiet etcd 2>/dev/null || systemctl is-enabled --quiet etcd 2>/dev/null; then
 		did "etcd: stopping and disabling the packaged etcd service (hack/cluster/ runs its own)"
-		systemctl disable --now etcd >/dev/null 2>&1 || warn "etcd: cannot disable the packaged service"
+		local out
+		out="$(systemctl disable --now etcd 2>&1)" || warn "etcd: cannot disable the packaged service: $out"
 	fi
 }
 

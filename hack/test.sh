@@ -2,26 +2,49 @@
 # Runs every check and test on a real node: node set-up and test images first (integration
 # tests need containerd, runc, CNI and the images), a fixed subset of upstream's node
 # conformance specs, then formatting, clippy, unit, integration and doc tests.
-# KUBELET_RS_TEST_THREADS overrides the test parallelism.
+#
+# From cold caches most of the time is building: the Go programs the tests run beside the agent
+# (the control plane, the node e2e suite, the CSI helpers, Prometheus) and the Rust crate. The Go
+# builds go on in the background (go-builds, its log in target/go-builds.log) while cargo
+# builds, as neither keeps both cores busy all the time (module downloads, links, the crate's
+# own single codegen); the steps that need the Go binaries wait for them. The test binaries then
+# run several at a time (hack/run-tests.sh). Every step's time is printed at the end, also when
+# a step fails.
+# KUBELET_RS_TEST_THREADS and KUBELET_RS_TEST_LANES override the test parallelism.
 set -euo pipefail
 
 # shellcheck source=hack/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-# Integration tests start real pods; more than a few at once only makes them slower and
-# flakier on small machines.
-default_threads="$(nproc)"
-((default_threads <= 4)) || default_threads=4
-TEST_THREADS="${KUBELET_RS_TEST_THREADS:-$default_threads}"
-
 timings=()
+declare -A BG_PID=() BG_START=()
 step() {
 	local name="$1" start=$SECONDS
 	shift
 	log "==> $name"
-	"$@" || die "step '$name' failed after $((SECONDS - start))s: $*"
-	timings+=("$(printf '%-14s %4ss' "$name" $((SECONDS - start)))")
+	"$@" || {
+		timings+=("$(printf '%-16s %5ss  FAILED' "$name" $((SECONDS - start)))")
+		die "step '$name' failed after $((SECONDS - start))s: $*"
+	}
+	timings+=("$(printf '%-16s %5ss' "$name" $((SECONDS - start)))")
 }
+
+print_timings() {
+	local rc=$?
+	((${#timings[@]} == 0)) || {
+		log "step times (${SECONDS}s in all$( ((rc == 0)) || echo ", exit $rc")):"
+		printf '    %s\n' "${timings[@]}"
+	}
+	local name
+	for name in "${!BG_PID[@]}"; do kill "${BG_PID[$name]}" 2>/dev/null || true; done
+	[[ -z "${GO_BUILDS_PID:-}" ]] || ! pid_alive "$GO_BUILDS_PID" || {
+		log "stopping the background Go builds"
+		kill -- "-$GO_BUILDS_PID" 2>/dev/null || kill "$GO_BUILDS_PID" 2>/dev/null || true
+	}
+	[[ -z "${CLUSTER_DIR:-}" || "${CLUSTER_STARTED:-0}" == 0 ]] ||
+		hack/cluster/down.sh --dir "$CLUSTER_DIR" >/dev/null 2>&1 || true
+}
+trap print_timings EXIT
 
 require_root
 require_cargo
@@ -30,6 +53,8 @@ cargo fmt --version >/dev/null 2>&1 && cargo clippy --version >/dev/null 2>&1 ||
 cd "$KUBELET_RS_ROOT"
 
 export RUST_BACKTRACE=1
+# A clean clone builds everything once: incremental compilation's bookkeeping would only cost.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 step setup-node hack/setup-node.sh
 # The quick start (hack/local-up.sh) holds the ports the conformance step needs (10248, 10250,
 # 10255; 6443 with --cluster) and runs its pods in containerd's kubelet-rs namespace, which
@@ -45,42 +70,107 @@ if [[ -f "$QUICK_START_STATE" ]] ||
 	step quick-start-down hack/local-up.sh --down
 	quick_start_stopped=1
 fi
-# The cluster tests join a real control plane: built from the Kubernetes modules once per
-# version (about 20 minutes the first time on 2 cores, then cached), started fresh for this run
-# and stopped on exit. A missing Go toolchain or a failed build fails the run.
+# The Go programs, built once per version and cached under $KUBELET_RS_CACHE (from cold caches
+# about 25 minutes of both cores, then nothing), in the background while cargo builds; a
+# missing Go toolchain or a failed build fails the run. In order: the control plane (the cluster
+# tests join a real one; with metrics-server), the node e2e suite (the conformance step), the
+# CSI test's driver, registrar and upstream's external-attacher (hack/csi), Prometheus 3.16.0
+# and kube-state-metrics for the Prometheus test. Each part's time is in the log.
 CLUSTER_DIR="${KUBELET_RS_CLUSTER_DIR:-/var/lib/kubelet-rs-cluster}"
-step k8s-build hack/cluster/build.sh
-# The CSI test's driver, registrar and upstream's external-attacher (hack/csi, cached likewise).
-step csi-build hack/csi/build.sh
-# Prometheus 3.16.0 (prometheus, promtool) and kube-state-metrics v2.20.0 from their Go modules,
-# for the Prometheus test (integration/cluster_prometheus.rs): built once per version (about
-# 30 minutes the first time on a busy 2-core machine), then cached under $KUBELET_RS_CACHE.
-step prometheus-build hack/prometheus/build.sh
-# After k8s-build: the metrics-server image packs the binary that step builds.
-step build-images hack/build-images.sh
-# Upstream's node conformance suite (e2e_node.test, built once per version beside the control
-# plane), the specs of hack/conformance-fast.txt, against the debug build the integration tests
-# run too. Before cluster-up: the suite starts its own apiserver on 127.0.0.1:6443.
+GO_LOG="$KUBELET_RS_ROOT/target/go-builds.log"
+GO_STATE="$(mktemp -d)"
+mkdir -p "$(dirname "$GO_LOG")"
+go_part() {
+	local name="$1" start=$SECONDS
+	shift
+	echo "==> $name"
+	"$@" || { echo "go-builds: $name failed after $((SECONDS - start))s: $*" >"$GO_STATE/failed"; return 1; }
+	echo "go-builds: $name $((SECONDS - start))s" | tee -a "$GO_STATE/times"
+	touch "$GO_STATE/$name.done"
+}
+go_builds() {
+	go_part k8s hack/cluster/build.sh &&
+		go_part e2e hack/conformance.sh --build-e2e &&
+		go_part csi hack/csi/build.sh &&
+		go_part prometheus hack/prometheus/build.sh
+}
+# wait_go PART: until the background builds finished PART (and what came before it).
+wait_go() {
+	until [[ -e "$GO_STATE/$1.done" ]]; do
+		if [[ -e "$GO_STATE/failed" ]] || ! pid_alive "$GO_BUILDS_PID"; then
+			[[ -e "$GO_STATE/$1.done" ]] && break
+			cat "$GO_LOG" >&2
+			warn "$(cat "$GO_STATE/failed" 2>/dev/null || echo "the background Go builds ended before $1")"
+			return 1
+		fi
+		sleep 2
+	done
+	grep -h '^go-builds: ' "$GO_STATE/times" | sed 's/^/    /'
+}
+set -m # its own process group, so an early exit stops all of it
+go_builds >"$GO_LOG" 2>&1 &
+GO_BUILDS_PID=$!
+set +m
+log "Go builds started in the background (log: $GO_LOG)"
+
+# bg_start NAME COMMAND...: a step run in the background, its output in target/NAME.log;
+# bg_wait NAME ends it as a step (its time is the job's own, its output printed if it failed).
+bg_start() {
+	local name="$1"
+	shift
+	log "==> $name (in the background; log: target/$name.log)"
+	BG_START[$name]=$SECONDS
+	"$@" >"target/$name.log" 2>&1 &
+	BG_PID[$name]=$!
+}
+bg_wait() {
+	local name="$1" rc=0 took
+	wait "${BG_PID[$name]}" || rc=$?
+	unset "BG_PID[$name]"
+	took=$((SECONDS - BG_START[$name]))
+	if ((rc != 0)); then
+		cat "target/$name.log" >&2
+		timings+=("$(printf '%-16s %5ss  FAILED (background)' "$name" "$took")")
+		die "step '$name' failed after ${took}s (its output above, and in target/$name.log)"
+	fi
+	timings+=("$(printf '%-16s %5ss  (background)' "$name" "$took")")
+	log "$name passed after ${took}s"
+}
+
+step fmt cargo fmt --all -- --check
+# The debug build the conformance step and the integration tests run, and every test binary
+# (built on it). Clippy's check then goes on in the background during the conformance step,
+# which mostly waits on pods.
 step agent-build cargo build --bin kubelet-rs
+step test-build cargo test --all-targets --no-run
+bg_start clippy cargo clippy --all-targets -- -D warnings
+step wait-go-e2e wait_go e2e
+# After the control plane's build: the metrics-server image packs the binary it builds.
+step build-images hack/build-images.sh
+# Upstream's node conformance suite (e2e_node.test), the specs of hack/conformance-fast.txt,
+# against the debug build the integration tests run too. Before cluster-up: the suite starts its
+# own apiserver on 127.0.0.1:6443. The CSI and Prometheus builds go on meanwhile (the suite
+# mostly waits on pods).
 CONFORMANCE_OUT=/var/lib/kubelet-rs-conformance/test-sh
 rm -rf "$CONFORMANCE_OUT"
 step conformance hack/conformance.sh --fast --agent kubelet-rs \
 	--kubelet-rs-bin target/debug/kubelet-rs --out "$CONFORMANCE_OUT"
-trap 'hack/cluster/down.sh --dir "$CLUSTER_DIR" >/dev/null 2>&1 || true' EXIT
+# Before the tests: they take cargo's build lock (to list the test binaries), which clippy holds.
+bg_wait clippy
+CLUSTER_STARTED=1
 step cluster-up hack/cluster/up.sh --dir "$CLUSTER_DIR"
 export KUBELET_RS_CLUSTER_DIR="$CLUSTER_DIR"
-step fmt cargo fmt --all -- --check
-step clippy cargo clippy --all-targets -- -D warnings
 # Tests that need root and containerd are #[ignore]d, so a plain `cargo test` counts them as
 # ignored; here they run too (--include-ignored), and KUBELET_RS_INTEGRATION=1 is the consent
 # they ask for. Once run, a missing containerd or image is a failure, never a skip. Each test
 # removes the cgroups its containers left, and fails if one stays.
-step tests env KUBELET_RS_INTEGRATION=1 cargo test --all-targets -- --include-ignored \
-	--test-threads="$TEST_THREADS"
+# The binaries that run the CSI helpers or Prometheus wait for their builds (--go-state); the
+# rest start at once, so those builds go on while the tests mostly wait on pods.
+step tests env KUBELET_RS_INTEGRATION=1 hack/run-tests.sh --go-state "$GO_STATE"
+step wait-go-all wait_go prometheus
 step doc-tests cargo test --doc
 
-log "all passed in ${SECONDS}s:"
-printf '    %s\n' "${timings[@]}"
+log "all passed in ${SECONDS}s"
 if ((quick_start_stopped)); then
 	log "the quick start was stopped for the tests; start it again with: hack/local-up.sh --background"
 fi

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Starts and stops the upstream kubelet (built by hack/cluster/build.sh) as its own node on a
+# Starts and stops the upstream kubelet (built by hack/cluster/build.sh --kubelet) as its own node on a
 # control plane from hack/cluster/up.sh, through containerd's CRI plugin: the reference that
 # hack/bench/cluster.sh compares kubelet-rs with.
 #
@@ -191,7 +191,8 @@ start() {
 	fi
 	local bin kubeconfig="" pid
 	bin="$("$KUBELET_RS_ROOT/hack/cluster/build.sh" --print)/kubelet"
-	[[ -x "$bin" ]] || die "no upstream kubelet at $bin; run hack/cluster/build.sh"
+	[[ -x "$bin" ]] || "$KUBELET_RS_ROOT/hack/cluster/build.sh" --kubelet
+	[[ -x "$bin" ]] || die "no upstream kubelet at $bin after hack/cluster/build.sh --kubelet"
 	# pid_alive, not kill -0: a kubelet killed with SIGKILL may stay a zombie (its parent, this
 	# script, is gone, and PID 1 need not reap it).
 	if pid="$(cat "$STATE/kubelet.pid" 2>/dev/null)" && pid_alive "$pid"; then

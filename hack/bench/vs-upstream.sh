@@ -57,7 +57,7 @@
 # unless NO_BUILD=1 or KUBELET_RS_BIN is set), VS_PORT (10760: kubelet-rs uses it and the next
 # two, the upstream kubelet VS_PORT+9 to +11), START_TIMEOUT (600 s per start-up or teardown).
 # Needs root, containerd, the test images (hack/build-images.sh), the upstream kubelet
-# (hack/cluster/build.sh builds it once, cached) and python3; matplotlib is installed with pip
+# (hack/cluster/build.sh --kubelet builds it once, cached) and python3; matplotlib is installed with pip
 # into $KUBELET_RS_CACHE/bench-venv when missing. The upstream kubelet kills every running CRI
 # pod it does not know in containerd's k8s.io namespace: this script refuses to start while
 # another upstream kubelet runs.
@@ -117,8 +117,8 @@ if [[ -z "${KUBELET_RS_BIN:-}" ]]; then
 fi
 [[ -x "$KUBELET_RS_BIN" ]] || die "no kubelet-rs binary at $KUBELET_RS_BIN"
 UPSTREAM_BIN="$(hack/cluster/build.sh --print)/kubelet"
-[[ -x "$UPSTREAM_BIN" ]] || hack/cluster/build.sh
-[[ -x "$UPSTREAM_BIN" ]] || die "no upstream kubelet at $UPSTREAM_BIN after hack/cluster/build.sh"
+[[ -x "$UPSTREAM_BIN" ]] || hack/cluster/build.sh --kubelet
+[[ -x "$UPSTREAM_BIN" ]] || die "no upstream kubelet at $UPSTREAM_BIN after hack/cluster/build.sh --kubelet"
 
 # matplotlib for the charts: the system's, else a venv of our own (checked before hours of runs).
 PYTHON=python3

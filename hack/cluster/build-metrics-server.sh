@@ -47,8 +47,7 @@ ensure_go "metrics-server $VERSION"
 rm -rf "$BUILD_DIR/module"
 mkdir -p "$BUILD_DIR/module" "$BUILD_DIR/bin"
 cd "$BUILD_DIR/module"
-go mod init kubelet-rs.local/metrics-server >/dev/null 2>&1 ||
-	die "go mod init failed in $BUILD_DIR/module"
+quiet "go mod init in $BUILD_DIR/module" go mod init kubelet-rs.local/metrics-server
 log "resolving metrics-server $VERSION"
 go get -tool "$PKG@$VERSION" || die "go get -tool $PKG@$VERSION failed"
 

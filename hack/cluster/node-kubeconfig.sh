@@ -21,6 +21,7 @@ DIR=/var/lib/kubelet-rs-cluster
 source "$DIR/env"
 
 pki_cert "$DIR/pki" "node-$NAME" "/O=system:nodes/CN=system:node:$NAME" clientAuth
+mkdir -p "$DIR/nodes"
 out="$DIR/nodes/$NAME.kubeconfig"
 write_kubeconfig "$out" "$KUBELET_RS_CLUSTER_SERVER" "$DIR/pki/ca.crt" "$DIR/pki/node-$NAME.crt" \
 	"$DIR/pki/node-$NAME.key" "system:node:$NAME"

@@ -1,6 +1,12 @@
 # Certificates and kubeconfigs for hack/cluster/. Source it; do not run it.
 # shellcheck shell=bash
 
+# Every certificate of a directory is made under that directory's lock (DIR/.lock): the tests
+# make node certificates from several processes at once, and two writers of one name, or a
+# reader of a half-written CA, would leave a broken file. Serials are random (-set_serial), as
+# a CA's should be, so no serial file is shared between signings. openssl's words are kept and
+# shown when it fails (lib.sh's quiet).
+
 # The cluster CA, made once per directory.
 pki_ca() {
 	pki_named_ca "$1" ca kubelet-rs-cluster-ca
@@ -9,11 +15,20 @@ pki_ca() {
 # pki_named_ca DIR NAME CN: a self-signed CA DIR/NAME.{crt,key}, made once per directory (the
 # aggregation layer's front-proxy CA is a second one beside the cluster's).
 pki_named_ca() {
+	mkdir -p "$1"
+	with_lock "$1/.lock" pki_named_ca_locked "$@"
+}
+
+pki_named_ca_locked() {
 	local pki="$1" name="$2" cn="$3"
 	[[ -f "$pki/$name.crt" && -f "$pki/$name.key" ]] && return 0
-	openssl req -x509 -newkey rsa:2048 -nodes -keyout "$pki/$name.key" -out "$pki/$name.crt" \
-		-days 3650 -subj "/CN=$cn" \
-		-addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+	quiet "making the CA $pki/$name" openssl req -x509 -newkey rsa:2048 -nodes \
+		-keyout "$pki/.$name.key.tmp" -out "$pki/.$name.crt.tmp" -days 3650 -subj "/CN=$cn" \
+		-set_serial "0x$(openssl rand -hex 16)" \
+		-addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
+	# The key first: a CA certificate without its key would be taken as made.
+	mv "$pki/.$name.key.tmp" "$pki/$name.key"
+	mv "$pki/.$name.crt.tmp" "$pki/$name.crt"
 }
 
 # pki_cert DIR NAME SUBJECT USAGE [SANS]: DIR/NAME.{key,crt} signed by the cluster CA.
@@ -28,25 +43,37 @@ pki_cert() {
 # so a changed request (a SAN added here, a new CA) regenerates it in cluster dirs made before,
 # and dev machines and fresh CI machines end up with the same certificates.
 pki_cert_by() {
+	with_lock "$1/.lock" pki_cert_locked "$@"
+}
+
+pki_cert_locked() {
 	local pki="$1" ca="$2" name="$3" subj="$4" usage="$5" sans="${6:-}"
-	local request
-	request="$(printf 'subject=%s\nusage=%s\nsans=%s\nca=%s\n' "$subj" "$usage" "$sans" \
-		"$(openssl x509 -in "$pki/$ca.crt" -noout -fingerprint -sha256)")"
-	if [[ -f "$pki/$name.crt" && -f "$pki/$name.key" && "$(cat "$pki/$name.request" 2>/dev/null)" == "$request" ]]; then
+	local request fingerprint
+	fingerprint="$(openssl x509 -in "$pki/$ca.crt" -noout -fingerprint -sha256 2>&1)" ||
+		die "reading the CA $pki/$ca.crt failed: $fingerprint"
+	request="$(printf 'subject=%s\nusage=%s\nsans=%s\nca=%s\n' "$subj" "$usage" "$sans" "$fingerprint")"
+	if [[ -s "$pki/$name.crt" && -s "$pki/$name.key" && "$(cat "$pki/$name.request" 2>/dev/null)" == "$request" ]]; then
 		return 0
 	fi
-	local ext
-	ext="$(mktemp)"
+	local tmp="$pki/.$name.tmp"
+	rm -rf "$tmp"
+	mkdir "$tmp"
 	{
 		echo "basicConstraints=CA:FALSE"
 		echo "keyUsage=critical,digitalSignature,keyEncipherment"
 		echo "extendedKeyUsage=$usage"
 		[[ -z "$sans" ]] || echo "subjectAltName=$sans"
-	} >"$ext"
-	openssl req -newkey rsa:2048 -nodes -keyout "$pki/$name.key" -out "$pki/$name.csr" -subj "$subj" 2>/dev/null
-	openssl x509 -req -in "$pki/$name.csr" -CA "$pki/$ca.crt" -CAkey "$pki/$ca.key" -CAcreateserial \
-		-days 3650 -extfile "$ext" -out "$pki/$name.crt" 2>/dev/null
-	rm -f "$ext" "$pki/$name.csr"
+	} >"$tmp/ext"
+	quiet "making the key and request of $pki/$name" openssl req -newkey rsa:2048 -nodes \
+		-keyout "$tmp/key" -out "$tmp/csr" -subj "$subj"
+	quiet "signing $pki/$name with $pki/$ca" openssl x509 -req -in "$tmp/csr" \
+		-CA "$pki/$ca.crt" -CAkey "$pki/$ca.key" -set_serial "0x$(openssl rand -hex 16)" \
+		-days 3650 -extfile "$tmp/ext" -out "$tmp/crt"
+	[[ -s "$tmp/crt" ]] || die "openssl signed $pki/$name but wrote an empty certificate"
+	rm -f "$pki/$name.request"
+	mv "$tmp/key" "$pki/$name.key"
+	mv "$tmp/crt" "$pki/$name.crt"
+	rm -rf "$tmp"
 	# Written last: an interrupted run leaves no matching request, so the certificate is redone.
 	printf '%s\n' "$request" >"$pki/$name.request"
 }
@@ -54,7 +81,8 @@ pki_cert_by() {
 # write_kubeconfig FILE SERVER CA CERT KEY USER
 write_kubeconfig() {
 	local file="$1" server="$2" ca="$3" cert="$4" key="$5" user="$6"
-	cat >"$file" <<KUBECONFIG
+	# Through a temporary name: a reader (an agent starting) never sees half a file.
+	cat >"$file.tmp.$$" <<KUBECONFIG
 apiVersion: v1
 kind: Config
 clusters:
@@ -74,15 +102,17 @@ contexts:
     user: $user
 current-context: local
 KUBECONFIG
+	mv "$file.tmp.$$" "$file"
 }
 
-# wait_for WHAT SECONDS COMMAND...: retries COMMAND each half second until it succeeds.
+# wait_for WHAT SECONDS COMMAND...: retries COMMAND each half second until it succeeds; when
+# time is up, dies with what its last try printed.
 wait_for() {
-	local what="$1" limit="$2"
+	local what="$1" limit="$2" out
 	shift 2
 	local deadline=$((SECONDS + limit))
-	until "$@" >/dev/null 2>&1; do
-		((SECONDS < deadline)) || die "$what not ready after ${limit}s (logs in $LOGS)"
+	until out="$("$@" 2>&1)"; do
+		((SECONDS < deadline)) || die "$what not ready after ${limit}s (logs in $LOGS); the last try, $*, said: $out"
 		sleep 0.5
 	done
 }

@@ -80,9 +80,9 @@ rm -rf "$DIR/etcd" "${LOGS:?}"/*.log
 # shellcheck source=hack/cluster/pki.sh
 source "$KUBELET_RS_ROOT/hack/cluster/pki.sh"
 pki_ca "$PKI"
-[[ -f "$PKI/sa.key" ]] || {
-	openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
-	openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
+[[ -s "$PKI/sa.key" && -s "$PKI/sa.pub" ]] || {
+	quiet "making the service-account key" openssl genrsa -out "$PKI/sa.key" 2048
+	quiet "writing the service-account public key" openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub"
 }
 # IP:10.88.0.1, the CNI bridge's gateway: pods reach the apiserver there (see the apiserver's
 # --bind-address below), as there is no kube-proxy to route the service IP 10.96.0.1.

@@ -115,8 +115,7 @@ else
 	scratch="$(mktemp -d "$ATTACHER_DIR/.build.XXXXXX")"
 	(
 		cd "$scratch"
-		go mod init kubelet-rs.local/external-attacher >/dev/null 2>&1 ||
-			die "go mod init failed in $scratch"
+		quiet "go mod init in $scratch" go mod init kubelet-rs.local/external-attacher
 		go get -tool "$ATTACHER_PKG@$ATTACHER_VERSION" ||
 			die "go get -tool $ATTACHER_PKG@$ATTACHER_VERSION failed"
 		# Stamped as upstream's release-tools stamp their builds, so --version reports it.

@@ -71,7 +71,7 @@ scratch_module() {
 	scratch="$(mktemp -d "$1/.build.XXXXXX")"
 	(
 		cd "$scratch"
-		go mod init "kubelet-rs.local/$2" >/dev/null 2>&1 || die "go mod init failed in $scratch"
+		quiet "go mod init in $scratch" go mod init "kubelet-rs.local/$2"
 		log "resolving $3"
 		go get -tool "$3" || die "go get -tool $3 failed"
 	)
