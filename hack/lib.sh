@@ -97,6 +97,8 @@ $out"
 
 # with_lock FILE COMMAND...: runs COMMAND holding an exclusive flock on FILE (made if missing),
 # so scripts run at once by parallel tests take turns on what they share (a CA, /etc/hosts).
+# COMMAND runs where its status is checked, so `set -e` does not stop it: it must check each
+# of its own steps.
 with_lock() {
 	local file="$1" fd
 	shift
@@ -122,8 +124,10 @@ hosts_has_loopback() {
 hosts_append_loopback() {
 	hosts_has_loopback "$1" && return 0
 	# A file whose last line lacks its newline would swallow ours into that line.
-	[[ ! -s "$HOSTS_FILE" || -z "$(tail -c1 "$HOSTS_FILE")" ]] || echo >>"$HOSTS_FILE"
-	echo "127.0.0.1 $1" >>"$HOSTS_FILE"
+	if [[ -s "$HOSTS_FILE" && -n "$(tail -c1 "$HOSTS_FILE")" ]]; then
+		echo >>"$HOSTS_FILE" || die "cannot append to $HOSTS_FILE"
+	fi
+	echo "127.0.0.1 $1" >>"$HOSTS_FILE" || die "cannot append to $HOSTS_FILE"
 	HOSTS_ADDED=1
 }
 hosts_add_loopback() {

@@ -4,7 +4,7 @@
 # hack/test.sh), several binaries at a time.
 #
 #   hack/run-tests.sh [--lanes N] [--threads T] [--only NAME[,NAME...]] [--log-dir DIR]
-#                     [--go-state DIR]
+#                     [--go-state DIR [--go-pid PID]]
 #
 #   --lanes N     test binaries run at once (default 3; KUBELET_RS_TEST_LANES)
 #   --threads T   tests at once inside each binary (default: nproc, at most 4;
@@ -13,7 +13,9 @@
 #   --log-dir DIR each binary's output (default target/test-logs)
 #   --go-state DIR  the Go programs are still being built (hack/test.sh's background builds):
 #                 a binary that runs one of them (NEEDS below) starts once DIR/<part>.done
-#                 exists, and fails, naming the build, if DIR/failed appears first
+#                 exists, and fails, naming the build, if DIR/failed appears first (or the
+#                 builds' process, --go-pid, is gone without the part done); the CPU group
+#                 (below) waits for all of them, as the builds keep both cores busy
 #
 # Why not `cargo test`: it runs the binaries one after another, and most integration binaries
 # hold one to three tests that spend their time waiting on pods and the control plane, so a
@@ -41,6 +43,7 @@ LANES="${KUBELET_RS_TEST_LANES:-3}"
 THREADS="${KUBELET_RS_TEST_THREADS:-$default_threads}"
 ONLY=""
 GO_STATE=""
+GO_PID=""
 LOG_DIR="$KUBELET_RS_ROOT/target/test-logs"
 while (($# > 0)); do
 	case "$1" in
@@ -49,6 +52,7 @@ while (($# > 0)); do
 	--only) ONLY=",$2,"; shift ;;
 	--log-dir) LOG_DIR="$2"; shift ;;
 	--go-state) GO_STATE="$2"; shift ;;
+	--go-pid) GO_PID="$2"; shift ;;
 	-h | --help) sed -n '2,30s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	*) die "unknown argument '$1' (see --help)" ;;
 	esac
@@ -143,7 +147,8 @@ finish() {
 	running=("${running[@]}")
 	SECS[$name]=$((SECONDS - ${START[$name]:-$SECONDS}))
 	STATUS[$name]=$rc
-	[[ -z "${CONFLICT[$name]:-}" ]] || unset "GROUP_BUSY[${CONFLICT[$name]}]"
+	# A binary that never started held no group.
+	[[ -z "${CONFLICT[$name]:-}" || -z "${PID_OF[$name]:-}" ]] || unset "GROUP_BUSY[${CONFLICT[$name]}]"
 	summary="$(grep -E '^test result:' "$(log_file "$name")" 2>/dev/null | tail -n 1 || true)"
 	if ((rc == 0)); then
 		log "ok   $name in ${SECS[$name]}s: ${summary#test result: }"
@@ -170,15 +175,23 @@ reap() {
 }
 
 # Whether the Go build NAME needs is done; fails NAME (and says why) when that build failed.
+# The CPU group waits for the last build (prometheus): until then the builds hold both cores.
 needs_met() {
-	local name="$1" part="${NEEDS[$1]:-}"
+	local name="$1" part="${NEEDS[$1]:-}" why=""
+	[[ -n "$part" || "${CONFLICT[$name]:-}" != cpu ]] || part=prometheus
 	[[ -z "$part" || -z "$GO_STATE" || -e "$GO_STATE/$part.done" ]] && return 0
 	if [[ -e "$GO_STATE/failed" ]]; then
-		echo "not run: it needs the Go build '$part', which failed: $(cat "$GO_STATE/failed")" >"$(log_file "$name")"
-		finish "$name" 1
-		return 2
+		why="$(cat "$GO_STATE/failed")"
+	elif [[ -n "$GO_PID" ]] && ! pid_alive "$GO_PID"; then
+		# Gone: the part may have been marked done just before.
+		[[ -e "$GO_STATE/$part.done" ]] && return 0
+		why="the builds' process $GO_PID is gone"
+	else
+		return 1
 	fi
-	return 1
+	echo "not run: it needs the Go build '$part', which did not finish: $why" >"$(log_file "$name")"
+	finish "$name" 1
+	return 2
 }
 
 # Whether NAME may start now (1: not yet; 2: never, it was failed).

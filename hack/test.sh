@@ -36,13 +36,16 @@ print_timings() {
 		printf '    %s\n' "${timings[@]}"
 	}
 	local name
-	for name in "${!BG_PID[@]}"; do kill "${BG_PID[$name]}" 2>/dev/null || true; done
+	for name in "${!BG_PID[@]}"; do
+		kill -- "-${BG_PID[$name]}" 2>/dev/null || kill "${BG_PID[$name]}" 2>/dev/null || true
+	done
 	[[ -z "${GO_BUILDS_PID:-}" ]] || ! pid_alive "$GO_BUILDS_PID" || {
 		log "stopping the background Go builds"
 		kill -- "-$GO_BUILDS_PID" 2>/dev/null || kill "$GO_BUILDS_PID" 2>/dev/null || true
 	}
 	[[ -z "${CLUSTER_DIR:-}" || "${CLUSTER_STARTED:-0}" == 0 ]] ||
 		hack/cluster/down.sh --dir "$CLUSTER_DIR" >/dev/null 2>&1 || true
+	[[ -z "${GO_STATE:-}" ]] || rm -rf "$GO_STATE"
 }
 trap print_timings EXIT
 
@@ -108,7 +111,12 @@ wait_go() {
 	grep -h '^go-builds: ' "$GO_STATE/times" | sed 's/^/    /'
 }
 set -m # its own process group, so an early exit stops all of it
-go_builds >"$GO_LOG" 2>&1 &
+# However the builds end short of the last part (a failed part, a failed tee), the state says
+# so, and whoever waits on a part stops waiting.
+{
+	go_builds || [[ -e "$GO_STATE/failed" ]] ||
+		echo "go-builds: ended early (see $GO_LOG)" >"$GO_STATE/failed"
+} >"$GO_LOG" 2>&1 &
 GO_BUILDS_PID=$!
 set +m
 log "Go builds started in the background (log: $GO_LOG)"
@@ -119,15 +127,24 @@ bg_start() {
 	local name="$1"
 	shift
 	log "==> $name (in the background; log: target/$name.log)"
-	BG_START[$name]=$SECONDS
-	"$@" >"target/$name.log" 2>&1 &
+	BG_START[$name]="$(date +%s)"
+	rm -f "target/$name.end"
+	set -m # its own process group: stopping it stops cargo's children too
+	{
+		bg_rc=0
+		"$@" || bg_rc=$?
+		date +%s >"target/$name.end"
+		exit "$bg_rc"
+	} >"target/$name.log" 2>&1 &
 	BG_PID[$name]=$!
+	set +m
 }
 bg_wait() {
 	local name="$1" rc=0 took
 	wait "${BG_PID[$name]}" || rc=$?
 	unset "BG_PID[$name]"
-	took=$((SECONDS - BG_START[$name]))
+	# The job's own time, not how long the run took to come back for it.
+	took=$(($(cat "target/$name.end" 2>/dev/null || date +%s) - BG_START[$name]))
 	if ((rc != 0)); then
 		cat "target/$name.log" >&2
 		timings+=("$(printf '%-16s %5ss  FAILED (background)' "$name" "$took")")
@@ -145,8 +162,10 @@ step agent-build cargo build --bin kubelet-rs
 step test-build cargo test --all-targets --no-run
 bg_start clippy cargo clippy --all-targets -- -D warnings
 step wait-go-e2e wait_go e2e
-# After the control plane's build: the metrics-server image packs the binary it builds.
-step build-images hack/build-images.sh
+# After the control plane's build: the metrics-server image packs the binary it builds. The
+# agent just built imports the images (without KUBELET_RS_BIN the script would run `cargo
+# build`, which waits for the build lock clippy holds).
+step build-images env KUBELET_RS_BIN="$KUBELET_RS_ROOT/target/debug/kubelet-rs" hack/build-images.sh
 # Upstream's node conformance suite (e2e_node.test), the specs of hack/conformance-fast.txt,
 # against the debug build the integration tests run too. Before cluster-up: the suite starts its
 # own apiserver on 127.0.0.1:6443. The CSI and Prometheus builds go on meanwhile (the suite
@@ -166,7 +185,8 @@ export KUBELET_RS_CLUSTER_DIR="$CLUSTER_DIR"
 # removes the cgroups its containers left, and fails if one stays.
 # The binaries that run the CSI helpers or Prometheus wait for their builds (--go-state); the
 # rest start at once, so those builds go on while the tests mostly wait on pods.
-step tests env KUBELET_RS_INTEGRATION=1 hack/run-tests.sh --go-state "$GO_STATE"
+step tests env KUBELET_RS_INTEGRATION=1 hack/run-tests.sh --go-state "$GO_STATE" \
+	--go-pid "$GO_BUILDS_PID"
 step wait-go-all wait_go prometheus
 step doc-tests cargo test --doc
 

@@ -26,9 +26,10 @@ pki_named_ca_locked() {
 		-keyout "$pki/.$name.key.tmp" -out "$pki/.$name.crt.tmp" -days 3650 -subj "/CN=$cn" \
 		-set_serial "0x$(openssl rand -hex 16)" \
 		-addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
-	# The key first: a CA certificate without its key would be taken as made.
-	mv "$pki/.$name.key.tmp" "$pki/$name.key"
-	mv "$pki/.$name.crt.tmp" "$pki/$name.crt"
+	# The key first: a CA certificate without its key would be taken as made. (Run under
+	# with_lock, where set -e does not hold: each step checks itself.)
+	mv "$pki/.$name.key.tmp" "$pki/$name.key" || die "cannot move the CA key into $pki"
+	mv "$pki/.$name.crt.tmp" "$pki/$name.crt" || die "cannot move the CA certificate into $pki"
 }
 
 # pki_cert DIR NAME SUBJECT USAGE [SANS]: DIR/NAME.{key,crt} signed by the cluster CA.
@@ -56,26 +57,25 @@ pki_cert_locked() {
 		return 0
 	fi
 	local tmp="$pki/.$name.tmp"
-	rm -rf "$tmp"
-	mkdir "$tmp"
+	rm -rf "$tmp" && mkdir "$tmp" || die "cannot make the scratch folder $tmp"
 	{
 		echo "basicConstraints=CA:FALSE"
 		echo "keyUsage=critical,digitalSignature,keyEncipherment"
 		echo "extendedKeyUsage=$usage"
 		[[ -z "$sans" ]] || echo "subjectAltName=$sans"
-	} >"$tmp/ext"
+	} >"$tmp/ext" || die "cannot write $tmp/ext"
 	quiet "making the key and request of $pki/$name" openssl req -newkey rsa:2048 -nodes \
 		-keyout "$tmp/key" -out "$tmp/csr" -subj "$subj"
 	quiet "signing $pki/$name with $pki/$ca" openssl x509 -req -in "$tmp/csr" \
 		-CA "$pki/$ca.crt" -CAkey "$pki/$ca.key" -set_serial "0x$(openssl rand -hex 16)" \
 		-days 3650 -extfile "$tmp/ext" -out "$tmp/crt"
 	[[ -s "$tmp/crt" ]] || die "openssl signed $pki/$name but wrote an empty certificate"
-	rm -f "$pki/$name.request"
-	mv "$tmp/key" "$pki/$name.key"
-	mv "$tmp/crt" "$pki/$name.crt"
-	rm -rf "$tmp"
+	rm -f "$pki/$name.request" &&
+		mv "$tmp/key" "$pki/$name.key" &&
+		mv "$tmp/crt" "$pki/$name.crt" &&
+		rm -rf "$tmp" || die "cannot move $pki/$name's key and certificate into place"
 	# Written last: an interrupted run leaves no matching request, so the certificate is redone.
-	printf '%s\n' "$request" >"$pki/$name.request"
+	printf '%s\n' "$request" >"$pki/$name.request" || die "cannot write $pki/$name.request"
 }
 
 # write_kubeconfig FILE SERVER CA CERT KEY USER
