@@ -15,6 +15,7 @@ pub mod apiclient;
 pub mod auth;
 pub mod connections;
 pub mod container_logs;
+pub(crate) mod mux;
 pub(crate) mod node_logs;
 pub mod router;
 pub mod streaming;

@@ -18,6 +18,7 @@ use tracing::debug;
 
 use super::auth::{self, Authenticator, Authorizer, Decision};
 use super::container_logs;
+use super::mux;
 use super::node_logs::{self, NodeLogs};
 use super::streaming;
 use super::streaming::routes::{Endpoint, Target};
@@ -291,15 +292,25 @@ const DEBUGGING_PATHS: &[&str] = &[
     "/logs/",
 ];
 
+/// Whether `action` is one of the debugging handlers (what enableDebuggingHandlers installs).
+fn is_debugging(action: &Action) -> bool {
+    matches!(
+        action,
+        Action::Stream(_) | Action::ContainerLogs { .. } | Action::RunningPods | Action::NodeLogs
+    )
+}
+
 /// What the main port does with `action` when enableDebuggingHandlers is off: upstream then
 /// installs none of the debugging handlers (configz among them, so /configz is not found)
 /// and answers its debugging paths with 405 after authentication. The read-only port never
-/// had them.
+/// had them. The route decides, whatever the path's spelling; the path prefixes only add the
+/// debugging paths no route serves (pprof, a method a route refuses), and `path` is clean
+/// here (mux::redirect answered any other).
 pub(crate) fn gate_debugging(port: Port, enabled: bool, path: &str, action: Action) -> Action {
     if enabled || port != Port::Main {
         return action;
     }
-    if DEBUGGING_PATHS.iter().any(|p| path.starts_with(p)) {
+    if is_debugging(&action) || DEBUGGING_PATHS.iter().any(|p| path.starts_with(p)) {
         return Action::DebuggingDisabled;
     }
     match action {
@@ -319,11 +330,14 @@ pub async fn handle(
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
-    // Go's ServeMux redirects these before any handler, so before authentication.
-    if port == Port::Main {
-        if let Some(redirect) = node_logs::mux_redirect(&method, &path, &query) {
-            return Ok(redirect);
-        }
+    // Go's ServeMux redirects these before any handler, so before authentication: from here
+    // on the path is clean.
+    let subtrees = match port {
+        Port::Main => mux::main_subtrees(state.config.enable_debugging_handlers),
+        Port::ReadOnly => mux::READ_ONLY_SUBTREES,
+    };
+    if let Some(redirect) = mux::redirect(&method, &path, &query, subtrees) {
+        return Ok(redirect);
     }
     let (action, bucket) = resolve(port, &method, &path, &query);
     let action = gate_debugging(port, state.config.enable_debugging_handlers, &path, action);

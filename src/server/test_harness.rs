@@ -152,6 +152,17 @@ impl MainUnderTest {
         path: &str,
         identity: Option<&Identity>,
     ) -> (u16, String) {
+        let (code, _, body) = self.request_with_head(method, path, identity).await;
+        (code, body)
+    }
+
+    /// One request on a new connection: (status, response head, body).
+    pub(crate) async fn request_with_head(
+        &self,
+        method: &str,
+        path: &str,
+        identity: Option<&Identity>,
+    ) -> (u16, String, String) {
         let tcp = TcpStream::connect(self.addr).await.unwrap();
         let mut tls = self.handshake(tcp, identity).await.unwrap();
         tls.write_all(
@@ -165,6 +176,6 @@ impl MainUnderTest {
         let text = String::from_utf8_lossy(&buf).into_owned();
         let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
         let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-        (code, body.to_string())
+        (code, head.to_string(), body.to_string())
     }
 }

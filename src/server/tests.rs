@@ -84,6 +84,97 @@ async fn debugging_handlers_off_closes_exactly_upstreams_debugging_paths() {
     );
 }
 
+/// The debugging switch cannot be walked around by spelling a path differently: every
+/// debugging route, written as `/x`, `//x`, `/./x`, `/a/../x`, with a doubled slash inside, or
+/// with `%2F` for its slashes, either gets the 405 (switch off), a 301 to the clean path
+/// (which then gets the 405), or a 404 (`%2F` is not a separator: no route); never the
+/// handler. With the switch on, the unclean spellings are redirected the same way (Go's
+/// ServeMux) and the clean one reaches the handler. Before, `POST //exec/...` reached the
+/// exec handler with the switch off, as the gate looked at the path's text.
+#[tokio::test]
+async fn no_spelling_of_a_debugging_path_passes_the_switch() {
+    let ca = Ca::new("ca");
+    let user = ca.client("admin");
+    let closed = MainUnderTest::start(&ca, ConnectionLimits::SERVING, |c| {
+        c.enable_debugging_handlers = false;
+    })
+    .await;
+    let open = MainUnderTest::start(&ca, ConnectionLimits::SERVING, |_| {}).await;
+    let disabled = (405, "Debug endpoints are disabled.\n".to_string());
+    for (method, clean) in [
+        ("POST", "/exec/ns/pod/c?command=sh&input=1&output=1"),
+        ("GET", "/exec/ns/pod/c?command=sh&output=1"),
+        ("POST", "/run/ns/pod/c?cmd=sh"),
+        ("POST", "/attach/ns/pod/c?output=1"),
+        ("GET", "/portForward/ns/pod?port=80"),
+        ("GET", "/containerLogs/ns/pod/c"),
+        ("GET", "/runningpods/"),
+        ("GET", "/logs/"),
+        ("GET", "/debug/pprof/"),
+    ] {
+        let (path, query) = clean.split_once('?').unwrap_or((clean, ""));
+        let with_query = |p: &str| {
+            if query.is_empty() {
+                p.to_string()
+            } else {
+                format!("{p}?{query}")
+            }
+        };
+        let rest = &path[1..];
+        let first = rest.split('/').next().unwrap();
+        let unclean = [
+            format!("//{rest}"),
+            format!("/./{rest}"),
+            format!("/a/../{rest}"),
+            format!("/{first}//{}", rest[first.len()..].trim_start_matches('/')),
+        ];
+        // The switch off: the clean path is refused, after authentication.
+        assert_eq!(
+            closed.request(method, clean, Some(&user)).await,
+            disabled,
+            "{method} {clean}"
+        );
+        for spelled in &unclean {
+            let target = with_query(spelled);
+            for server in [&closed, &open] {
+                let (code, head, _) = server.request_with_head(method, &target, Some(&user)).await;
+                assert_eq!(code, 301, "{method} {target}: {head}");
+                let location = head
+                    .lines()
+                    .find_map(|l| {
+                        let (name, value) = l.split_once(':')?;
+                        name.eq_ignore_ascii_case("location").then(|| value.trim())
+                    })
+                    .unwrap_or_else(|| panic!("{method} {target}: no location in {head}"));
+                assert_eq!(location, clean, "{method} {target}");
+                // Before authentication, as Go's ServeMux answers it.
+                assert_eq!(server.request(method, &target, None).await.0, 301);
+            }
+        }
+        // %2F for the slashes after the first: one segment, no route, not found; never the
+        // handler, with the switch on or off.
+        let escaped = with_query(&format!("/{}", rest.replace('/', "%2F")));
+        if rest.contains('/') && !rest.ends_with('/') {
+            for server in [&closed, &open] {
+                let (code, body) = server.request(method, &escaped, Some(&user)).await;
+                assert!(
+                    code == 404 || code == 405,
+                    "{method} {escaped}: {code} {body}"
+                );
+                if code == 405 {
+                    assert_eq!((code, body), disabled, "{method} {escaped}");
+                }
+            }
+        }
+    }
+    // The switch on: the clean path reaches its handler (here: no such pod).
+    assert_eq!(
+        open.request("GET", "/containerLogs/ns/pod/c", Some(&user))
+            .await,
+        (404, "pod \"pod\" does not exist".to_string())
+    );
+}
+
 fn open_config(address: &str, anonymous: bool, mode: AuthorizationMode) -> Config {
     let mut c = Config::defaults(false);
     c.address = address.parse().unwrap();

@@ -126,6 +126,9 @@ pub(crate) fn serving_cert(
 /// The key is ECDSA P-256 (upstream uses RSA 2048; the ring backend cannot generate RSA).
 fn write_self_signed(host: &str, dir: &Path, cert: &Path, key: &Path) -> Result<(), TlsError> {
     let (cert_pem, key_pem) = self_signed_pem(host)?;
+    // Each file is written to a new file beside it (made with its mode, so the key is never
+    // readable by others, not even for a moment) and renamed over the old one: opening an
+    // existing file keeps that file's mode, which could be wider than 0600.
     let write = |path: &Path, text: &str, mode: u32| -> Result<(), TlsError> {
         use std::io::Write;
         use std::os::unix::fs::OpenOptionsExt;
@@ -133,14 +136,26 @@ fn write_self_signed(host: &str, dir: &Path, cert: &Path, key: &Path) -> Result<
             path: path.to_path_buf(),
             source,
         };
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        let tmp = path.with_file_name(format!(".{name}.tmp"));
+        match std::fs::remove_file(&tmp) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(err(e)),
+            _ => {}
+        }
         let mut f = std::fs::OpenOptions::new()
-            .create(true)
+            .create_new(true)
             .write(true)
-            .truncate(true)
             .mode(mode)
-            .open(path)
+            .open(&tmp)
             .map_err(err)?;
-        f.write_all(text.as_bytes()).map_err(err)
+        let written = f
+            .write_all(text.as_bytes())
+            .and_then(|()| f.sync_all())
+            .and_then(|()| std::fs::rename(&tmp, path));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        written.map_err(err)
     };
     std::fs::create_dir_all(dir).map_err(|source| TlsError::Write {
         path: dir.to_path_buf(),
@@ -623,6 +638,39 @@ mod tests {
         let (again, _) = serving_cert(&config).unwrap();
         assert_eq!(chain, again);
         server_config(&config, Arc::new(provider(&config).unwrap()), None).unwrap();
+    }
+
+    /// A key file left with a wide mode (a half pair from an earlier run, or a file someone
+    /// made) is replaced by a new 0600 file, not written into: before, the new key went into
+    /// the old file and kept its 0644.
+    #[test]
+    fn the_generated_key_is_a_new_file_of_its_own_mode() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config::defaults(false);
+        config.node_name = "node-b".into();
+        config.cert_dir = dir.path().to_path_buf();
+        let key = dir.path().join("kubelet.key");
+        std::fs::write(&key, "old\n").unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let old_inode = std::fs::metadata(&key).unwrap().ino();
+        serving_cert(&config).unwrap();
+        let meta = std::fs::metadata(&key).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert_ne!(meta.ino(), old_inode, "a new file, renamed into place");
+        assert!(std::fs::read_to_string(&key)
+            .unwrap()
+            .contains("PRIVATE KEY"));
+        // 0644 as far as the umask lets it: never more.
+        let cert = std::fs::metadata(dir.path().join("kubelet.crt")).unwrap();
+        assert_eq!(cert.permissions().mode() & 0o777 & !0o644, 0);
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".tmp"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
     }
 
     /// A pair as the certificate manager stores it: a leaf for `host` and its key.

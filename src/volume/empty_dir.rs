@@ -84,7 +84,8 @@ fn memory_limit(c: &Container) -> Option<i64> {
 
 /// The pod's memory limit as its cgroup gets it: the pod-level limit when set, else only
 /// when every container has one: the larger of the app containers plus sidecars and the
-/// biggest init container plus the sidecars started before it, plus the pod overhead.
+/// biggest init container plus the sidecars started before it, plus the pod overhead. The sums
+/// saturate: limits come from the pod's author, and two near the top of i64 must not overflow.
 pub fn pod_memory_limit(pod: &Pod) -> Option<i64> {
     let spec = pod.spec.as_ref()?;
     let overhead = spec
@@ -100,24 +101,28 @@ pub fn pod_memory_limit(pod: &Pod) -> Option<i64> {
         .and_then(|l| l.get("memory"))
         .and_then(api_bytes)
     {
-        return Some(l + overhead);
+        return Some(l.saturating_add(overhead));
     }
     let mut apps = 0i64;
     for c in &spec.containers {
-        apps += memory_limit(c)?;
+        apps = apps.saturating_add(memory_limit(c)?);
     }
     let mut sidecars = 0i64;
     let mut init_peak = 0i64;
     for c in spec.init_containers.iter().flatten() {
         let l = memory_limit(c)?;
         if c.restart_policy.as_deref() == Some("Always") {
-            sidecars += l;
+            sidecars = sidecars.saturating_add(l);
             init_peak = init_peak.max(sidecars);
         } else {
-            init_peak = init_peak.max(sidecars + l);
+            init_peak = init_peak.max(sidecars.saturating_add(l));
         }
     }
-    Some((apps + sidecars).max(init_peak) + overhead)
+    Some(
+        apps.saturating_add(sidecars)
+            .max(init_peak)
+            .saturating_add(overhead),
+    )
 }
 
 #[cfg(test)]
@@ -188,6 +193,27 @@ mod tests {
             memory_size(&no_limits, Some("0.5Gi"), Some(8 << 30)),
             Some(512 << 20)
         );
+    }
+
+    /// Limits near the top of i64 (5Ei each: their sum is past it) give the largest limit, not
+    /// an overflow (a panic in a debug build, a negative size in a release one).
+    #[test]
+    fn huge_limits_saturate() {
+        let huge = pod(json!({
+            "initContainers": [
+                {"name": "side", "restartPolicy": "Always", "resources": {"limits": {"memory": "5Ei"}}},
+                {"name": "init", "resources": {"limits": {"memory": "5Ei"}}}],
+            "containers": [
+                {"name": "a", "resources": {"limits": {"memory": "5Ei"}}},
+                {"name": "b", "resources": {"limits": {"memory": "5Ei"}}}],
+            "overhead": {"memory": "5Ei"}}));
+        assert_eq!(pod_memory_limit(&huge), Some(i64::MAX));
+        assert_eq!(memory_size(&huge, None, Some(8 << 30)), Some(8 << 30));
+        let pod_level = pod(json!({
+            "resources": {"limits": {"memory": "5Ei"}},
+            "containers": [{"name": "a"}],
+            "overhead": {"memory": "5Ei"}}));
+        assert_eq!(pod_memory_limit(&pod_level), Some(i64::MAX));
     }
 
     #[test]

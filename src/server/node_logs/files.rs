@@ -30,6 +30,9 @@ use crate::server::router::{bytes_body, Body};
 pub(crate) enum OpenError {
     /// It leaves the root (`..` above it, an absolute name or symlink, or one climbing out).
     Escapes,
+    /// Neither a regular file nor a folder (a FIFO, socket or device): never served, as reading
+    /// one could block a thread for good or read a device.
+    NotRegular,
     Os(Errno),
 }
 
@@ -61,9 +64,22 @@ fn open_beneath(root: &Path, name: &str, flags: OFlag) -> Result<OwnedFd, OpenEr
     Ok(nix::fcntl::openat2(dir.as_fd(), name, how)?)
 }
 
-/// Opens `name` for reading beneath `root`, as Go's os.OpenInRoot does. Blocking.
+/// Opens `name` for reading beneath `root`, as Go's os.OpenInRoot does, when it is a regular
+/// file or a folder. O_NONBLOCK: opening a FIFO no one writes to would otherwise wait for a
+/// writer, holding the thread (it changes nothing for a file's reads); O_NOCTTY: a terminal
+/// opened here never becomes the agent's. Blocking.
 pub(crate) fn open_in_root(root: &Path, name: &str) -> Result<File, OpenError> {
-    open_beneath(root, name, OFlag::O_RDONLY).map(File::from)
+    let flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY;
+    let file = File::from(open_beneath(root, name, flags)?);
+    let kind = file
+        .metadata()
+        .map_err(|e| OpenError::Os(Errno::from_raw(e.raw_os_error().unwrap_or(0))))?
+        .file_type();
+    if kind.is_file() || kind.is_dir() {
+        Ok(file)
+    } else {
+        Err(OpenError::NotRegular)
+    }
 }
 
 /// Whether `name` exists beneath `root` (the final symlink followed), as os.Root's Stat.
@@ -156,9 +172,9 @@ fn open_failure(e: OpenError) -> Found {
         OpenError::Os(Errno::ENOENT | Errno::ENOTDIR) => {
             go_error(StatusCode::NOT_FOUND, "404 page not found")
         }
-        OpenError::Os(Errno::EACCES | Errno::EPERM) | OpenError::Escapes => {
-            go_error(StatusCode::FORBIDDEN, "403 Forbidden")
-        }
+        OpenError::Os(Errno::EACCES | Errno::EPERM)
+        | OpenError::Escapes
+        | OpenError::NotRegular => go_error(StatusCode::FORBIDDEN, "403 Forbidden"),
         OpenError::Os(errno) => {
             tracing::warn!(error = %errno, "node log file server");
             go_error(
@@ -395,7 +411,7 @@ fn url_of_path(path: &[u8]) -> String {
 }
 
 /// Go's htmlReplacer.
-fn html_escape_into(text: &[u8], out: &mut Vec<u8>) {
+pub(crate) fn html_escape_into(text: &[u8], out: &mut Vec<u8>) {
     for &b in text {
         match b {
             b'&' => out.extend_from_slice(b"&amp;"),

@@ -317,6 +317,7 @@ impl OpenError {
     pub fn go_text(&self) -> String {
         match self {
             OpenError::Escapes => "path escapes from parent".into(),
+            OpenError::NotRegular => "not a regular file".into(),
             OpenError::Os(errno) => {
                 let desc = errno.desc();
                 let mut chars = desc.chars();
