@@ -401,9 +401,7 @@ fn server_tls_bootstrap_serves_the_cluster_issued_certificate_once_approved() {
 /// hack/cluster/SCRIPT with ARGS, its hosts file and lock pointed into `dir` when given (no
 /// root, no wait for a resolver); (success, stdout, stderr).
 fn hack_cluster(script: &str, args: &[&str], hosts_in: Option<&Path>) -> (bool, String, String) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("hack/cluster")
-        .join(script);
+    let path = common::cluster::hack(script);
     let mut cmd = Command::new(&path);
     cmd.args(args);
     if let Some(dir) = hosts_in {

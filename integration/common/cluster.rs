@@ -189,7 +189,8 @@ impl Cluster {
     }
 }
 
-fn hack(script: &str) -> PathBuf {
+/// hack/cluster/SCRIPT of this checkout.
+pub fn hack(script: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("hack/cluster")
         .join(script)
