@@ -69,17 +69,24 @@ struct Agent {
     port: u16,
     read_only_port: u16,
     args: Vec<String>,
+    /// The RLIMIT_NOFILE (soft, hard) the agent is started with; inherited when None.
+    open_files: Option<(u64, u64)>,
     child: Option<Child>,
 }
 
 impl Agent {
     fn start(extra: &[String]) -> Agent {
+        Self::start_with_open_files(extra, None)
+    }
+
+    fn start_with_open_files(extra: &[String], open_files: Option<(u64, u64)>) -> Agent {
         let mut a = Agent {
             root: tempfile::tempdir().unwrap(),
             _manifests: tempfile::tempdir().unwrap(),
             port: free_port(),
             read_only_port: free_port(),
             args: extra.to_vec(),
+            open_files,
             child: None,
         };
         a.launch();
@@ -92,7 +99,24 @@ impl Agent {
             .append(true)
             .open(self.root.path().join("agent.log"))
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_kubelet-rs"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_kubelet-rs"));
+        if let Some((soft, hard)) = self.open_files {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: setrlimit is async-signal-safe and touches only the child.
+            unsafe {
+                command.pre_exec(move || {
+                    let limit = libc::rlimit {
+                        rlim_cur: soft,
+                        rlim_max: hard,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let child = command
             .arg(format!(
                 "--pod-manifest-path={}",
                 self._manifests.path().display()
@@ -540,6 +564,93 @@ async fn read_only_port_serves_the_public_set_only() {
 }
 
 /// --enable-server=false: the main port is never opened, the read-only port still is.
+/// A (soft, hard) open-file limit's values in /proc/<pid>/limits.
+fn open_file_limit(pid: u32) -> (u64, u64) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("an open-files line");
+    let mut numbers = line
+        .split_whitespace()
+        .filter_map(|w| w.parse::<u64>().ok());
+    (numbers.next().unwrap(), numbers.next().unwrap())
+}
+
+/// Started with a soft open-file limit of 256 under a hard one of 600, the agent raises the
+/// soft limit to 600, as Go's runtime does for the upstream kubelet, and a client that
+/// opens 700 connections to the read-only port holds no more than a share of them: the rest
+/// are closed at once, another client is served on both ports, and the agent still opens
+/// files (/logs/ opens /var/log). Before, the agent kept 256 and its per-client cap (1024)
+/// was above it: the greedy client took every descriptor, accept failed with EMFILE, and
+/// everybody else waited in the backlog.
+#[tokio::test]
+async fn a_client_holding_many_connections_leaves_descriptors_for_the_rest() {
+    const GREEDY: usize = 700;
+    const HARD: u64 = 600;
+    raise_own_open_file_limit(GREEDY as u64 + 256);
+    let agent = Agent::start_with_open_files(&[], Some((256, HARD)));
+    let pid = agent.child.as_ref().unwrap().id();
+    assert_eq!(open_file_limit(pid), (HARD, HARD), "{}", agent.log());
+
+    let mut greedy = Vec::with_capacity(GREEDY);
+    for _ in 0..GREEDY {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        let addr: SocketAddr = ([127, 0, 0, 1], agent.read_only_port).into();
+        greedy.push(socket.connect(addr).await.unwrap());
+    }
+    // A connection the agent closed reads EOF (or a reset) at once; a held one (or one the
+    // agent never accepted) reads nothing until the deadline. All read at once.
+    let reads = greedy.into_iter().map(|mut s| async move {
+        let mut buf = [0u8; 16];
+        let closed = matches!(
+            tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await,
+            Ok(Ok(0) | Err(_))
+        );
+        (closed, s)
+    });
+    let results = futures::future::join_all(reads).await;
+    let held = results.iter().filter(|(closed, _)| !closed).count();
+    assert!(
+        held as u64 <= HARD / 2,
+        "the greedy client holds {held} of the agent's {HARD} descriptors"
+    );
+
+    // Everyone else, while the greedy client holds its share.
+    let port = agent.read_only_port;
+    let (code, body) = tokio::task::spawn_blocking(move || http_get(port, "/pods"))
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = agent.get("/logs/", None, None).await;
+    assert_eq!(code, 200, "/logs/ lists /var/log: {body}");
+    assert!(body.contains("<a href="), "{body}");
+    drop(results);
+}
+
+/// Raises this test process's soft open-file limit to hold `want` descriptors (to the hard
+/// limit at most; any process may).
+fn raise_own_open_file_limit(want: u64) {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write only the struct passed.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
+        if limit.rlim_cur < want {
+            limit.rlim_cur = want.min(limit.rlim_max);
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
+        }
+    }
+    assert!(
+        limit.rlim_cur >= want,
+        "this test needs {want} open files; the hard limit is {}",
+        limit.rlim_max
+    );
+}
+
 #[tokio::test]
 async fn enable_server_false_keeps_the_main_port_closed() {
     let agent = Agent::start(&["--enable-server=false".to_string()]);

@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod network;
 pub mod node;
 pub mod objects;
+pub mod open_files;
 pub mod pod;
 pub mod prober;
 pub mod quantity;

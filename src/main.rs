@@ -111,6 +111,12 @@ fn wants_colour(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) ->
 async fn run(cfg: Config) -> anyhow::Result<()> {
     let cfg = Arc::new(cfg);
     info!(node = %cfg.node_name, root_dir = %cfg.root_dir.display(), "kubelet-rs starting");
+    // As Go's runtime does for the upstream kubelet; the servers' connection caps are sized
+    // from the limit this leaves.
+    match kubelet_rs::open_files::raise_soft_to_hard() {
+        Ok(l) => info!(soft = l.soft, hard = l.hard, was = l.was, "open-file limit"),
+        Err(e) => warn!("{e}; keeping the open-file limit as it is"),
+    }
     for warning in cfg.warnings() {
         tracing::warn!("{warning}");
     }

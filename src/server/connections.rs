@@ -1,15 +1,18 @@
 //! How the servers take connections: a cap on the connections each client address may hold
-//! open, a deadline for each request's headers, and upstream's write deadline for each
-//! response, so a client that opens many connections, dribbles its headers byte by byte
-//! (slowloris), or never reads its answers, cannot exhaust the agent's sockets, memory or
-//! tasks, nor lock other clients out.
+//! open, a cap for 10250 and 10255 together below the process's open-file limit, a deadline
+//! for each request's headers, and upstream's write deadline for each response, so a client
+//! that opens many connections, dribbles its headers byte by byte (slowloris), or never reads
+//! its answers, cannot exhaust the agent's sockets, memory or tasks, nor lock other clients
+//! out.
 //!
 //! Upstream's kubelet relies on Go's http.Server (pkg/kubelet/server/server.go:
 //! ReadTimeout and WriteTimeout 4 h, IdleTimeout 90 s, MaxHeaderBytes 1 MiB) and has no cap.
-//! A cap for the whole server, as here before, let one client that opened enough idle
+//! A cap for the whole server alone, as here once, let one client that opened enough idle
 //! connections shut every other client (the API server among them) out of 10250; a cap per
-//! client address bounds what one client holds and leaves everybody else served. A
-//! connection beyond its client's cap is closed at once.
+//! client address bounds what one client holds and leaves everybody else served. The total
+//! cap keeps many clients together (every pod on the node is one) from taking the
+//! descriptors containerd's and CSI drivers' connections and the agent's file opens need. A
+//! connection beyond either cap is closed at once.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -46,11 +49,18 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(4 * 60 * 60);
 /// Open connections one client address may hold on the main and read-only servers. Long-lived
 /// streams (logs -f, exec) hold one each, and the API server (or a konnectivity agent) may
 /// carry many users' streams from one address: 1024 leaves room for that while one client
-/// still cannot take the agent's file descriptors.
+/// still cannot take the agent's file descriptors. Lower when the open-file limit is low, see
+/// [`ConnectionLimits::serving_for`].
 pub const MAX_CONNECTIONS_PER_CLIENT: usize = 1024;
 
 /// Open connections per client on the healthz server: local health checkers, a few at a time.
 pub const HEALTHZ_MAX_CONNECTIONS_PER_CLIENT: usize = 64;
+/// Open connections on the healthz server in all.
+pub const HEALTHZ_MAX_CONNECTIONS: usize = 256;
+
+/// Descriptors kept out of the servers' reach, at least: containerd's and CSI drivers'
+/// connections, exec sessions' FIFOs and streams, log files, inotify, the runtime's own.
+const MIN_RESERVED_FILES: u64 = 128;
 
 /// Largest request head hyper buffers (upstream's MaxHeaderBytes, 1 MiB).
 const MAX_BUF_SIZE: usize = 1 << 20;
@@ -61,44 +71,82 @@ pub struct ConnectionLimits {
     pub header_read_timeout: Duration,
     pub write_timeout: Duration,
     pub max_connections_per_client: usize,
+    /// Open connections in all, over every server sharing one [`ConnectionTable`].
+    pub max_connections: usize,
 }
 
 impl ConnectionLimits {
-    /// The main and read-only servers.
-    pub const SERVING: ConnectionLimits = ConnectionLimits {
-        header_read_timeout: HEADER_READ_TIMEOUT,
-        write_timeout: WRITE_TIMEOUT,
-        max_connections_per_client: MAX_CONNECTIONS_PER_CLIENT,
-    };
     /// The healthz server.
     pub const HEALTHZ: ConnectionLimits = ConnectionLimits {
         header_read_timeout: HEADER_READ_TIMEOUT,
         write_timeout: WRITE_TIMEOUT,
         max_connections_per_client: HEALTHZ_MAX_CONNECTIONS_PER_CLIENT,
+        max_connections: HEALTHZ_MAX_CONNECTIONS,
     };
+
+    /// The main and read-only servers under the process's open-file limit as it is now (the
+    /// agent raised it at start).
+    pub fn serving() -> ConnectionLimits {
+        Self::serving_for(crate::open_files::current_soft_limit(1024))
+    }
+
+    /// The main and read-only servers in a process that may open `open_files` descriptors:
+    /// a quarter of them (at least [`MIN_RESERVED_FILES`]) stays out of the servers' reach,
+    /// and one client may hold a quarter of the rest, at most [`MAX_CONNECTIONS_PER_CLIENT`],
+    /// so a greedy client leaves room for three more as greedy and then some.
+    pub fn serving_for(open_files: u64) -> ConnectionLimits {
+        let reserved = (open_files / 4).max(MIN_RESERVED_FILES);
+        let total = usize::try_from(open_files.saturating_sub(reserved))
+            .unwrap_or(usize::MAX)
+            .max(8);
+        ConnectionLimits {
+            header_read_timeout: HEADER_READ_TIMEOUT,
+            write_timeout: WRITE_TIMEOUT,
+            max_connections_per_client: (total / 4).clamp(1, MAX_CONNECTIONS_PER_CLIENT),
+            max_connections: total,
+        }
+    }
 }
 
-/// Open connections per client address.
+/// Open connections per client address, and in all, of the servers that share it (10250
+/// and 10255 share one, so a client cannot double its share by using both).
 #[derive(Debug, Default)]
-struct PerClient {
-    open: Mutex<HashMap<IpAddr, usize>>,
+pub(crate) struct ConnectionTable {
+    open: Mutex<OpenConnections>,
+}
+
+#[derive(Debug, Default)]
+struct OpenConnections {
+    total: usize,
+    per_client: HashMap<IpAddr, usize>,
 }
 
 /// One open connection of a client; dropping it gives the slot back.
 struct Slot {
-    table: Arc<PerClient>,
+    table: Arc<ConnectionTable>,
     client: IpAddr,
 }
 
-impl PerClient {
-    fn take(self: &Arc<Self>, client: IpAddr, max: usize) -> Option<Slot> {
-        let mut open = self.open.lock().expect("connection table lock");
-        let count = open.entry(client).or_insert(0);
-        if *count >= max {
-            return None;
+/// Why a connection was not taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    ClientFull,
+    ServerFull,
+}
+
+impl ConnectionTable {
+    fn take(self: &Arc<Self>, client: IpAddr, limits: &ConnectionLimits) -> Result<Slot, Refusal> {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let mine = open.per_client.get(&client).copied().unwrap_or(0);
+        if mine >= limits.max_connections_per_client.max(1) {
+            return Err(Refusal::ClientFull);
         }
-        *count += 1;
-        Some(Slot {
+        if open.total >= limits.max_connections.max(1) {
+            return Err(Refusal::ServerFull);
+        }
+        open.total += 1;
+        *open.per_client.entry(client).or_insert(0) += 1;
+        Ok(Slot {
             table: self.clone(),
             client,
         })
@@ -107,26 +155,29 @@ impl PerClient {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut open = self.table.open.lock().expect("connection table lock");
-        if let Some(count) = open.get_mut(&self.client) {
+        let mut open = self.table.open.lock().unwrap_or_else(|e| e.into_inner());
+        open.total = open.total.saturating_sub(1);
+        if let Some(count) = open.per_client.get_mut(&self.client) {
             *count -= 1;
             if *count == 0 {
                 // Gone clients leave no entry behind: the table is as big as the open set.
-                open.remove(&self.client);
+                open.per_client.remove(&self.client);
             }
         }
     }
 }
 
-/// Accepts connections in the background, at most `limits.max_connections_per_client` open
-/// at once per client address, and runs `serve` on each in its own task.
-pub(crate) fn spawn_accept_loop<F, Fut>(listener: TcpListener, limits: ConnectionLimits, serve: F)
-where
+/// Accepts connections in the background, within `limits`' caps counted in `table`, and runs
+/// `serve` on each in its own task.
+pub(crate) fn spawn_accept_loop<F, Fut>(
+    listener: TcpListener,
+    limits: ConnectionLimits,
+    table: Arc<ConnectionTable>,
+    serve: F,
+) where
     F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let table = Arc::new(PerClient::default());
-    let max = limits.max_connections_per_client.max(1);
     tokio::spawn(async move {
         loop {
             let (stream, peer) = match listener.accept().await {
@@ -140,10 +191,18 @@ where
             };
             // An IPv4 client reaching an IPv6 socket counts as its IPv4 address.
             let client = peer.ip().to_canonical();
-            let Some(slot) = table.take(client, max) else {
-                debug!(%client, max, "client holds too many connections: closing the new one");
-                drop(stream);
-                continue;
+            let slot = match table.take(client, &limits) {
+                Ok(slot) => slot,
+                Err(Refusal::ClientFull) => {
+                    debug!(%client, max = limits.max_connections_per_client,
+                        "client holds too many connections: closing the new one");
+                    continue;
+                }
+                Err(Refusal::ServerFull) => {
+                    debug!(%client, max = limits.max_connections,
+                        "the servers hold too many connections: closing the new one");
+                    continue;
+                }
             };
             let connection = serve(stream);
             tokio::spawn(async move {

@@ -32,7 +32,7 @@ use rustls::pki_types::CertificateDer;
 use tokio::net::TcpListener;
 use tracing::{debug, info, warn};
 
-use connections::{serve_connection, spawn_accept_loop, ConnectionLimits};
+use connections::{serve_connection, spawn_accept_loop, ConnectionLimits, ConnectionTable};
 
 pub use apiclient::{ApiClient, ApiError};
 pub use router::{Auth, Body, Port, ServerState, StatsViews};
@@ -95,12 +95,13 @@ pub async fn serve_read_only_with(
     state: Arc<ServerState>,
 ) -> Result<(), ServeError> {
     let listener = bind(addr, "read-only").await?;
-    serve_read_only_on(listener, state, ConnectionLimits::SERVING);
+    serve_read_only_on(listener, state, ConnectionLimits::serving());
     Ok(())
 }
 
 fn serve_read_only_on(listener: TcpListener, state: Arc<ServerState>, limits: ConnectionLimits) {
-    spawn_accept_loop(listener, limits, move |stream| {
+    let table = state.connections.clone();
+    spawn_accept_loop(listener, limits, table, move |stream| {
         let state = state.clone();
         serve_connection(stream, limits, move |req| {
             router::handle(
@@ -121,7 +122,8 @@ pub async fn serve_healthz(addr: SocketAddr) -> Result<(), ServeError> {
 }
 
 pub(crate) fn serve_healthz_on(listener: TcpListener, limits: ConnectionLimits) {
-    spawn_accept_loop(listener, limits, move |stream| {
+    let table = Arc::new(ConnectionTable::default());
+    spawn_accept_loop(listener, limits, table, move |stream| {
         serve_connection(stream, limits, |req: Request<Incoming>| async move {
             Ok::<_, Infallible>(match req.uri().path() {
                 "/healthz" => router::text(StatusCode::OK, "ok"),
@@ -247,7 +249,7 @@ pub async fn serve_main(
     let config = state.config.clone();
     let main = MainServer::new(state, api).await?;
     let listener = bind(SocketAddr::new(config.address, config.port), "main (TLS)").await?;
-    main.serve_on(listener, ConnectionLimits::SERVING);
+    main.serve_on(listener, ConnectionLimits::serving());
     Ok(())
 }
 
@@ -282,7 +284,8 @@ impl MainServer {
             auth,
             acceptor,
         } = self;
-        spawn_accept_loop(listener, limits, move |stream| {
+        let table = state.connections.clone();
+        spawn_accept_loop(listener, limits, table, move |stream| {
             let (acceptor, state, auth) = (acceptor.clone(), state.clone(), auth.clone());
             async move {
                 let tls = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream))

@@ -50,6 +50,8 @@ pub struct ServerState {
     runtime: OnceLock<Arc<dyn Runtime>>,
     /// `/logs/`; None with enableSystemLogHandler off.
     node_logs: Option<NodeLogs>,
+    /// The open connections of 10250 and 10255, counted together against their caps.
+    pub(crate) connections: Arc<super::connections::ConnectionTable>,
 }
 
 impl ServerState {
@@ -61,6 +63,7 @@ impl ServerState {
             stats: OnceLock::new(),
             sync_loop: OnceLock::new(),
             runtime: OnceLock::new(),
+            connections: Arc::default(),
         })
     }
 

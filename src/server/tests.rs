@@ -16,7 +16,7 @@ const PATIENCE: Duration = Duration::from_secs(60);
 #[tokio::test]
 async fn a_rotated_client_ca_is_used_without_a_restart() {
     let (old, new) = (Ca::new("old-ca"), Ca::new("new-ca"));
-    let server = MainUnderTest::start(&old, ConnectionLimits::SERVING, |_| {}).await;
+    let server = MainUnderTest::start(&old, ConnectionLimits::serving_for(1 << 16), |_| {}).await;
     let (old_user, new_user) = (old.client("alice"), new.client("bob"));
     assert_eq!(server.request("GET", "/pods", Some(&old_user)).await.0, 200);
     assert_eq!(server.request("GET", "/pods", Some(&new_user)).await.0, 401);
@@ -42,7 +42,7 @@ async fn a_rotated_client_ca_is_used_without_a_restart() {
 #[tokio::test]
 async fn debugging_handlers_off_closes_exactly_upstreams_debugging_paths() {
     let ca = Ca::new("ca");
-    let server = MainUnderTest::start(&ca, ConnectionLimits::SERVING, |c| {
+    let server = MainUnderTest::start(&ca, ConnectionLimits::serving_for(1 << 16), |c| {
         c.enable_debugging_handlers = false;
     })
     .await;
@@ -71,7 +71,7 @@ async fn debugging_handlers_off_closes_exactly_upstreams_debugging_paths() {
     assert_eq!(server.request("GET", "/healthz", Some(&user)).await.0, 200);
 
     // With the switch on (the default) the same paths reach their handlers.
-    let open = MainUnderTest::start(&ca, ConnectionLimits::SERVING, |_| {}).await;
+    let open = MainUnderTest::start(&ca, ConnectionLimits::serving_for(1 << 16), |_| {}).await;
     assert_eq!(open.request("GET", "/configz", Some(&user)).await.0, 200);
     assert_eq!(
         open.request("GET", "/runningpods/", Some(&user)).await.0,
@@ -95,11 +95,11 @@ async fn debugging_handlers_off_closes_exactly_upstreams_debugging_paths() {
 async fn no_spelling_of_a_debugging_path_passes_the_switch() {
     let ca = Ca::new("ca");
     let user = ca.client("admin");
-    let closed = MainUnderTest::start(&ca, ConnectionLimits::SERVING, |c| {
+    let closed = MainUnderTest::start(&ca, ConnectionLimits::serving_for(1 << 16), |c| {
         c.enable_debugging_handlers = false;
     })
     .await;
-    let open = MainUnderTest::start(&ca, ConnectionLimits::SERVING, |_| {}).await;
+    let open = MainUnderTest::start(&ca, ConnectionLimits::serving_for(1 << 16), |_| {}).await;
     let disabled = (405, "Debug endpoints are disabled.\n".to_string());
     for (method, clean) in [
         ("POST", "/exec/ns/pod/c?command=sh&input=1&output=1"),

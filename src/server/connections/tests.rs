@@ -164,6 +164,67 @@ async fn a_client_beyond_its_cap_is_refused_and_others_are_served() {
         .expect("the freed slot was not given back");
 }
 
+/// Past the cap for all clients together, a new connection from anyone is closed, while
+/// the ones already open are served; a freed slot is given to the next. Before, there was
+/// a cap per client only: enough clients together could take every descriptor.
+#[tokio::test]
+async fn past_the_total_cap_every_new_connection_is_closed_until_one_ends() {
+    let addr = healthz(ConnectionLimits {
+        header_read_timeout: Duration::from_secs(600),
+        max_connections_per_client: 2,
+        max_connections: 3,
+        ..ConnectionLimits::HEALTHZ
+    })
+    .await;
+    let mut a1 = connect_from("127.0.0.2", addr).await;
+    let _a2 = connect_from("127.0.0.2", addr).await;
+    let b1 = connect_from("127.0.0.3", addr).await;
+    // Three open: a client with no connection at all is refused.
+    assert!(!served(&mut connect_from("127.0.0.4", addr).await).await);
+    assert!(served(&mut a1).await, "a held connection is still served");
+    drop(b1);
+    let again = async {
+        loop {
+            if served(&mut connect_from("127.0.0.4", addr).await).await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(PATIENCE, again)
+        .await
+        .expect("the freed slot was not given back");
+}
+
+/// The caps follow the open-file limit: the servers never reach it, one client never holds
+/// the servers' share alone, and a high limit gives the usual per-client cap.
+#[test]
+fn the_caps_leave_descriptors_for_everything_else() {
+    for files in [0u64, 64, 256, 600, 1024, 4096, 65_536, 1 << 20, u64::MAX] {
+        let l = ConnectionLimits::serving_for(files);
+        if files >= 1024 {
+            assert!(
+                (l.max_connections as u64) <= files - files / 4,
+                "{files}: {l:?}"
+            );
+        }
+        assert!(l.max_connections_per_client >= 1, "{files}: {l:?}");
+        assert!(
+            l.max_connections_per_client * 4 <= l.max_connections.max(4),
+            "{files}: {l:?}"
+        );
+    }
+    assert_eq!(ConnectionLimits::serving_for(600).max_connections, 450);
+    assert_eq!(
+        ConnectionLimits::serving_for(600).max_connections_per_client,
+        112
+    );
+    assert_eq!(
+        ConnectionLimits::serving_for(1 << 20).max_connections_per_client,
+        super::MAX_CONNECTIONS_PER_CLIENT
+    );
+}
+
 /// A client that sends a request and never reads the (large) answer is dropped at the write
 /// deadline instead of holding its connection, task and buffers forever. Before, there was
 /// no write deadline at all.
@@ -173,7 +234,7 @@ async fn a_client_that_does_not_read_its_answer_is_dropped_at_the_write_deadline
     let addr = listener.local_addr().unwrap();
     let limits = ConnectionLimits {
         write_timeout: Duration::from_millis(300),
-        ..ConnectionLimits::SERVING
+        ..ConnectionLimits::serving_for(1 << 16)
     };
     let server = tokio::spawn(async move {
         let (stream, _) = listener.accept().await.unwrap();
@@ -236,7 +297,7 @@ async fn idle_and_pipelining_clients_do_not_lock_an_authenticated_client_out() {
         "the open-file limit ({limit}) is too low for this test"
     );
     let ca = Ca::new("ca");
-    let server = MainUnderTest::start(&ca, ConnectionLimits::SERVING, |_| {}).await;
+    let server = MainUnderTest::start(&ca, ConnectionLimits::serving_for(1 << 16), |_| {}).await;
     // Idle clients that completed TLS and then say nothing: each holds a connection until
     // the header deadline (30 s). (With a cap for the whole server, the handshakes past the
     // cap cannot happen; those connections are kept half-open instead.)
