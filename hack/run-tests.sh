@@ -68,10 +68,11 @@ declare -A EXCLUSIVE=(
 )
 # Binaries of one group never overlap each other, and why. cpu: the ones that keep cores busy
 # (metrics-server and HPA spinners, Prometheus, a busy loop, a second control plane) and the ones
-# that measure or time what a busy machine slows (a spinner's share of a core, a probe's window).
+# that measure or time what a busy machine slows (a spinner's share of a core, a probe's window),
+# the unit tests among them (a thousand at once, some on real sockets and real clocks).
 declare -A CONFLICT=(
 	[cluster_metrics]=cpu [cluster_prometheus]=cpu [subpath_race]=cpu [cluster_faults]=cpu
-	[stats]=cpu [health]=cpu
+	[stats]=cpu [health]=cpu ["kubelet_rs (lib)"]=cpu
 )
 # Binaries that run Go programs built by hack/test.sh's background builds, and the part they
 # wait for (hack/csi/build.sh's driver, registrar and attacher; hack/prometheus/build.sh's

@@ -74,7 +74,7 @@ async fn cases() {
     let c = Containerd::connect(Path::new(SOCKET), ns())
         .await
         .expect("connect to containerd");
-    let t = Duration::from_secs(5);
+    let t = Duration::from_secs(30);
 
     let r = c.exec_sync(ID, cmd(&["echo", "hi"]), t).await.unwrap();
     assert_eq!(r.exit_code, 0);

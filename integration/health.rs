@@ -260,7 +260,7 @@ fn probes_drive_readiness_and_restarts() {
         "late.yaml",
         &probe_pod(
             "late",
-            "sleep 4; touch /tmp/ready; exec sleep 3600",
+            "sleep 20; touch /tmp/ready; exec sleep 3600",
             "    readinessProbe: {exec: {command: [test, -f, /tmp/ready]}, periodSeconds: 1}",
         ),
     );
@@ -304,24 +304,27 @@ fn probes_drive_readiness_and_restarts() {
         "slow.yaml",
         &probe_pod(
             "slow",
-            "sleep 8; touch /tmp/up; exec sleep 3600",
-            "    startupProbe: {exec: {command: [test, -f, /tmp/up]}, periodSeconds: 1, failureThreshold: 30}\n    readinessProbe: {exec: {command: ['true']}, periodSeconds: 1}",
+            "sleep 20; touch /tmp/up; exec sleep 3600",
+            "    startupProbe: {exec: {command: [test, -f, /tmp/up]}, periodSeconds: 1, failureThreshold: 90}\n    readinessProbe: {exec: {command: ['true']}, periodSeconds: 1}",
         ),
     );
 
-    let p = node.wait_pod("slow", 30, "running, not started", |p| {
-        container_status(p, "c")["state"]["running"].is_object()
-    });
-    assert_eq!(container_status(&p, "c")["started"], false);
-    assert_eq!(container_status(&p, "c")["ready"], false);
+    // The files appear 20 s after the containers start: long enough for both checks of the
+    // "before" state on a loaded machine (with 4 s, the wait for one pod could outlast the
+    // other's delay).
     let p = node.wait_pod("late", 30, "Running but not ready", |p| {
         p["status"]["phase"] == "Running"
             && container_status(p, "c")["state"]["running"].is_object()
     });
     assert_eq!(container_status(&p, "c")["ready"], false);
     assert_eq!(condition(&p, "Ready")["status"], "False");
-    node.wait_pod("late", 30, "ready after the file appears", running);
-    let p = node.wait_pod("slow", 30, "started and ready", running);
+    let p = node.wait_pod("slow", 30, "running, not started", |p| {
+        container_status(p, "c")["state"]["running"].is_object()
+    });
+    assert_eq!(container_status(&p, "c")["started"], false);
+    assert_eq!(container_status(&p, "c")["ready"], false);
+    node.wait_pod("late", 60, "ready after the file appears", running);
+    let p = node.wait_pod("slow", 60, "started and ready", running);
     assert_eq!(container_status(&p, "c")["started"], true);
 
     let p = node.wait_pod("dies", 60, "restarted by liveness", |p| {
@@ -527,7 +530,7 @@ spec:
   containers:
   - name: c
     image: {BUSYBOX}
-    command: ["sh", "-c", "sleep 1; echo post=$(cat /tmp/post); exec sleep 3600"]
+    command: ["sh", "-c", "until grep -q started /tmp/post 2>/dev/null; do sleep 0.2; done; echo post=$(cat /tmp/post); exec sleep 3600"]
     volumeMounts: [{{name: out, mountPath: /out}}]
     lifecycle:
       postStart: {{exec: {{command: [sh, -c, "echo started > /tmp/post"]}}}}
@@ -661,8 +664,9 @@ spec:
     node.remove_manifest("slowstop.yaml");
     node.wait_gone("slowstop", 40);
     let took = t0.elapsed();
+    // Uncut, the preStop alone takes 30 s; 20 s leaves the teardown room on a loaded machine.
     assert!(
-        took < std::time::Duration::from_secs(10),
+        took < std::time::Duration::from_secs(20),
         "pod with a 2 s grace period took {took:?} to go"
     );
     node.wait_until(10, "containers removed", || node.containers().is_empty());

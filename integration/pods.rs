@@ -137,10 +137,16 @@ fn removal_stops_gracefully_and_cleans_everything() {
     let node = Node::start("removal");
     node.write_manifest(
         "a.yaml",
+        // A grace period far longer than the TERM trap needs even on a loaded machine (with
+        // the usual 2 s, a slow trip of the exit through shim and containerd drew a SIGKILL).
         &busybox_pod(
             "a",
             "Always",
             "trap 'echo bye; exit 0' TERM; while true; do sleep 0.2; done",
+        )
+        .replace(
+            "terminationGracePeriodSeconds: 2",
+            "terminationGracePeriodSeconds: 30",
         ),
     );
     let pod = node.wait_pod("a", 60, "Running", running);

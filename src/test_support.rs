@@ -47,3 +47,35 @@ impl Drop for HungFs {
         let _ = nix::mount::umount2(self.dir.path(), nix::mount::MntFlags::MNT_DETACH);
     }
 }
+
+/// Writes an executable script that is safe to run at once from a test binary whose other
+/// tests fork: a child forked while the file was open for writing holds that descriptor
+/// until its exec, and running the script meanwhile fails with ETXTBSY ("Text file busy").
+/// The file is closed before returning, and one run with retries waits those children
+/// out; no later fork can inherit the closed descriptor, so every later run succeeds.
+pub(crate) fn write_script(path: &std::path::Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        // A run with no input; the script's own output and status do not matter here.
+        match std::process::Command::new(path)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+        {
+            Ok(_) => return,
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{} stayed busy: {e}",
+                    path.display()
+                );
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(e) => panic!("running {}: {e}", path.display()),
+        }
+    }
+}

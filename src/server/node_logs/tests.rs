@@ -1,6 +1,5 @@
 //! `/logs/` answered in process over a temporary log folder.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use http_body_util::BodyExt;
@@ -354,15 +353,13 @@ async fn a_query_without_a_journal_reads_the_services_files() {
 /// A stand-in journalctl: it knows the unit `kubelet.service`, and prints its arguments.
 fn fake_journalctl(dir: &Path) -> std::path::PathBuf {
     let path = dir.join("journalctl");
-    std::fs::write(
+    crate::test_support::write_script(
         &path,
         "#!/bin/sh\n\
          if [ \"$1\" = --field ]; then echo kubelet.service; echo other.service; exit 0; fi\n\
          for a in \"$@\"; do echo \"arg $a\"; done\n\
          echo 'on stderr' >&2\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     path
 }
 

@@ -441,7 +441,8 @@ async fn housekeeping_loop_fills_the_cache_and_stops() {
     let task = tokio::spawn(c.clone().run(lister, async {
         let _ = rx.await;
     }));
-    let deadline = Instant::now() + Duration::from_secs(5);
+    // Generous: two real collects on a loaded machine.
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let rate = c
             .summary(false)
@@ -449,11 +450,11 @@ async fn housekeeping_loop_fills_the_cache_and_stops() {
         if rate.is_some() {
             break;
         }
-        assert!(Instant::now() < deadline, "no second tick within 5 s");
+        assert!(Instant::now() < deadline, "no second tick within 60 s");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     tx.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(5), task)
+    tokio::time::timeout(Duration::from_secs(60), task)
         .await
         .unwrap()
         .unwrap();
@@ -507,8 +508,11 @@ fn real_machine_sanity() {
         .map(|n| n.get())
         .unwrap_or(1) as u64;
     let rate = cpu.usage_nano_cores.expect("second sample gives a rate");
+    // A sanity bound, not a measurement: the two samples' clocks are taken a little apart
+    // from their cpu.stat reads, and a busy machine's preemption between them skews a rate
+    // over a short interval by tens of percent.
     assert!(
-        rate <= cores * 1_100_000_000,
+        rate <= cores * 2_000_000_000,
         "rate {rate} on {cores} cores"
     );
 
