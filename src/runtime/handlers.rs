@@ -76,11 +76,36 @@ struct CriRuntimeOptions {
     config_path: String,
 }
 
-/// What a container record is created with: containerd's runtime name and its options.
+/// What a container record is created with: containerd's runtime name and its options;
+/// and what a privileged container of the runtime gets of the host's devices.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ContainerRuntime {
     pub name: String,
     pub options: Option<Any>,
+    pub privileged_devices: PrivilegedDevices,
+}
+
+/// A runtime's `privileged_without_host_devices` and
+/// `privileged_without_host_devices_all_devices_allowed`, as containerd's CRI plugin applies
+/// them to privileged containers: by default every device node of the host's /dev and every
+/// device allowed in the cgroup; without host devices, neither (a VM-based runtime must not
+/// hand the host's devices to its guest), unless all devices are still allowed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PrivilegedDevices {
+    pub without_host_devices: bool,
+    pub all_devices_allowed: bool,
+}
+
+impl PrivilegedDevices {
+    /// Whether a privileged container gets the host's device nodes.
+    pub fn host_devices(&self) -> bool {
+        !self.without_host_devices
+    }
+
+    /// Whether a privileged container's device cgroup allows every device.
+    pub fn allow_all(&self) -> bool {
+        !self.without_host_devices || self.all_devices_allowed
+    }
 }
 
 impl ContainerRuntime {
@@ -89,6 +114,7 @@ impl ContainerRuntime {
         ContainerRuntime {
             name: RUNC_V2.into(),
             options: None,
+            privileged_devices: PrivilegedDevices::default(),
         }
     }
 
@@ -278,8 +304,6 @@ const NOT_APPLIED: &[&str] = &[
     "runtime_root",
     "pod_annotations",
     "container_annotations",
-    "privileged_without_host_devices",
-    "privileged_without_host_devices_all_devices_allowed",
     "base_runtime_spec",
     "cni_conf_dir",
     "cni_max_conf_num",
@@ -317,9 +341,23 @@ fn runtime_of(at: &str, entry: &Value) -> Result<ContainerRuntime, String> {
             ))
         }
     };
+    let flag = |key: &str| -> Result<bool, String> {
+        match entry.get(key) {
+            None => Ok(false),
+            Some(Value::Boolean(b)) => Ok(*b),
+            Some(other) => Err(format!(
+                "{key}: expected a boolean, got {}",
+                other.type_str()
+            )),
+        }
+    };
     Ok(ContainerRuntime {
         name: runtime_type.to_string(),
         options,
+        privileged_devices: PrivilegedDevices {
+            without_host_devices: flag("privileged_without_host_devices")?,
+            all_devices_allowed: flag("privileged_without_host_devices_all_devices_allowed")?,
+        },
     })
 }
 
@@ -528,6 +566,8 @@ version = 2
             ("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.crun.options]\n BinaryName = 7\n",
              "containerd config /etc/containerd/config.toml: plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.crun: options.BinaryName: expected a string, got integer"),
             ("version = 9\n", "containerd config /etc/containerd/config.toml: version: unknown config version 9"),
+            ("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.kata]\n privileged_without_host_devices = \"yes\"\n",
+             "containerd config /etc/containerd/config.toml: plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.kata: privileged_without_host_devices: expected a boolean, got string"),
         ];
         for (text, want) in cases {
             let err = RuntimeHandlers::parse(path, text).unwrap_err();
@@ -540,5 +580,31 @@ version = 2
                 .starts_with("containerd config /etc/containerd/config.toml: "),
             "{err}"
         );
+    }
+
+    /// The two device settings are read per runtime, as containerd's CRI plugin reads them
+    /// (before, they were only warned about, and privileged containers got no host devices
+    /// under any runtime).
+    #[test]
+    fn privileged_device_settings_are_read_per_runtime() {
+        let text = "version = 2\n\
+            [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n\
+            \x20 runtime_type = \"io.containerd.runc.v2\"\n\
+            [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.kata]\n\
+            \x20 runtime_type = \"io.containerd.kata.v2\"\n\
+            \x20 privileged_without_host_devices = true\n\
+            [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gvisor]\n\
+            \x20 runtime_type = \"io.containerd.runsc.v1\"\n\
+            \x20 privileged_without_host_devices = true\n\
+            \x20 privileged_without_host_devices_all_devices_allowed = true\n";
+        let h = RuntimeHandlers::parse(Path::new("c.toml"), text).unwrap();
+        let devices = |name: &str| h.resolve(name).unwrap().privileged_devices;
+        let default = devices("");
+        assert!(default.host_devices() && default.allow_all());
+        assert_eq!(default, devices("runc"));
+        let kata = devices("kata");
+        assert!(!kata.host_devices() && !kata.allow_all());
+        let gvisor = devices("gvisor");
+        assert!(!gvisor.host_devices() && gvisor.allow_all());
     }
 }

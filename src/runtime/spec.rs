@@ -35,7 +35,7 @@ mod env;
 pub mod seccomp;
 mod service_env;
 
-pub use devices::{add_devices, DeviceInfo};
+pub use devices::{add_devices, host_devices, set_privileged_devices, DeviceInfo};
 pub use env::{container_env, env_references, expand, EnvError, EnvObjects, EnvReferences};
 pub use service_env::{service_env, service_links_enabled};
 

@@ -315,12 +315,29 @@ impl Worker {
             }
             _ => config_error(e.to_string()),
         })?;
-        // The raw block volumes' devices, resolved on the host as containerd's CRI resolves
-        // a container's devices (a device that cannot be read fails its CreateContainer).
-        if !devices.is_empty() {
-            let (name, spec) = (c.name.clone(), oci);
-            oci = blocking(move || {
+        // The sandbox's runtime, looked up again by its handler as containerd's CRI plugin
+        // does for each container (a handler removed from the config since fails here).
+        let runtime = self
+            .shared
+            .handlers
+            .resolve(&sandbox.handler)
+            .map_err(|e| Waiting::new("CreateContainerError", e.to_string()))?
+            .clone();
+        let privileged = c
+            .security_context
+            .as_ref()
+            .and_then(|s| s.privileged)
+            .unwrap_or(false);
+        // A privileged container's host devices (as its runtime says), then the raw block
+        // volumes' devices, resolved on the host as containerd's CRI resolves a container's
+        // devices (a device that cannot be read fails its CreateContainer).
+        if privileged || !devices.is_empty() {
+            let (name, spec, policy) = (c.name.clone(), oci, runtime.privileged_devices);
+            oci = blocking(move || -> Result<_, crate::runtime::RuntimeError> {
                 let mut spec = spec;
+                if privileged {
+                    spec::set_privileged_devices(&mut spec, &name, policy, Path::new("/dev"))?;
+                }
                 spec::add_devices(&mut spec, &name, &devices).map(|()| spec)
             })
             .await
@@ -366,14 +383,6 @@ impl Worker {
         if let Some(policy) = c.termination_message_policy.clone() {
             extra.insert(labels::TERMINATION_MESSAGE_POLICY.to_string(), policy);
         }
-        // The sandbox's runtime, looked up again by its handler as containerd's CRI plugin
-        // does for each container (a handler removed from the config since fails here).
-        let runtime = self
-            .shared
-            .handlers
-            .resolve(&sandbox.handler)
-            .map_err(|e| Waiting::new("CreateContainerError", e.to_string()))?
-            .clone();
         let new = NewContainer {
             id: &id,
             pod: &self.pod_ref,

@@ -5,7 +5,7 @@
 //! opened to that device with the given permissions only.
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use oci_spec::runtime::{
     LinuxDevice, LinuxDeviceBuilder, LinuxDeviceCgroupBuilder, LinuxDeviceType,
@@ -13,6 +13,7 @@ use oci_spec::runtime::{
 };
 
 use super::{built, spec_err};
+use crate::runtime::handlers::PrivilegedDevices;
 use crate::runtime::RuntimeError;
 
 /// One device for a container: upstream's kubecontainer.DeviceInfo.
@@ -103,6 +104,97 @@ pub fn add_devices(
     Ok(())
 }
 
+/// Folders of /dev whose contents are no host devices to hand over (the container gets its
+/// own pts, shm and mqueue; fd is a link farm), as containerd's HostDevices skips them.
+const SKIPPED_DEV_DIRS: &[&str] = &["pts", "shm", "fd", "mqueue", ".lxc", ".lxd-mounts", ".udev"];
+
+/// Every block and character device node below `dev` (the host's /dev), each made at the same
+/// path in the container, as containerd's HostDevices lists them for a privileged container:
+/// symlinks, FIFOs and other files are passed over, as are `console` (the container's own is
+/// its terminal) and the folders of [`SKIPPED_DEV_DIRS`]. Blocking.
+pub fn host_devices(dev: &Path) -> std::io::Result<Vec<LinuxDevice>> {
+    let mut out = Vec::new();
+    let mut todo = vec![(dev.to_path_buf(), PathBuf::from("/dev"))];
+    while let Some((dir, in_container)) = todo.pop() {
+        let mut entries: Vec<_> = std::fs::read_dir(&dir)?.collect::<Result<_, _>>()?;
+        // One order for one host: specs compare equal across restarts.
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let name = e.file_name();
+            let (host, inside) = (e.path(), in_container.join(&name));
+            let md = match std::fs::symlink_metadata(&host) {
+                Ok(md) => md,
+                // Gone between listing and reading (udev at work), as containerd skips it.
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(err) => return Err(err),
+            };
+            let ft = md.file_type();
+            if ft.is_dir() {
+                if !SKIPPED_DEV_DIRS.iter().any(|s| name == *s) {
+                    todo.push((host, inside));
+                }
+                continue;
+            }
+            if name == "console" || !(ft.is_block_device() || ft.is_char_device()) {
+                continue;
+            }
+            let info = DeviceInfo {
+                host_path: host.clone(),
+                container_path: inside.display().to_string(),
+                permissions: "rwm",
+            };
+            out.push(device_from_path(&info, &host).map_err(std::io::Error::other)?);
+        }
+    }
+    Ok(out)
+}
+
+/// A privileged container's devices under its runtime's settings, as containerd's CRI plugin
+/// gives them: the host's device nodes of `dev` unless the runtime is without host devices,
+/// and a device cgroup that allows everything or (without host devices, and not told to
+/// allow all) only what runc allows any container. Blocking when host devices are added.
+pub fn set_privileged_devices(
+    spec: &mut Spec,
+    container: &str,
+    policy: PrivilegedDevices,
+    dev: &Path,
+) -> Result<(), RuntimeError> {
+    let oci = built(container);
+    let host = if policy.host_devices() {
+        host_devices(dev).map_err(|e| {
+            spec_err(
+                container,
+                "securityContext.privileged",
+                format!("cannot list the host's devices in {}: {e}", dev.display()),
+            )
+        })?
+    } else {
+        Vec::new()
+    };
+    let linux = spec
+        .linux_mut()
+        .as_mut()
+        .ok_or_else(|| spec_err(container, "spec", "the spec has no linux section"))?;
+    let mut nodes = linux.devices().clone().unwrap_or_default();
+    for d in host {
+        if !nodes.iter().any(|n| n.path() == d.path()) {
+            nodes.push(d);
+        }
+    }
+    linux.set_devices((!nodes.is_empty()).then_some(nodes));
+    let mut resources = match linux.resources().clone() {
+        Some(r) => r,
+        None => LinuxResourcesBuilder::default().build().map_err(&oci)?,
+    };
+    resources.set_devices(Some(vec![LinuxDeviceCgroupBuilder::default()
+        .allow(policy.allow_all())
+        .access("rwm")
+        .build()
+        .map_err(&oci)?]));
+    linux.set_resources(Some(resources));
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,5 +274,135 @@ mod tests {
             )
             .to_string()
         );
+    }
+
+    fn privileged_spec() -> Spec {
+        let (p, c) = super::super::tests::pod(
+            json!({"name": "c", "image": "i", "securityContext": {"privileged": true}}),
+        );
+        super::super::tests::spec_of(&p, &c).unwrap()
+    }
+
+    fn paths(devices: &[LinuxDevice]) -> Vec<String> {
+        devices
+            .iter()
+            .map(|d| d.path().display().to_string())
+            .collect()
+    }
+
+    /// The host's own /dev: its device nodes by their paths, never a symlink, a terminal of
+    /// pts, or the console.
+    #[test]
+    fn the_hosts_devices_are_its_device_nodes() {
+        let found = host_devices(Path::new("/dev")).unwrap();
+        let found = paths(&found);
+        assert!(found.iter().any(|p| p == "/dev/null"), "{found:?}");
+        for p in &found {
+            assert!(
+                !p.starts_with("/dev/pts/") && !p.starts_with("/dev/fd/") && p != "/dev/console",
+                "{p}"
+            );
+            let md = std::fs::symlink_metadata(p).unwrap();
+            assert!(
+                md.file_type().is_block_device() || md.file_type().is_char_device(),
+                "{p}"
+            );
+        }
+        assert!(!found.iter().any(|p| p == "/dev/stdin"), "a symlink");
+    }
+
+    /// A made-up /dev (device nodes need root to make; without it only the listing's other
+    /// rules are shown): nested nodes are found at their container paths, the rest skipped.
+    #[test]
+    fn a_dev_folder_is_walked_as_containerd_walks_it() {
+        use nix::sys::stat::{makedev, mknod, Mode, SFlag};
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        for dir in ["pts", "shm", "sub"] {
+            std::fs::create_dir(d.join(dir)).unwrap();
+        }
+        nix::unistd::mkfifo(&d.join("fifo"), Mode::from_bits_truncate(0o600)).unwrap();
+        std::os::unix::fs::symlink("/dev/null", d.join("link")).unwrap();
+        std::fs::write(d.join("plain"), "").unwrap();
+        let null = makedev(1, 3);
+        let mut made = true;
+        for node in ["null2", "pts/0", "shm/x", "sub/y", "console"] {
+            match mknod(
+                &d.join(node),
+                SFlag::S_IFCHR,
+                Mode::from_bits_truncate(0o666),
+                null,
+            ) {
+                Ok(()) => {}
+                Err(nix::errno::Errno::EPERM) => made = false,
+                Err(e) => panic!("mknod {node}: {e}"),
+            }
+        }
+        let found = host_devices(d).unwrap();
+        if made {
+            assert_eq!(paths(&found), ["/dev/null2", "/dev/sub/y"]);
+            assert_eq!((found[0].major(), found[0].minor()), (1, 3));
+        } else {
+            assert!(found.is_empty(), "{found:?}");
+        }
+    }
+
+    /// Privileged under a default runtime: the host's devices and every device allowed.
+    /// Without host devices: none, and the cgroup denies (runc adds its usual few), unless
+    /// all devices stay allowed. Before, a privileged container got no host device under
+    /// any runtime and everything allowed under every runtime.
+    #[test]
+    fn privileged_containers_get_devices_as_their_runtime_says() {
+        let rules = |spec: &Spec| -> Value {
+            serde_json::to_value(
+                spec.linux()
+                    .as_ref()
+                    .unwrap()
+                    .resources()
+                    .as_ref()
+                    .unwrap()
+                    .devices(),
+            )
+            .unwrap()
+        };
+        let nodes = |spec: &Spec| {
+            paths(
+                &spec
+                    .linux()
+                    .as_ref()
+                    .unwrap()
+                    .devices()
+                    .clone()
+                    .unwrap_or_default(),
+            )
+        };
+        let mut spec = privileged_spec();
+        set_privileged_devices(
+            &mut spec,
+            "c",
+            PrivilegedDevices::default(),
+            Path::new("/dev"),
+        )
+        .unwrap();
+        assert!(nodes(&spec).contains(&"/dev/null".to_string()));
+        assert_eq!(rules(&spec), json!([{"allow": true, "access": "rwm"}]));
+
+        let mut spec = privileged_spec();
+        let without = PrivilegedDevices {
+            without_host_devices: true,
+            all_devices_allowed: false,
+        };
+        set_privileged_devices(&mut spec, "c", without, Path::new("/dev")).unwrap();
+        assert!(nodes(&spec).is_empty(), "{:?}", nodes(&spec));
+        assert_eq!(rules(&spec), json!([{"allow": false, "access": "rwm"}]));
+
+        let mut spec = privileged_spec();
+        let all = PrivilegedDevices {
+            without_host_devices: true,
+            all_devices_allowed: true,
+        };
+        set_privileged_devices(&mut spec, "c", all, Path::new("/nonexistent")).unwrap();
+        assert!(nodes(&spec).is_empty());
+        assert_eq!(rules(&spec), json!([{"allow": true, "access": "rwm"}]));
     }
 }
