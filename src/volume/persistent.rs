@@ -268,6 +268,17 @@ fn setup_local(
     let dir = plugin.join(pv_name);
     super::empty_dir::setup_dir(&dir)
         .map_err(|e| blame.failed(format!("cannot create {}: {e}", dir.display())))?;
+    // Read before the bind, so a spec error leaves no mount behind.
+    let group = match super::ownership::fs_group(pod)
+        .map_err(|r| blame.invalid("securityContext.fsGroup", r))?
+    {
+        Some(g) if !read_only => {
+            let policy = fs_group::change_policy(pod)
+                .map_err(|e| blame.invalid("securityContext.fsGroupChangePolicy", e.to_string()))?;
+            Some((g, policy))
+        }
+        _ => None,
+    };
     let mounted = m
         .mounted_fs(&dir)
         .map_err(|e| blame.failed(format!("cannot check mounts at {}: {e}", dir.display())))?
@@ -288,11 +299,7 @@ fn setup_local(
                     dir.display()
                 )));
             }
-        } else if let Some(group) = super::ownership::fs_group(pod)
-            .map_err(|r| blame.invalid("securityContext.fsGroup", r))?
-        {
-            let policy = fs_group::change_policy(pod)
-                .map_err(|e| blame.invalid("securityContext.fsGroupChangePolicy", e.to_string()))?;
+        } else if let Some((group, policy)) = group {
             if let Err(e) = fs_group::apply(&dir, group, policy) {
                 // As the read-only remount above: no mount left behind that the pod would
                 // find on the next pass and take as done, without its group.
