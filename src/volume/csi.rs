@@ -738,16 +738,36 @@ async fn set_up_one(
             .await;
             return Err((set_up_failed(rpc_failed(e)), false));
         }
+        // After every NodePublish, a requiresRepublish pass's too, as upstream's SetUpAt
+        // (its remount of such a volume is a new SetUp). The containers are running then and
+        // can swap what the walk lists; the walk goes by descriptor and never follows a link
+        // (`fs_group`), so the worst they get is their own files re-grouped; a pod that does
+        // not want the re-walk asks for OnRootMismatch.
         if let Some(g) =
             group.filter(|_| !caps.volume_mount_group && applies_fs_group(v, csi_driver))
         {
-            let t = target.clone();
-            let r = blocking(move || super::persistent::set_group(&t, g)).await;
-            if let Some(Err(e)) = r {
-                return Err((
-                    set_up_failed(format!("applying fsGroup {g} to {}: {e}", target.display())),
+            let policy = super::fs_group::change_policy(pod).map_err(|e| {
+                (
+                    set_up_failed(format!("securityContext.fsGroupChangePolicy: {e}")),
                     false,
-                ));
+                )
+            })?;
+            let t = target.clone();
+            let r = blocking(move || super::fs_group::apply(&t, g, policy)).await;
+            match r {
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
+                    return Err((set_up_failed(format!("applying fsGroup {g}: {e}")), false))
+                }
+                None => {
+                    return Err((
+                        set_up_failed(format!(
+                            "applying fsGroup {g} to {}: the blocking thread was lost",
+                            target.display()
+                        )),
+                        false,
+                    ))
+                }
             }
         }
         info!(pod = pod_name, volume = %v.spec_name, driver = %v.driver, path = %target.display(), read_only = v.read_only, republished = published, "CSI volume published");

@@ -36,6 +36,7 @@ mod downward;
 mod empty_dir;
 mod error;
 mod fetch;
+mod fs_group;
 mod host_path;
 mod loop_lock;
 mod mounter;
@@ -52,7 +53,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, Volume};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::objects::{ClusterObjects, ObjectError, ObjectKind};
 
@@ -457,7 +458,9 @@ fn setup_volume(
     };
     let memory = |dir: &Path| {
         let size = empty_dir::memory_size(pod, None, ctx.allocatable.memory_bytes);
-        mount_memory(dir, size, m, blame.pod, name).map_err(|r| blame.failed(r))
+        mount_memory(dir, size, m, blame.pod, name)
+            .map(drop)
+            .map_err(|r| blame.failed(r))
     };
     let read_only = |path: PathBuf, kind: VolumeKind| HostVolume {
         path,
@@ -469,11 +472,17 @@ fn setup_volume(
         "emptyDir" => {
             let ed = vol.empty_dir.clone().unwrap_or_default();
             let dir = plugin_dir(EMPTY_DIR_PLUGIN)?.join(name);
+            let group = ownership::fs_group(pod)
+                .map_err(|r| blame.invalid("securityContext.fsGroup", r))?;
             match ed.medium.as_deref().unwrap_or("") {
                 "" => {
+                    let new = std::fs::symlink_metadata(&dir).is_err();
                     empty_dir::setup_dir(&dir).map_err(|e| {
                         blame.failed(format!("cannot create {}: {e}", dir.display()))
                     })?;
+                    if new {
+                        empty_dir_group(&dir, group, blame);
+                    }
                     Ok(HostVolume {
                         path: dir,
                         read_only: false,
@@ -486,7 +495,11 @@ fn setup_volume(
                         ed.size_limit.as_ref().map(|q| q.0.as_str()),
                         ctx.allocatable.memory_bytes,
                     );
-                    mount_memory(&dir, size, m, blame.pod, name).map_err(|r| blame.failed(r))?;
+                    let new = mount_memory(&dir, size, m, blame.pod, name)
+                        .map_err(|r| blame.failed(r))?;
+                    if new {
+                        empty_dir_group(&dir, group, blame);
+                    }
                     Ok(HostVolume {
                         path: dir,
                         read_only: false,
@@ -608,19 +621,32 @@ fn setup_volume(
     }
 }
 
+/// A tmpfs at `dir`; true when it was mounted now (false: it was there from an earlier pass
+/// or before an agent restart).
 fn mount_memory(
     dir: &Path,
     size: Option<i64>,
     m: &dyn Mounter,
     pod: &str,
     volume: &str,
-) -> Result<(), String> {
+) -> Result<bool, String> {
     let mounted = empty_dir::setup_tmpfs(dir, size, m)
         .map_err(|e| format!("cannot mount a tmpfs at {}: {e}", dir.display()))?;
     if mounted {
         info!(pod, volume, size, path = %dir.display(), "mounted tmpfs volume");
     }
-    Ok(())
+    Ok(mounted)
+}
+
+/// The pod's fsGroup on an emptyDir it just got, as upstream's emptyDir SetUpAt: once, when
+/// the folder is made (or its tmpfs mounted), whatever the pod's fsGroupChangePolicy (upstream
+/// passes none), so what the containers later write keeps the modes they give it. A failure
+/// is logged and the volume used as it is, as upstream ignores it too.
+fn empty_dir_group(dir: &Path, group: Option<u32>, blame: &Blame<'_>) {
+    let Some(group) = group else { return };
+    if let Err(e) = fs_group::apply(dir, group, fs_group::ChangePolicy::Always) {
+        warn!(pod = blame.pod, volume = blame.volume, group, error = %e, "cannot apply fsGroup to emptyDir");
+    }
 }
 
 /// The files of a configMap, secret, downwardAPI or projected volume, written by the atomic

@@ -20,7 +20,6 @@
 //! CSI volumes are set up by their driver (`csi`, before this blocking pass). Other sources
 //! (network storage) are refused naming the source: they are not served by this agent yet.
 
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -29,15 +28,10 @@ use tracing::info;
 
 use super::fetch::{claim_name, Fetched};
 use super::mounter::Mounter;
-use super::{host_path, Blame, HostVolume, VolumeError, VolumeKind};
+use super::{fs_group, host_path, Blame, HostVolume, VolumeError, VolumeKind};
 use crate::objects::ObjectError;
 
 pub const LOCAL_VOLUME_PLUGIN: &str = "kubernetes.io~local-volume";
-
-/// Group bits upstream's SetVolumeOwnership adds to a writable volume's files and
-/// directories (directories also get setgid, so new files keep the group).
-const GROUP_RW: u32 = 0o660;
-const GROUP_DIR: u32 = 0o2770;
 
 /// Why a pod's claim cannot be used yet, in upstream's words.
 fn claim_reason(
@@ -274,6 +268,17 @@ fn setup_local(
     let dir = plugin.join(pv_name);
     super::empty_dir::setup_dir(&dir)
         .map_err(|e| blame.failed(format!("cannot create {}: {e}", dir.display())))?;
+    // Read before the bind, so a spec error leaves no mount behind.
+    let group = match super::ownership::fs_group(pod)
+        .map_err(|r| blame.invalid("securityContext.fsGroup", r))?
+    {
+        Some(g) if !read_only => {
+            let policy = fs_group::change_policy(pod)
+                .map_err(|e| blame.invalid("securityContext.fsGroupChangePolicy", e.to_string()))?;
+            Some((g, policy))
+        }
+        _ => None,
+    };
     let mounted = m
         .mounted_fs(&dir)
         .map_err(|e| blame.failed(format!("cannot check mounts at {}: {e}", dir.display())))?
@@ -294,11 +299,13 @@ fn setup_local(
                     dir.display()
                 )));
             }
-        } else if let Some(group) = super::ownership::fs_group(pod)
-            .map_err(|r| blame.invalid("securityContext.fsGroup", r))?
-        {
-            set_group(&dir, group)
-                .map_err(|e| blame.failed(format!("applying fsGroup {group} to {path}: {e}")))?;
+        } else if let Some((group, policy)) = group {
+            if let Err(e) = fs_group::apply(&dir, group, policy) {
+                // As the read-only remount above: no mount left behind that the pod would
+                // find on the next pass and take as done, without its group.
+                let _ = m.unmount(&dir);
+                return Err(blame.failed(format!("applying fsGroup {group} to {path}: {e}")));
+            }
         }
         info!(
             pod = blame.pod,
@@ -313,30 +320,4 @@ fn setup_local(
         read_only,
         kind: VolumeKind::Local,
     })
-}
-
-/// Upstream's SetVolumeOwnership on a writable volume: every entry group-owned by the
-/// fsGroup, files group-readable and writable, directories also setgid; symlinks are
-/// re-owned but never followed, and other mounts below are not entered.
-pub(super) fn set_group(root: &Path, group: u32) -> std::io::Result<()> {
-    let dev = std::fs::symlink_metadata(root)?.dev();
-    let mut todo = vec![root.to_path_buf()];
-    while let Some(p) = todo.pop() {
-        let meta = std::fs::symlink_metadata(&p)?;
-        std::os::unix::fs::lchown(&p, None, Some(group))?;
-        if meta.file_type().is_symlink() {
-            continue;
-        }
-        let add = if meta.is_dir() { GROUP_DIR } else { GROUP_RW };
-        let mode = meta.permissions().mode() & 0o7777;
-        if mode | add != mode {
-            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode | add))?;
-        }
-        if meta.is_dir() && meta.dev() == dev {
-            for e in std::fs::read_dir(&p)? {
-                todo.push(e?.path());
-            }
-        }
-    }
-    Ok(())
 }

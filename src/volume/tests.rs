@@ -553,6 +553,40 @@ async fn fs_group_owns_the_files_and_keeps_the_token_private() {
     assert_eq!(mode_of(&api.join("ca.crt")), 0o644);
 }
 
+/// As upstream's emptyDir SetUpAt: the pod's fsGroup on the new folder (disk or tmpfs), with
+/// setgid so what the containers write keeps the group; once, so a later pass leaves the
+/// modes the containers gave their files.
+#[tokio::test]
+async fn an_empty_dir_gets_the_fs_group_and_setgid_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = Arc::new(FakeMounter::default());
+    let objects = cluster_objects();
+    let gid = if nix::unistd::geteuid().is_root() {
+        4321
+    } else {
+        nix::unistd::getegid().as_raw()
+    };
+    let mut p = pod(json!([
+        {"name": "scratch", "emptyDir": {}},
+        {"name": "mem", "emptyDir": {"medium": "Memory"}}
+    ]));
+    p.spec.as_mut().unwrap().security_context =
+        Some(serde_json::from_value(json!({"fsGroup": gid})).unwrap());
+    let v = set_up(&p, tmp.path(), &objects, &m).await.unwrap();
+    for name in ["scratch", "mem"] {
+        let dir = &v.get(name).unwrap().path;
+        assert_eq!(mode_of(dir), 0o2777, "{name}");
+        assert_eq!(fs::metadata(dir).unwrap().gid(), gid, "{name}");
+    }
+
+    let scratch = &v.get("scratch").unwrap().path;
+    let written = scratch.join("private");
+    fs::write(&written, "x").unwrap();
+    fs::set_permissions(&written, fs::Permissions::from_mode(0o600)).unwrap();
+    set_up(&p, tmp.path(), &objects, &m).await.unwrap();
+    assert_eq!(mode_of(&written), 0o600, "not walked again");
+}
+
 #[tokio::test]
 async fn changed_objects_and_renewed_tokens_are_rewritten_and_nothing_else() {
     let tmp = tempfile::tempdir().unwrap();

@@ -183,6 +183,61 @@ async fn a_bound_local_volume_is_bound_into_the_pod_dir_read_only_as_the_claim_s
     assert!(m.read_only.lock().unwrap().contains(&at));
 }
 
+/// The pod's fsGroup on a writable local volume's first mount, under its
+/// fsGroupChangePolicy; a policy the API does not know is refused naming the pod and field,
+/// before anything is mounted.
+#[tokio::test]
+async fn a_local_volume_gets_the_fs_group_and_an_unknown_policy_is_refused() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let tmp = tempfile::tempdir().unwrap();
+    let disk = tmp.path().join("disk");
+    std::fs::create_dir(&disk).unwrap();
+    let o = objects(
+        vec![claim("data", "Bound", "pv-local")],
+        vec![volume(
+            "pv-local",
+            "uid-data",
+            json!({"local": {"path": disk},
+                   "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                       {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-1"]}]}]}}}),
+        )],
+    );
+    let gid = if nix::unistd::geteuid().is_root() {
+        4321
+    } else {
+        nix::unistd::getegid().as_raw()
+    };
+    let with_policy = |policy: &str| {
+        let mut p = pod(data_claim(false));
+        p.spec.as_mut().unwrap().security_context = Some(
+            serde_json::from_value(json!({"fsGroup": gid, "fsGroupChangePolicy": policy})).unwrap(),
+        );
+        p
+    };
+
+    let m = FakeMounter::default();
+    let pod_dir = tmp.path().join("pod");
+    let e = set_up(&with_policy("Sometimes"), &pod_dir, &o, &m)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, VolumeError::Invalid { pod, field, .. }
+            if pod == "db_ns(pod-uid)" && field == "securityContext.fsGroupChangePolicy"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("\"Sometimes\""), "{e}");
+    assert!(m.binds.lock().unwrap().is_empty(), "nothing mounted");
+
+    // The fake mounter binds nothing: the walk sees the mount point folder itself.
+    let v = set_up(&with_policy("OnRootMismatch"), &pod_dir, &o, &m)
+        .await
+        .unwrap();
+    let at = &v.get("data").unwrap().path;
+    let meta = std::fs::metadata(at).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o2777);
+    assert_eq!(meta.gid(), gid);
+}
+
 #[tokio::test]
 async fn a_volume_for_another_node_is_refused_at_mount() {
     let tmp = tempfile::tempdir().unwrap();
