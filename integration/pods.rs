@@ -741,3 +741,62 @@ spec:
             .all(|(_, _, status)| status != "RUNNING")
     });
 }
+
+/// A privileged container sees the host's devices (here /dev/kmsg, which runc never adds
+/// by itself) under the default runtime, and none under a runtime with containerd's
+/// `privileged_without_host_devices`, whose device cgroup also denies what runc does not
+/// allow every container (a node the container makes for kmsg cannot be opened). Before, privileged containers got no host device under any runtime.
+#[test]
+#[ignore = "needs root and containerd: run hack/test.sh"]
+fn privileged_containers_get_host_devices_unless_their_runtime_is_without() {
+    assert!(
+        std::path::Path::new("/dev/kmsg").exists(),
+        "this test needs the host's /dev/kmsg"
+    );
+    // kmsg is char 1:11; a node made for it inside opens only if the device cgroup allows.
+    let script = "if [ -c /dev/kmsg ]; then echo kmsg=yes; else echo kmsg=no; fi; \
+                  mknod /tmp/k c 1 11; \
+                  if head -c1 /tmp/k >/dev/null 2>&1; then echo open=yes; else echo open=no; fi; \
+                  exec sleep 3600";
+    let manifest = busybox_pod("priv", "Always", script).replace(
+        "    command:",
+        "    securityContext: {privileged: true}\n    command:",
+    );
+
+    let with = Node::start("priv-devices");
+    with.write_manifest("priv.yaml", &manifest);
+    let p = with.wait_pod("priv", 60, "Running", running);
+    with.wait_until(20, "the device check's output", || {
+        read_log(&p, "main", 0).contains("open=")
+    });
+    assert!(
+        read_log(&p, "main", 0).contains("kmsg=yes")
+            && read_log(&p, "main", 0).contains("open=yes"),
+        "{}",
+        read_log(&p, "main", 0)
+    );
+    drop(with);
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("containerd.toml");
+    std::fs::write(
+        &config,
+        "version = 2\n\
+         [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n\
+         \x20 runtime_type = \"io.containerd.runc.v2\"\n\
+         \x20 privileged_without_host_devices = true\n",
+    )
+    .unwrap();
+    let flag = format!("--containerd-config={}", config.display());
+    let without = Node::start_with("priv-nodevices", &[&flag]);
+    without.write_manifest("priv.yaml", &manifest);
+    let p = without.wait_pod("priv", 60, "Running", running);
+    without.wait_until(20, "the device check's output", || {
+        read_log(&p, "main", 0).contains("open=")
+    });
+    assert!(
+        read_log(&p, "main", 0).contains("kmsg=no") && read_log(&p, "main", 0).contains("open=no"),
+        "{}",
+        read_log(&p, "main", 0)
+    );
+}
