@@ -33,6 +33,7 @@ use crate::volume::Allocatable;
 mod devices;
 mod env;
 pub mod seccomp;
+pub mod selinux;
 mod service_env;
 
 pub use devices::{add_devices, host_devices, set_privileged_devices, DeviceInfo};

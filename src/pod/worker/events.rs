@@ -23,6 +23,9 @@ pub(super) const FAILED_CREATE_POD_SANDBOX: &str = "FailedCreatePodSandBox";
 pub(super) const SANDBOX_CHANGED: &str = "SandboxChanged";
 pub(super) const FAILED_POST_START_HOOK: &str = "FailedPostStartHook";
 pub(super) const FAILED_PRE_STOP_HOOK: &str = "FailedPreStopHook";
+/// seLinuxOptions asked for on a node without SELinux (the agent's own; upstream's kubelet
+/// and containerd say nothing).
+pub(super) const SELINUX_OPTIONS_NOT_APPLIED: &str = "SELinuxOptionsNotApplied";
 /// activeDeadlineSeconds passed (upstream's active_deadline.go reason).
 pub(super) const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
 

@@ -198,6 +198,8 @@ pub struct Worker {
     eviction_grace: Option<Duration>,
     /// The pod ended and its volumes and cgroup were released.
     released: bool,
+    /// The event saying the pod's seLinuxOptions are not applied (SELinux off) was sent.
+    selinux_not_applied_said: bool,
     /// The ended pod's containers were removed (node-level reclaim): its status stays as
     /// last published.
     frozen: bool,
@@ -321,6 +323,7 @@ impl Worker {
             failure: None,
             eviction_grace: None,
             released: false,
+            selinux_not_applied_said: false,
             frozen: false,
             first_start_done: false,
             start_slot: None,

@@ -199,6 +199,7 @@ impl Worker {
             let privileged = seccomp::pod_has_privileged(pod);
             let loaded = blocking(move || seccomp::load(&choice, privileged)).await?;
             seccomp::apply(&mut spec, &loaded)?;
+            self.set_selinux(pod, None, &mut spec);
             spec::set_cgroup_leaf(&mut spec, &ctx.cgroup_parent, &id);
             let mut extra = HashMap::from([
                 (labels::POD_IPS.to_string(), ips.join(",")),

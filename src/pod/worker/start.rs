@@ -234,6 +234,36 @@ impl Worker {
         seccomp::apply(oci, &loaded).map_err(failed)
     }
 
+    /// The sandbox's (`c` None) or a container's SELinux labels where the host has SELinux
+    /// on; where it is off, options asked for are left out, as containerd leaves them, and
+    /// said so once per pod in an event (containerd says nothing).
+    pub(super) fn set_selinux(
+        &mut self,
+        pod: &Pod,
+        c: Option<&Container>,
+        oci: &mut oci_spec::runtime::Spec,
+    ) {
+        use spec::selinux::{self, Decision};
+        match selinux::decide(selinux::host(), pod, c) {
+            Decision::Apply(labels) => selinux::apply(oci, &labels),
+            Decision::NotApplied if !self.selinux_not_applied_said => {
+                self.selinux_not_applied_said = true;
+                let what = c.map_or("the pod".to_string(), |c| format!("container {:?}", c.name));
+                warn!(pod = %self.pod_ref.display(), container = c.map_or("", |c| c.name.as_str()),
+                      "seLinuxOptions not applied: SELinux is not enabled on the host");
+                self.pod_event(
+                    pod,
+                    EventType::Warning,
+                    events::SELINUX_OPTIONS_NOT_APPLIED,
+                    format!(
+                        "seLinuxOptions of {what} are not applied: SELinux is not enabled on this node; the pod runs without the labels, as with containerd"
+                    ),
+                );
+            }
+            Decision::NotApplied | Decision::Nothing => {}
+        }
+    }
+
     async fn try_start(
         &mut self,
         pod: &Pod,
@@ -345,6 +375,7 @@ impl Worker {
         }
         let id = new_container_id();
         self.set_seccomp(pod, c, &id, &mut oci).await?;
+        self.set_selinux(pod, Some(c), &mut oci);
         spec::set_cgroup_leaf(&mut oci, &ctx.cgroup_parent, &id);
 
         let cfg = self.shared.cfg.clone();

@@ -81,3 +81,45 @@ async fn a_crash_looping_init_container_records_back_off_with_its_field_path() {
         "setup started twice: {recorded:?}"
     );
 }
+
+/// On a node without SELinux, a pod whose containers ask for SELinux labels runs without
+/// them, as with containerd, and one Warning says so, however many containers ask and
+/// however many passes there are. Before, the options vanished without a word.
+#[tokio::test(start_paused = true)]
+async fn selinux_options_on_a_node_without_selinux_are_said_once() {
+    if crate::runtime::spec::selinux::host().is_some() {
+        // This node has SELinux on: the labels are applied instead (spec::selinux tests).
+        return;
+    }
+    let (h, mut events) = recording();
+    let mut p = pod(&[], &["a", "b"], "Always");
+    let spec = p.spec.as_mut().unwrap();
+    for c in &mut spec.containers {
+        c.security_context = Some(k8s_openapi::api::core::v1::SecurityContext {
+            se_linux_options: Some(k8s_openapi::api::core::v1::SELinuxOptions {
+                level: Some("s0:c1,c2".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+    let mut w = worker(&h, &p);
+    w.pass(&p).await;
+    w.pass(&p).await;
+    let recorded = drain(&mut events);
+    let said: Vec<_> = recorded
+        .iter()
+        .filter(|e| e.0 == "SELinuxOptionsNotApplied")
+        .collect();
+    assert_eq!(said.len(), 1, "{recorded:?}");
+    assert_eq!(said[0].1, "", "about the pod");
+    assert!(
+        said[0].2.contains("container \"a\"") && said[0].2.contains("not enabled"),
+        "{said:?}"
+    );
+    assert_eq!(
+        recorded.iter().filter(|e| e.0 == "Started").count(),
+        2,
+        "both run: {recorded:?}"
+    );
+}
