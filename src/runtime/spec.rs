@@ -30,6 +30,7 @@ use super::RuntimeError;
 use crate::quantity::Quantity;
 use crate::volume::Allocatable;
 
+pub mod apparmor;
 mod devices;
 mod env;
 pub mod seccomp;

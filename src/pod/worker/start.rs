@@ -234,6 +234,34 @@ impl Worker {
         seccomp::apply(oci, &loaded).map_err(failed)
     }
 
+    /// The container's AppArmor profile on an AppArmor host (`spec::apparmor`): a request
+    /// that names no valid profile is the container's config error; a Localhost profile the
+    /// kernel lacks, or a default profile that cannot be loaded, fails the create.
+    async fn set_apparmor(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        oci: &mut oci_spec::runtime::Spec,
+    ) -> Result<(), Waiting> {
+        use spec::apparmor;
+        let requested = apparmor::requested(pod, &c.name)
+            .map_err(|e| Waiting::new("CreateContainerConfigError", e.to_string()))?;
+        let privileged = c
+            .security_context
+            .as_ref()
+            .and_then(|s| s.privileged)
+            .unwrap_or(false);
+        let profile = blocking(move || apparmor::profile_on_host(requested.as_ref(), privileged))
+            .await
+            .map_err(|e| {
+                warn!(pod = %self.pod_ref.display(), container = %c.name, error = %e,
+                      "AppArmor profile refused");
+                Waiting::new("CreateContainerError", e.to_string())
+            })?;
+        apparmor::apply(oci, profile);
+        Ok(())
+    }
+
     /// The sandbox's (`c` None) or a container's SELinux labels where the host has SELinux
     /// on; where it is off, options asked for are left out, as containerd leaves them, and
     /// said so once per pod in an event (containerd says nothing).
@@ -376,6 +404,7 @@ impl Worker {
         let id = new_container_id();
         self.set_seccomp(pod, c, &id, &mut oci).await?;
         self.set_selinux(pod, Some(c), &mut oci);
+        self.set_apparmor(pod, c, &mut oci).await?;
         spec::set_cgroup_leaf(&mut oci, &ctx.cgroup_parent, &id);
 
         let cfg = self.shared.cfg.clone();
