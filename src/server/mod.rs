@@ -17,7 +17,9 @@ pub mod connections;
 pub mod container_logs;
 pub(crate) mod mux;
 pub(crate) mod node_logs;
+pub(crate) mod response;
 pub mod router;
+pub(crate) mod state;
 pub mod streaming;
 pub mod tls;
 
@@ -126,8 +128,8 @@ pub(crate) fn serve_healthz_on(listener: TcpListener, limits: ConnectionLimits) 
     spawn_accept_loop(listener, limits, table, move |stream| {
         serve_connection(stream, limits, |req: Request<Incoming>| async move {
             Ok::<_, Infallible>(match req.uri().path() {
-                "/healthz" => router::text(StatusCode::OK, "ok"),
-                _ => router::text(StatusCode::NOT_FOUND, "404 page not found\n"),
+                "/healthz" => response::text(StatusCode::OK, "ok"),
+                _ => response::text(StatusCode::NOT_FOUND, "404 page not found\n"),
             })
         })
     });

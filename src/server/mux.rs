@@ -9,13 +9,27 @@
 
 use hyper::{Method, Response, StatusCode};
 
-use super::node_logs::files;
-use super::router::{bytes_body, Body};
+use super::response::{bytes_body, html_escape_into, Body};
+
+/// Go's path.Clean of a slash-rooted path.
+pub(crate) fn clean(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
 
 /// Go's cleanPath (what its ServeMux redirects to): `.`, `..` and repeated slashes gone, a
 /// trailing slash kept.
 pub(crate) fn clean_path(p: &str) -> String {
-    let cleaned = files::clean(p);
+    let cleaned = clean(p);
     if p.ends_with('/') && cleaned != "/" {
         format!("{cleaned}/")
     } else {
@@ -84,7 +98,7 @@ pub(crate) fn redirect(
     }
     let body = if get {
         let mut escaped = Vec::new();
-        files::html_escape_into(location.as_bytes(), &mut escaped);
+        html_escape_into(location.as_bytes(), &mut escaped);
         format!(
             "<a href=\"{}\">Moved Permanently</a>.\n\n",
             String::from_utf8_lossy(&escaped)

@@ -4,12 +4,12 @@
 //! Allowed` with `Allow`, `404: Page Not Found` inside a known prefix.
 
 use std::convert::Infallible;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, StreamBody};
+
+use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use rustls::pki_types::CertificateDer;
@@ -19,77 +19,15 @@ use tracing::debug;
 use super::auth::{self, Authenticator, Authorizer, Decision};
 use super::container_logs;
 use super::mux;
-use super::node_logs::{self, NodeLogs};
+use super::node_logs;
 use super::streaming;
 use super::streaming::routes::{Endpoint, Target};
-use crate::config::{configz_json, Config};
-use crate::pod::sync_health::SyncLoopHealth;
+use crate::config::configz_json;
 use crate::pod::StatusStore;
-use crate::runtime::Runtime;
 
-pub type Body = BoxBody<Bytes, Infallible>;
-
-/// The stats collector's views, served on `/stats/summary`, `/metrics/resource` and
-/// `/metrics/cadvisor`. `None` means "nothing collected yet".
-pub trait StatsViews: Send + Sync {
-    /// The Summary JSON (`only_cpu_and_memory`: node and pod cpu/memory only).
-    fn summary_json(&self, only_cpu_and_memory: bool) -> Option<Vec<u8>>;
-    /// The `/metrics/resource` text exposition.
-    fn resource_metrics(&self) -> Option<String>;
-    /// The `/metrics/cadvisor` text exposition.
-    fn cadvisor_metrics(&self) -> Option<String>;
-}
-
-/// What the handlers read.
-pub struct ServerState {
-    pub config: Arc<Config>,
-    pub statuses: StatusStore,
-    stats: OnceLock<Arc<dyn StatsViews>>,
-    sync_loop: OnceLock<Arc<SyncLoopHealth>>,
-    /// The runtime exec, attach and port-forward reach, once containerd is connected.
-    runtime: OnceLock<Arc<dyn Runtime>>,
-    /// `/logs/`; None with enableSystemLogHandler off.
-    node_logs: Option<NodeLogs>,
-    /// The open connections of 10250 and 10255, counted together against their caps.
-    pub(crate) connections: Arc<super::connections::ConnectionTable>,
-}
-
-impl ServerState {
-    pub fn new(config: Arc<Config>, statuses: StatusStore) -> Arc<ServerState> {
-        Arc::new(ServerState {
-            node_logs: NodeLogs::from_config(&config),
-            config,
-            statuses,
-            stats: OnceLock::new(),
-            sync_loop: OnceLock::new(),
-            runtime: OnceLock::new(),
-            connections: Arc::default(),
-        })
-    }
-
-    /// Plugs in the runtime the streaming endpoints use (once).
-    pub fn set_runtime(&self, runtime: Arc<dyn Runtime>) {
-        let _ = self.runtime.set(runtime);
-    }
-
-    pub(crate) fn runtime(&self) -> Option<Arc<dyn Runtime>> {
-        self.runtime.get().cloned()
-    }
-
-    /// Plugs in the pod manager's loop health for /healthz/syncloop (once).
-    pub fn set_sync_loop(&self, health: Arc<SyncLoopHealth>) {
-        let _ = self.sync_loop.set(health);
-    }
-
-    fn sync_loop_check(&self) -> Result<(), &'static str> {
-        self.sync_loop.get().map_or(Ok(()), |h| h.check())
-    }
-
-    /// Plugs in the stats collector (once; later calls are ignored).
-    pub fn set_stats(&self, views: Arc<dyn StatsViews>) {
-        let _ = self.stats.set(views);
-    }
-}
+pub use super::response::Body;
+use super::response::{full, text};
+pub use super::state::{ServerState, StatsViews};
 
 /// Which server a request came in on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -242,23 +180,6 @@ pub(crate) fn resolve(
         }
         _ => (Action::NotFound, "other"),
     }
-}
-
-fn full(code: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
-    Response::builder()
-        .status(code)
-        .header("Content-Type", content_type)
-        .body(Full::new(body.into()).boxed())
-        .expect("static response")
-}
-
-pub(crate) fn text(code: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
-    full(code, "text/plain; charset=utf-8", body)
-}
-
-/// A body of bytes (no content type set).
-pub(crate) fn bytes_body(body: impl Into<Bytes>) -> Body {
-    Full::new(body.into()).boxed()
 }
 
 fn json(body: impl Into<Bytes>) -> Response<Body> {
@@ -633,6 +554,8 @@ async fn running_pods_json(store: &StatusStore) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
+    use crate::pod::sync_health::SyncLoopHealth;
 
     fn r(port: Port, method: Method, path: &str) -> Action {
         resolve(port, &method, path, "").0

@@ -242,7 +242,7 @@ async fn a_client_that_does_not_read_its_answer_is_dropped_at_the_write_deadline
             // Far more than the socket buffers hold.
             let body = vec![b'x'; 64 << 20];
             Ok::<_, std::convert::Infallible>(hyper::Response::new(
-                crate::server::router::bytes_body(body),
+                crate::server::response::bytes_body(body),
             ))
         })
         .await;

@@ -23,7 +23,8 @@ use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::Mode;
 
 use super::{go_error, stream_body};
-use crate::server::router::{bytes_body, Body};
+use crate::server::mux::clean;
+use crate::server::response::{bytes_body, html_escape_into, Body};
 
 /// Why a name could not be opened under the root.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,21 +87,6 @@ pub(crate) fn open_in_root(root: &Path, name: &str) -> Result<File, OpenError> {
 /// Blocking.
 pub(crate) fn stat_in_root(root: &Path, name: &str) -> Result<(), OpenError> {
     open_beneath(root, name, OFlag::O_PATH).map(|_| ())
-}
-
-/// Go's path.Clean of a slash-rooted path.
-pub(crate) fn clean(path: &str) -> String {
-    let mut parts: Vec<&str> = Vec::new();
-    for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            p => parts.push(p),
-        }
-    }
-    format!("/{}", parts.join("/"))
 }
 
 /// Go's path.Base.
@@ -408,20 +394,6 @@ fn url_of_path(path: &[u8]) -> String {
         }
     }
     out
-}
-
-/// Go's htmlReplacer.
-pub(crate) fn html_escape_into(text: &[u8], out: &mut Vec<u8>) {
-    for &b in text {
-        match b {
-            b'&' => out.extend_from_slice(b"&amp;"),
-            b'<' => out.extend_from_slice(b"&lt;"),
-            b'>' => out.extend_from_slice(b"&gt;"),
-            b'"' => out.extend_from_slice(b"&#34;"),
-            b'\'' => out.extend_from_slice(b"&#39;"),
-            b => out.push(b),
-        }
-    }
 }
 
 /// Go's mime.TypeByExtension on Linux: its built-in table, then the shared MIME database

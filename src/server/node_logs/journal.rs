@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use super::files::{self, OpenError};
 use super::query::{NodeLogQuery, Options};
-use crate::server::router::Body;
+use crate::server::response::Body;
 
 /// Upstream's deadline for one query, both journalctl runs and file copies included.
 const DEADLINE: Duration = Duration::from_secs(30);

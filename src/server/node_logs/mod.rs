@@ -22,7 +22,7 @@ use hyper::{Method, Response, StatusCode};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::config::{Config, Gate};
-use crate::server::router::{bytes_body, Body};
+use crate::server::response::{bytes_body, Body};
 
 /// The prefix upstream serves the folder under.
 pub(crate) const PREFIX: &str = "/logs/";

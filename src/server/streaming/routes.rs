@@ -28,7 +28,8 @@ use crate::runtime::labels::{self, Kind};
 use crate::runtime::stdio::StdioRequest;
 use crate::runtime::Runtime;
 use crate::server::container_logs::parse_query;
-use crate::server::router::{text, Body, ServerState};
+use crate::server::response::{text, Body};
+use crate::server::state::ServerState;
 
 /// How long `/run` lets its command run: upstream passes no timeout to the runtime; this
 /// bound only keeps a hung command from holding the request forever.
@@ -465,7 +466,7 @@ async fn run(runtime: &Arc<dyn Runtime>, found: &Found, query: &str) -> Response
                 return Response::builder()
                     .status(StatusCode::OK)
                     .header("Content-Type", "application/json")
-                    .body(crate::server::router::bytes_body(output))
+                    .body(crate::server::response::bytes_body(output))
                     .expect("static response");
             }
             let status = StreamStatus::NonZeroExit {

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::http::{self, HeaderMap, HeaderValue, StatusCode};
 
-use crate::server::router::{self, Body};
+use crate::server::response::{self, Body};
 
 pub(crate) const HEADER_PROTOCOL_VERSION: &str = "X-Stream-Protocol-Version";
 pub(crate) const HEADER_ACCEPTED_PROTOCOL_VERSIONS: &str = "X-Accepted-Stream-Protocol-Versions";
@@ -37,7 +37,7 @@ pub(crate) fn negotiate(
         .filter(|p| !p.is_empty())
         .collect();
     if client.is_empty() {
-        return Err(router::text(
+        return Err(response::text(
             StatusCode::BAD_REQUEST,
             format!("unable to upgrade: {HEADER_PROTOCOL_VERSION} is required"),
         ));
@@ -46,7 +46,7 @@ pub(crate) fn negotiate(
         .iter()
         .find_map(|c| supported.iter().find(|s| **s == c.as_str()).copied())
     else {
-        let mut refusal = router::text(
+        let mut refusal = response::text(
             StatusCode::FORBIDDEN,
             format!(
                 "unable to upgrade: unable to negotiate protocol: client supports {}, server accepts {}",
@@ -65,7 +65,7 @@ pub(crate) fn negotiate(
     let connection = first_lower(headers, http::header::CONNECTION);
     let upgrade = first_lower(headers, http::header::UPGRADE);
     if !connection.contains("upgrade") || !upgrade.contains("spdy/3.1") {
-        return Err(router::text(
+        return Err(response::text(
             StatusCode::BAD_REQUEST,
             format!(
                 "unable to upgrade: missing upgrade headers in request: {}",

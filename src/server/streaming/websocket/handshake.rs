@@ -11,7 +11,7 @@ use hyper::{Response, StatusCode};
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tracing::debug;
 
-use crate::server::router::{self, Body};
+use crate::server::response::{self, Body};
 
 /// The only WebSocket version there is (RFC 6455).
 const WEBSOCKET_VERSION: &str = "13";
@@ -58,7 +58,7 @@ pub(crate) fn accept(
     supported: &[&'static str],
 ) -> Result<(Response<Body>, &'static str), Response<Body>> {
     if !is_websocket_upgrade(headers) {
-        return Err(router::text(
+        return Err(response::text(
             StatusCode::BAD_REQUEST,
             "not websocket protocol",
         ));
@@ -68,7 +68,7 @@ pub(crate) fn accept(
         .map(|k| k.as_bytes())
         .filter(|k| !k.is_empty());
     let Some(key) = key else {
-        return Err(router::text(
+        return Err(response::text(
             StatusCode::BAD_REQUEST,
             "mismatch challenge/response",
         ));
@@ -77,7 +77,7 @@ pub(crate) fn accept(
         .get(SEC_WEBSOCKET_VERSION)
         .is_some_and(|v| v.as_bytes() == WEBSOCKET_VERSION.as_bytes());
     if !version_ok {
-        let mut refusal = router::text(StatusCode::BAD_REQUEST, "bad protocol version");
+        let mut refusal = response::text(StatusCode::BAD_REQUEST, "bad protocol version");
         refusal.headers_mut().insert(
             SEC_WEBSOCKET_VERSION,
             HeaderValue::from_static(WEBSOCKET_VERSION),
