@@ -47,3 +47,16 @@ impl Drop for HungFs {
         let _ = nix::mount::umount2(self.dir.path(), nix::mount::MntFlags::MNT_DETACH);
     }
 }
+
+/// The settings of the property tests over the parsers that take outside input: a bounded
+/// number of cases, so the whole set adds seconds, not minutes, to a test run on a loaded
+/// two-core machine; and no failure persistence, so a run never writes a
+/// `proptest-regressions/` file into the source tree (a failure found is kept as a plain
+/// `#[test]` next to the property instead).
+pub(crate) fn proptest_config(cases: u32) -> proptest::test_runner::Config {
+    proptest::test_runner::Config {
+        cases,
+        failure_persistence: None,
+        ..proptest::test_runner::Config::default()
+    }
+}
