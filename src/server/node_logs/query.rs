@@ -494,6 +494,30 @@ mod tests {
                 }
             }
 
+            /// A query that validates gives journalctl only options of its own choosing:
+            /// no client text can start an argument of its own.
+            #[test]
+            fn a_valid_query_gives_journalctl_only_its_own_options(q in query()) {
+                let Ok(Some(parsed)) = parse(&params(&q)) else {
+                    return Ok(());
+                };
+                if !parsed.files.is_empty() || !parsed.validate(Path::new("/nonexistent")).is_empty() {
+                    return Ok(());
+                }
+                let args = crate::server::node_logs::journal::journalctl_args(&parsed.options, &parsed.services);
+                let mut after_boot = false;
+                for a in &args {
+                    let fixed = ["--utc", "--no-pager", "--output=short-precise", "--pager-end", "--boot"];
+                    let prefixed = ["--since=", "--until=", "--lines=", "--unit=", "--grep="];
+                    if after_boot {
+                        prop_assert!(a.parse::<i64>().is_ok_and(|b| b <= 0), "{:?}", args);
+                    } else {
+                        prop_assert!(fixed.contains(&a.as_str()) || prefixed.iter().any(|p| a.starts_with(p)), "{:?}", args);
+                    }
+                    after_boot = a == "--boot";
+                }
+            }
+
             /// The options a client sends are the options parsed.
             #[test]
             fn options_round_trip(
