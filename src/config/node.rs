@@ -581,7 +581,11 @@ mod tests {
                 effect in prop::sample::select(TAINT_EFFECTS.to_vec()),
             ) {
                 let taint = Taint { key, value, effect: effect.to_string(), time_added: None };
-                prop_assume!(validate_taint(&taint).is_ok());
+                // An invalid taint's text may split another way ("a=b:E"): no round trip to
+                // ask for. (Skipped, not assumed away: the rejects would cap a deep search.)
+                if validate_taint(&taint).is_err() {
+                    return Ok(());
+                }
                 let text = match &taint.value {
                     Some(v) => format!("{}={v}:{effect}", taint.key),
                     None => format!("{}:{effect}", taint.key),

@@ -239,10 +239,13 @@ mod tests {
                 channel in any::<u8>(),
                 payload in prop::collection::vec(any::<u8>(), 0..64),
             ) {
-                prop_assume!(!(protocol.stream_close && channel == CLOSE_CHANNEL));
                 // Base64 framing writes channels 80 to 207 as two-byte characters, as
                 // upstream does; the sessions never use them (port_forward's limit).
-                prop_assume!(protocol.framing == Framing::Binary || b'0'.wrapping_add(channel).is_ascii());
+                let unused = (protocol.stream_close && channel == CLOSE_CHANNEL)
+                    || (protocol.framing == Framing::Base64 && !b'0'.wrapping_add(channel).is_ascii());
+                if unused {
+                    return Ok(());
+                }
                 let msg = encode(protocol.framing, channel, &payload);
                 prop_assert_eq!(
                     decode(protocol, msg).unwrap(),
