@@ -79,3 +79,21 @@ pub(crate) fn write_script(path: &std::path::Path, text: &str) {
         }
     }
 }
+
+/// The settings of the property tests over the parsers that take outside input: a bounded
+/// number of cases, so the whole set adds seconds, not minutes, to a test run on a loaded
+/// two-core machine; and no failure persistence, so a run never writes a
+/// `proptest-regressions/` file into the source tree (a failure found is kept as a plain
+/// `#[test]` next to the property instead). `PROPTEST_CASES` overrides the count, for a
+/// deeper search by hand (e.g. `PROPTEST_CASES=20000 cargo test --lib properties`).
+pub(crate) fn proptest_config(cases: u32) -> proptest::test_runner::Config {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(cases);
+    proptest::test_runner::Config {
+        cases,
+        failure_persistence: None,
+        ..proptest::test_runner::Config::default()
+    }
+}

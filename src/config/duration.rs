@@ -78,7 +78,10 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             // Go truncates the fractional part to whole nanoseconds; only its first digits matter.
             let digits = &frac_part[..frac_part.len().min(18)];
             let frac: u128 = digits.parse().map_err(|_| "bad fraction".to_string())?;
-            nanos += frac * per_unit / 10u128.pow(digits.len() as u32);
+            // The whole part's nanoseconds may sit just below u128::MAX: checked, not `+=`.
+            nanos = nanos
+                .checked_add(frac * per_unit / 10u128.pow(digits.len() as u32))
+                .ok_or_else(|| "duration too large".to_string())?;
         }
         total = total
             .checked_add(nanos)
@@ -186,6 +189,84 @@ mod tests {
         assert_eq!(format_duration(Duration::from_nanos(7)), "7ns");
         for text in ["20s", "1m0s", "1h2m3.5s", "500ms", "2h0m0s"] {
             assert_eq!(format_duration(parse_duration(text).unwrap()), text);
+        }
+    }
+
+    /// Go's duration grammar: signed, several number-unit pairs, fractions, and numbers past
+    /// u64 and u128.
+    fn duration_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let unit = prop::sample::select(vec!["ns", "us", "µs", "μs", "ms", "s", "m", "h", "", "d"]);
+        // Numbers just below u128::MAX over a unit's nanoseconds: the product fits, the
+        // fraction added to it need not.
+        let near_max = prop::sample::select(vec![
+            1u128,
+            1_000,
+            1_000_000,
+            1_000_000_000,
+            60_000_000_000,
+            3_600_000_000_000,
+        ])
+        .prop_flat_map(|per| (u128::MAX / per - 3..=u128::MAX / per).prop_map(|n| n.to_string()));
+        let int = prop_oneof!["[0-9]{0,42}".boxed(), near_max.boxed()];
+        let part = (
+            int,
+            prop_oneof![Just(String::new()), "\\.[0-9]{0,42}"],
+            unit,
+        )
+            .prop_map(|(i, f, u)| format!("{i}{f}{u}"));
+        let sign = prop_oneof![Just(""), Just("+"), Just("-")];
+        (sign, prop::collection::vec(part, 1..5))
+            .prop_map(|(s, parts)| format!("{s}{}", parts.concat()))
+    }
+
+    /// Found by `grammar_shaped_text_reads_back_from_its_go_form`: a whole part
+    /// whose nanoseconds just fit a u128, plus its fraction, overflowed (a panic in debug
+    /// builds; in release a wrapped, tiny duration).
+    #[test]
+    fn a_fraction_past_the_largest_number_is_too_large() {
+        let whole = u128::MAX / 1_000;
+        for text in [
+            format!("{whole}.999us"),
+            format!("{}.9h", u128::MAX / 3_600_000_000_000),
+        ] {
+            assert_eq!(
+                parse_duration(&text),
+                Err("duration too large".to_string()),
+                "{text}"
+            );
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(crate::test_support::proptest_config(512))]
+
+        #[test]
+        fn any_text_parses_or_errs(text in proptest::prelude::any::<String>()) {
+            if let Ok(d) = parse_duration(&text) {
+                proptest::prop_assert_eq!(parse_duration(&format_duration(d)), Ok(d));
+            }
+        }
+
+        #[test]
+        fn grammar_shaped_text_reads_back_from_its_go_form(text in duration_text()) {
+            if let Ok(d) = parse_duration(&text) {
+                proptest::prop_assert!(d.as_nanos() <= i64::MAX as u128, "{:?}", text);
+                proptest::prop_assert_eq!(parse_duration(&format_duration(d)), Ok(d), "{:?}", text);
+            }
+        }
+
+        #[test]
+        fn every_go_duration_round_trips(nanos in 0..=i64::MAX as u64) {
+            let d = Duration::from_nanos(nanos);
+            proptest::prop_assert_eq!(parse_duration(&format_duration(d)), Ok(d));
+        }
+
+        #[test]
+        fn hours_minutes_and_seconds_add_up(h in 0u64..2_000_000, m in 0u64..100_000, s in 0u64..100_000, ms in 0u64..1000) {
+            let text = format!("{h}h{m}m{s}.{ms:03}s");
+            let want = Duration::from_millis(((h * 60 + m) * 60 + s) * 1000 + ms);
+            proptest::prop_assert_eq!(parse_duration(&text), Ok(want));
         }
     }
 }

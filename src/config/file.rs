@@ -885,4 +885,46 @@ streamingConnectionIdleTimeout: 0s
 syncFrequency: 0s
 volumeStatsAggPeriod: 0s
 ";
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// A value for any field: numbers near and past the integer types, durations,
+        /// quantities, maps, lists and anything else.
+        fn value() -> impl Strategy<Value = String> {
+            prop_oneof![
+                any::<i64>().prop_map(|n| n.to_string()),
+                "-?[1-9][0-9]{10,25}",
+                "[0-9]{1,40}(\\.[0-9]{0,10})?(ns|us|ms|s|m|h)",
+                "[-+0-9.]{1,12}[eEinumkKMGTP]{0,2}[0-9]{0,3}",
+                prop::sample::select(vec![
+                    "true", "false", "null", "[]", "{}", "[1, a]", "{a: 1}", "\"\"", "~"
+                ])
+                .prop_map(str::to_string),
+                "[a-zA-Z0-9/:._-]{0,20}",
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(crate::test_support::proptest_config(256))]
+
+            /// Any field with any value is read or refused naming the problem, never a panic.
+            #[test]
+            fn any_field_values_are_read_or_refused(
+                fields in prop::collection::vec((prop::sample::select(schema::FIELDS.to_vec()), value()), 0..6),
+                junk in ".{0,30}",
+            ) {
+                let mut text = String::from("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n");
+                for (field, v) in &fields {
+                    text.push_str(&format!("{}: {v}\n", field.name));
+                }
+                if let Err(e) = parse(&text) {
+                    prop_assert!(!e.to_string().is_empty());
+                }
+                let _ = parse(&junk);
+                let _ = parse(&format!("{text}{junk}"));
+            }
+        }
+    }
 }

@@ -285,4 +285,133 @@ garbage
             ]
         );
     }
+
+    mod properties {
+        use super::*;
+        use crate::logs::cri_writer::{copy_stream, RecordWriter};
+        use proptest::prelude::*;
+        use std::cell::Cell;
+        use std::io::Read;
+        use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+        thread_local! {
+            /// The writer takes its clock as a plain fn: the property hands it the time here.
+            static NOW: Cell<SystemTime> = const { Cell::new(UNIX_EPOCH) };
+        }
+
+        fn now() -> SystemTime {
+            NOW.with(Cell::get)
+        }
+
+        /// Up to 9999-12-31T23:59:59.999999999Z, the last time the writer prints in full.
+        fn time() -> impl Strategy<Value = SystemTime> {
+            (0u64..253_402_300_800, 0u32..1_000_000_000)
+                .prop_map(|(s, n)| UNIX_EPOCH + Duration::new(s, n))
+        }
+
+        fn stream() -> impl Strategy<Value = LogStream> {
+            prop_oneof![Just(LogStream::Stdout), Just(LogStream::Stderr)]
+        }
+
+        /// Hands out its data in the given read sizes, so lines cross read boundaries.
+        struct Chunked<'a> {
+            data: &'a [u8],
+            sizes: Vec<usize>,
+        }
+
+        impl Read for Chunked<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                let step = self.sizes.pop().unwrap_or(usize::MAX).max(1);
+                let n = step.min(self.data.len()).min(buf.len());
+                buf[..n].copy_from_slice(&self.data[..n]);
+                self.data = &self.data[n..];
+                Ok(n)
+            }
+        }
+
+        /// The container's output, with newlines, carriage returns and the record's own
+        /// separators over-represented.
+        fn output() -> impl Strategy<Value = Vec<u8>> {
+            prop::collection::vec(
+                prop_oneof![
+                    3 => any::<u8>(),
+                    1 => prop::sample::select(vec![b'\n', b'\r', b' ', b'P', b'F']),
+                ],
+                0..200,
+            )
+        }
+
+        proptest! {
+            #![proptest_config(crate::test_support::proptest_config(512))]
+
+            #[test]
+            fn any_bytes_parse_or_err(data in prop::collection::vec(any::<u8>(), 0..300)) {
+                let _ = parse_cri_line(&data);
+                let parsed = parse_log_bytes(&data);
+                let records = data.split_inclusive(|&b| b == b'\n').count();
+                prop_assert!(parsed.lines.len() + parsed.malformed <= records);
+            }
+
+            #[test]
+            fn record_shaped_lines_parse_or_err(
+                time in "[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{0,12})?(Z|[+-][0-9]{2}:[0-9]{2})",
+                stream in "stdout|stderr|stdin|",
+                tags in "[PF:x]{0,4}",
+                content in ".{0,20}",
+            ) {
+                let line = format!("{time} {stream} {tags} {content}");
+                if let Ok(r) = parse_cri_line(line.as_bytes()) {
+                    prop_assert_eq!(r.partial, tags.split(':').next() == Some("P"));
+                    prop_assert_eq!(r.content, content.as_bytes());
+                }
+            }
+
+            /// What the writer writes, the reader reads back: time, stream, tag and content.
+            #[test]
+            fn a_written_record_reads_back(
+                at in time(),
+                stream in stream(),
+                partial in any::<bool>(),
+                content in prop::collection::vec(any::<u8>().prop_filter("no newline", |b| *b != b'\n'), 0..100),
+            ) {
+                NOW.with(|n| n.set(at));
+                let writer = RecordWriter::with_clock(Vec::new(), now);
+                writer.write_record(stream, partial, &[&content]).unwrap();
+                let written = writer.into_sink();
+                let r = parse_cri_line(&written).unwrap();
+                prop_assert_eq!(SystemTime::from(r.timestamp), at);
+                prop_assert_eq!(r.stream, stream);
+                prop_assert_eq!(r.partial, partial);
+                prop_assert_eq!(r.content, &content[..]);
+            }
+
+            /// Any output copied into records, split at any line limit and read in any
+            /// sizes, is read back as its lines: newline-ended ones complete (a CR before
+            /// the newline dropped), an unended rest incomplete.
+            #[test]
+            fn copied_output_reads_back_as_its_lines(
+                data in output(),
+                max_line in prop_oneof![Just(0usize), 1usize..12],
+                sizes in prop::collection::vec(1usize..40, 0..20),
+            ) {
+                let writer = RecordWriter::with_clock(Vec::new(), now);
+                let input = Chunked { data: &data, sizes };
+                copy_stream(input, LogStream::Stderr, max_line, &writer).unwrap();
+                let parsed = parse_log_bytes(&writer.into_sink());
+                prop_assert_eq!(parsed.malformed, 0);
+                let mut want: Vec<(Vec<u8>, bool)> = Vec::new();
+                let mut segments: Vec<&[u8]> = data.split(|&b| b == b'\n').collect();
+                let rest = segments.pop().unwrap_or_default();
+                for line in segments {
+                    want.push((line.strip_suffix(b"\r").unwrap_or(line).to_vec(), true));
+                }
+                if !rest.is_empty() {
+                    want.push((rest.to_vec(), false));
+                }
+                let got: Vec<(Vec<u8>, bool)> =
+                    parsed.lines.into_iter().map(|l| (l.content, l.complete)).collect();
+                prop_assert_eq!(got, want);
+            }
+        }
+    }
 }

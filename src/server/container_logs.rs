@@ -824,4 +824,105 @@ mod tests {
             .expect("the follow ends once the container stopped")
             .unwrap();
     }
+
+    mod properties {
+        use super::*;
+        use chrono::TimeZone;
+        use proptest::prelude::*;
+
+        fn value() -> impl Strategy<Value = String> {
+            prop_oneof![
+                any::<i64>().prop_map(|n| n.to_string()),
+                "[+-]?[0-9]{18,22}",
+                prop::sample::select(vec!["true", "false", "0", "1", "f", "all", ""]).prop_map(str::to_string),
+                "[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,12})?(Z|[+-][0-9]{2}:[0-9]{2})",
+                ".{0,10}",
+            ]
+        }
+
+        fn query() -> impl Strategy<Value = String> {
+            let key = prop::sample::select(vec![
+                "follow",
+                "previous",
+                "timestamps",
+                "sinceSeconds",
+                "sinceTime",
+                "tailLines",
+                "tail",
+                "limitBytes",
+                "stream",
+                "other",
+            ]);
+            prop::collection::vec((key, value()), 0..6).prop_map(|pairs| {
+                let mut s = form_urlencoded::Serializer::new(String::new());
+                for (k, v) in pairs {
+                    s.append_pair(k, &v);
+                }
+                s.finish()
+            })
+        }
+
+        proptest! {
+            #![proptest_config(crate::test_support::proptest_config(512))]
+
+            /// Any query is options or upstream's refusal, and options that pass hold
+            /// upstream's rules; the since time any number of seconds gives is a time or
+            /// "everything", never a panic.
+            #[test]
+            fn any_query_is_options_or_a_refusal(q in prop_oneof![query(), ".{0,40}"], secs in any::<i64>()) {
+                match parse_log_options(&q) {
+                    Ok(o) => {
+                        prop_assert!(o.tail_lines.is_none_or(|n| n >= 0));
+                        prop_assert!(o.limit_bytes.is_none_or(|n| n >= 1));
+                        prop_assert!(o.since_seconds.is_none_or(|n| n >= 1));
+                        prop_assert!(o.since_seconds.is_none() || o.since_time.is_none());
+                    }
+                    Err(e) => prop_assert!(e.status == 400 || e.status == 422),
+                }
+                let now = Utc::now();
+                if let Some(since) = since_from_seconds(now, secs) {
+                    prop_assert_eq!(since >= now, secs <= 0);
+                }
+            }
+
+            /// The options a client asks for are the options read.
+            #[test]
+            fn options_round_trip(
+                follow in any::<bool>(),
+                previous in any::<bool>(),
+                timestamps in any::<bool>(),
+                since in prop_oneof![
+                    Just((None, None)),
+                    (1..=i64::MAX).prop_map(|s| (Some(s), None)),
+                    (-62_135_596_800i64..253_402_300_799, 0u32..1_000_000_000)
+                        .prop_map(|(s, n)| (None, Some(Utc.timestamp_opt(s, n).unwrap().fixed_offset()))),
+                ],
+                tail_lines in proptest::option::of(0..=i64::MAX),
+                limit_bytes in proptest::option::of(1..=i64::MAX),
+            ) {
+                let want = LogOptions {
+                    follow,
+                    previous,
+                    timestamps,
+                    since_seconds: since.0,
+                    since_time: since.1,
+                    tail_lines,
+                    limit_bytes,
+                };
+                let mut s = form_urlencoded::Serializer::new(String::new());
+                for (k, on) in [("follow", follow), ("previous", previous), ("timestamps", timestamps)] {
+                    s.append_pair(k, if on { "true" } else { "false" });
+                }
+                for (k, n) in [("sinceSeconds", since.0), ("tailLines", tail_lines), ("limitBytes", limit_bytes)] {
+                    if let Some(n) = n {
+                        s.append_pair(k, &n.to_string());
+                    }
+                }
+                if let Some(t) = since.1 {
+                    s.append_pair("sinceTime", &t.to_rfc3339_opts(SecondsFormat::AutoSi, true));
+                }
+                prop_assert_eq!(parse_log_options(&s.finish()), Ok(want));
+            }
+        }
+    }
 }

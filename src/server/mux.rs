@@ -110,7 +110,7 @@ pub(crate) fn redirect(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use http_body_util::BodyExt;
 
@@ -191,5 +191,74 @@ mod tests {
         }
         assert!(redirect(&Method::CONNECT, "//exec/ns/pod/c", "", main).is_none());
         assert!(redirect(&Method::OPTIONS, "*", "", main).is_none());
+    }
+
+    /// Request paths built from the elements that matter here: dot elements, empty ones
+    /// (repeated slashes), the subtrees' and routes' names, escapes, and anything else.
+    pub(crate) fn request_path() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let element = prop_oneof![
+            4 => prop::sample::select(vec![
+                "", ".", "..", "logs", "stats", "runningpods", "debug", "pprof", "exec",
+                "attach", "portForward", "run", "containerLogs", "configz", "pods", "healthz",
+                "metrics", "summary", "ns", "pod", "c", "%2e%2e", "%2F", "...", ". ",
+            ])
+            .prop_map(str::to_string),
+            1 => ".{0,6}",
+        ];
+        // Only what a request line can carry: the path as hyper hands it over.
+        (prop::collection::vec(element, 0..8), any::<bool>()).prop_filter_map(
+            "not a request path",
+            |(parts, slash)| {
+                let p = format!("/{}{}", parts.join("/"), if slash { "/" } else { "" });
+                let uri: hyper::Uri = p.parse().ok()?;
+                Some(uri.path().to_string())
+            },
+        )
+    }
+
+    pub(crate) fn location(r: &Response<Body>) -> String {
+        String::from_utf8(r.headers()["Location"].as_bytes().to_vec()).unwrap()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(crate::test_support::proptest_config(512))]
+
+        /// Cleaning is idempotent, and its result has no element a client could use to
+        /// spell a path two ways.
+        #[test]
+        fn clean_paths_are_fixed_points(p in proptest::prop_oneof![request_path(), ".{0,30}"]) {
+            let c = clean_path(&p);
+            proptest::prop_assert_eq!(clean_path(&c), c.clone());
+            proptest::prop_assert!(c.starts_with('/'));
+            proptest::prop_assert!(!c.contains("//"), "{:?}", c);
+            let trimmed = c.trim_end_matches('/');
+            proptest::prop_assert!(!trimmed.split('/').any(|e| e == "." || e == ".."), "{:?}", c);
+        }
+
+        /// One hop: the redirect's target is the clean path (a subtree's root with its
+        /// slash), the query rides along, and the target is not redirected again.
+        #[test]
+        fn a_redirect_lands_on_a_clean_path_in_one_hop(
+            p in request_path(),
+            query in "[a-z=&<>]{0,6}",
+            debugging in proptest::prelude::any::<bool>(),
+            read_only in proptest::prelude::any::<bool>(),
+        ) {
+            let subtrees = if read_only { READ_ONLY_SUBTREES } else { main_subtrees(debugging) };
+            for method in [Method::GET, Method::POST, Method::HEAD, Method::DELETE] {
+                let Some(r) = redirect(&method, &p, &query, subtrees) else {
+                    proptest::prop_assert_eq!(clean_path(&p), p.clone());
+                    continue;
+                };
+                proptest::prop_assert_eq!(r.status(), StatusCode::MOVED_PERMANENTLY);
+                let location = location(&r);
+                let (target, q) = location.split_once('?').unwrap_or((&location, ""));
+                proptest::prop_assert_eq!(q, query.as_str());
+                let clean = clean_path(&p);
+                proptest::prop_assert!(target == clean || target == format!("{clean}/"), "{:?} -> {:?}", p, target);
+                proptest::prop_assert!(redirect(&method, target, &query, subtrees).is_none(), "{:?} -> {:?}", p, target);
+            }
+        }
     }
 }

@@ -796,4 +796,40 @@ mod tests {
         // Once the disk fails, the request gets its answer: no such log file.
         assert_eq!(status, Ok(StatusCode::BAD_REQUEST));
     }
+
+    proptest::proptest! {
+        #![proptest_config(crate::test_support::proptest_config(512))]
+
+        /// Whatever the path's spelling, a request reaches the route of its clean path
+        /// (after at most one redirect), and with the debugging handlers off no spelling
+        /// reaches a debugging route or configz.
+        #[test]
+        fn no_spelling_reaches_a_debugging_route_with_the_switch_off(
+            p in crate::server::mux::tests::request_path(),
+            query in "[a-zA-Z=&%0-9]{0,12}",
+            method in proptest::sample::select(vec![Method::GET, Method::POST, Method::PUT, Method::HEAD, Method::OPTIONS]),
+            debugging in proptest::prelude::any::<bool>(),
+        ) {
+            for port in [Port::Main, Port::ReadOnly] {
+                let subtrees = match port {
+                    Port::Main => mux::main_subtrees(debugging),
+                    Port::ReadOnly => mux::READ_ONLY_SUBTREES,
+                };
+                let served = match mux::redirect(&method, &p, &query, subtrees) {
+                    Some(r) => {
+                        let location = crate::server::mux::tests::location(&r);
+                        location.split_once('?').map_or(location.clone(), |(path, _)| path.to_string())
+                    }
+                    None => p.clone(),
+                };
+                proptest::prop_assert!(mux::redirect(&method, &served, &query, subtrees).is_none());
+                let (action, _) = resolve(port, &method, &served, &query);
+                let gated = gate_debugging(port, debugging, &served, action);
+                if !debugging || port == Port::ReadOnly {
+                    proptest::prop_assert!(!is_debugging(&gated), "{:?} -> {:?}: {:?}", p, served, gated);
+                    proptest::prop_assert_ne!(&gated, &Action::Configz, "{:?}", p);
+                }
+            }
+        }
+    }
 }

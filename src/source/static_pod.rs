@@ -297,4 +297,148 @@ mod tests {
         seen.stamp(&mut again);
         assert_eq!(first, again);
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// What a file or URL source does with a manifest's bytes: decode, then prepare
+        /// each pod; any error is reported, never a panic.
+        fn read(bytes: &[u8]) -> Vec<Result<Pod, ValidationErrors>> {
+            let pods = match decode_manifest(bytes) {
+                Ok(Manifest::Pod(p)) => vec![*p],
+                Ok(Manifest::List(pods)) => pods,
+                Err(e) => {
+                    assert!(!e.contains('\n'), "{e}");
+                    return Vec::new();
+                }
+            };
+            pods.into_iter()
+                .map(|p| prepare_static_pod(p, SourceKind::File, "/m/p.yaml", "node-a"))
+                .collect()
+        }
+
+        /// A YAML double-quoted scalar: quotes and backslashes escaped, and every character
+        /// YAML does not let a file hold as it is (its c-printable set) as a \\u escape.
+        fn quoted(s: &str) -> String {
+            let mut out = String::from('"');
+            for c in s.chars() {
+                let printable = matches!(c, ' '..='~' | '\u{85}' | '\u{a0}'..='\u{d7ff}' | '\u{e000}'..='\u{fffd}' | '\u{10000}'..);
+                match c {
+                    '"' | '\\' => {
+                        out.push('\\');
+                        out.push(c);
+                    }
+                    c if printable => out.push(c),
+                    c if u32::from(c) <= 0xffff => {
+                        out.push_str(&format!("\\u{:04x}", u32::from(c)))
+                    }
+                    c => out.push_str(&format!("\\U{:08x}", u32::from(c))),
+                }
+            }
+            out.push('"');
+            out
+        }
+
+        /// Values where the manifest's grammar is thin: names near the DNS rules, numbers
+        /// past i32 and i64, quantities, and anything else.
+        fn name() -> impl Strategy<Value = String> {
+            prop_oneof![
+                "[a-z0-9]([-a-z0-9.]{0,20}[a-z0-9])?",
+                "[a-zA-Z0-9._ -]{0,70}",
+                ".{0,10}"
+            ]
+        }
+
+        fn number() -> impl Strategy<Value = String> {
+            prop_oneof![
+                any::<i32>().prop_map(|n| n.to_string()),
+                any::<i64>().prop_map(|n| n.to_string()),
+                // serde-saphyr refuses leading zeros (YAML 1.1 read them as octal).
+                "-?[1-9][0-9]{18,29}",
+                "-?[0-9]{1,4}\\.[0-9]{1,3}(e[0-9]{1,3})?",
+            ]
+        }
+
+        fn manifest(
+        ) -> impl Strategy<Value = (String, String, String, String, String, String, String)>
+        {
+            (
+                name(),
+                name(),
+                name(),
+                ".{0,20}",
+                number(),
+                number(),
+                "[-+0-9.eEinumkKMGTP]{0,12}",
+            )
+        }
+
+        proptest! {
+            #![proptest_config(crate::test_support::proptest_config(256))]
+
+            #[test]
+            fn any_bytes_are_pods_or_errors(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
+                let _ = read(&bytes);
+            }
+
+            #[test]
+            fn any_text_is_pods_or_errors(text in prop_oneof![
+                ".{0,200}",
+                "(apiVersion: v1\nkind: Pod(List)?\n)?[a-zA-Z:{}\\[\\], \n\"'&*!|>-]{0,200}",
+            ]) {
+                let _ = read(text.as_bytes());
+            }
+
+            /// Nesting as deep as a file can make it is an error or a value, not a stack
+            /// overflow.
+            #[test]
+            fn deep_nesting_is_refused_or_read(depth in 1usize..5000, form in 0usize..4) {
+                let (open, close) = [("[", "]"), ("{\"a\":", "}"), ("- ", ""), ("a: {", "}")][form];
+                let text = format!(
+                    "apiVersion: v1\nkind: Pod\nmetadata: {}1{}\n",
+                    open.repeat(depth),
+                    close.repeat(depth)
+                );
+                let _ = read(text.as_bytes());
+                let json = format!("{{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"spec\":{}1{}}}", "[".repeat(depth), "]".repeat(depth));
+                let _ = read(json.as_bytes());
+            }
+
+            /// A pod written as YAML reads back with what it was written with, reads the same
+            /// from its JSON, and validation decides on it without panicking; a pod that
+            /// passes keeps its fields and gets the node-suffixed name.
+            #[test]
+            fn a_written_pod_reads_back(
+                (name, namespace, container, image, port, deadline, cpu) in manifest(),
+            ) {
+                let yaml = format!(
+                    "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {}\n  namespace: {}\nspec:\n  activeDeadlineSeconds: {deadline}\n  containers:\n  - name: {}\n    image: {}\n    ports:\n    - containerPort: {port}\n    resources:\n      limits:\n        cpu: {}\n",
+                    quoted(&name), quoted(&namespace), quoted(&container), quoted(&image), quoted(&cpu),
+                );
+                let Ok(Manifest::Pod(pod)) = decode_manifest(yaml.as_bytes()) else {
+                    // Only the numbers can be out of their types' range.
+                    prop_assert!(port.parse::<i32>().is_err() || deadline.parse::<i64>().is_err(), "{}", yaml);
+                    return Ok(());
+                };
+                prop_assert_eq!(pod.metadata.name.as_deref(), Some(name.as_str()));
+                prop_assert_eq!(pod.metadata.namespace.as_deref(), Some(namespace.as_str()));
+                let spec = pod.spec.as_ref().unwrap();
+                prop_assert_eq!(spec.active_deadline_seconds, Some(deadline.parse::<i64>().unwrap()));
+                prop_assert_eq!(&spec.containers[0].name, &container);
+                prop_assert_eq!(spec.containers[0].image.as_deref(), Some(image.as_str()));
+                prop_assert_eq!(spec.containers[0].ports.as_ref().unwrap()[0].container_port, port.parse::<i32>().unwrap());
+                let json = serde_json::to_vec(&*pod).unwrap();
+                let Ok(Manifest::Pod(again)) = decode_manifest(&json) else {
+                    panic!("the pod's JSON does not decode: {}", String::from_utf8_lossy(&json));
+                };
+                prop_assert_eq!(&again, &pod);
+                if let Ok(prepared) = prepare_static_pod(*pod, SourceKind::File, "/m/p.yaml", "node-a") {
+                    prop_assert_eq!(prepared.metadata.name, Some(format!("{name}-node-a")));
+                    prop_assert!(crate::quantity::Quantity::parse(&cpu).is_ok_and(|q| !q.is_negative()));
+                    prop_assert_eq!(prepared.spec.as_ref().unwrap().containers[0].image.as_deref(), Some(image.as_str()));
+                }
+            }
+        }
+    }
 }

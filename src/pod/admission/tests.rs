@@ -450,3 +450,123 @@ fn pod_requests_follow_init_sidecar_and_overhead_rules() {
     assert_eq!(r["cpu"], Quantity::from_milli(3300));
     assert_eq!(r["memory"], Quantity::from_value(2 << 20));
 }
+
+mod selector_properties {
+    use super::node_affinity::selector_matches;
+    use super::*;
+    use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
+    use proptest::prelude::*;
+
+    fn key() -> impl Strategy<Value = String> {
+        prop::sample::select(vec!["disk", "zone", "cores", "metadata.name", ""])
+            .prop_map(str::to_string)
+    }
+
+    /// Label values and bounds: names, integers and numbers past i64.
+    fn value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            prop::sample::select(vec!["ssd", "a", "node-a", ""]).prop_map(str::to_string),
+            any::<i64>().prop_map(|n| n.to_string()),
+            "[+-]?[0-9]{19,21}",
+            ".{0,4}",
+        ]
+    }
+
+    fn operator() -> impl Strategy<Value = String> {
+        prop::sample::select(vec![
+            "In",
+            "NotIn",
+            "Exists",
+            "DoesNotExist",
+            "Gt",
+            "Lt",
+            "in",
+            "",
+        ])
+        .prop_map(str::to_string)
+    }
+
+    fn requirement() -> impl Strategy<Value = NodeSelectorRequirement> {
+        (
+            key(),
+            operator(),
+            proptest::option::of(prop::collection::vec(value(), 0..3)),
+        )
+            .prop_map(|(key, operator, values)| NodeSelectorRequirement {
+                key,
+                operator,
+                values,
+            })
+    }
+
+    fn labelled_node() -> impl Strategy<Value = Node> {
+        (
+            prop::collection::btree_map(key(), value(), 0..4),
+            "[a-z-]{0,8}",
+        )
+            .prop_map(|(labels, name)| {
+                let mut n = node(json!(labels), json!([]));
+                n.metadata.name = Some(name);
+                n
+            })
+    }
+
+    fn one(
+        expressions: Vec<NodeSelectorRequirement>,
+        fields: Vec<NodeSelectorRequirement>,
+    ) -> NodeSelector {
+        NodeSelector {
+            node_selector_terms: vec![NodeSelectorTerm {
+                match_expressions: Some(expressions),
+                match_fields: Some(fields),
+            }],
+        }
+    }
+
+    fn with_operator(r: &NodeSelectorRequirement, operator: &str) -> NodeSelectorRequirement {
+        NodeSelectorRequirement {
+            operator: operator.to_string(),
+            ..r.clone()
+        }
+    }
+
+    proptest! {
+        #![proptest_config(crate::test_support::proptest_config(512))]
+
+        /// Any selector is decided without panicking, and a term that parses under one
+        /// operator decides as its opposite's complement (In/NotIn, Exists/DoesNotExist);
+        /// Gt and Lt never both hold.
+        #[test]
+        fn selectors_decide_and_opposites_complement(
+            terms in prop::collection::vec(
+                (prop::collection::vec(requirement(), 0..3), prop::collection::vec(requirement(), 0..2)),
+                0..3,
+            ),
+            r in requirement(),
+            node in labelled_node(),
+        ) {
+            let selector = NodeSelector {
+                node_selector_terms: terms
+                    .into_iter()
+                    .map(|(e, f)| NodeSelectorTerm { match_expressions: Some(e), match_fields: Some(f) })
+                    .collect(),
+            };
+            let _ = selector_matches(&selector, &node);
+            let decide = |op: &str| selector_matches(&one(vec![with_operator(&r, op)], vec![]), &node);
+            let values = r.values.as_deref().unwrap_or_default();
+            if !values.is_empty() {
+                prop_assert_ne!(decide("In"), decide("NotIn"));
+            } else {
+                prop_assert_ne!(decide("Exists"), decide("DoesNotExist"));
+            }
+            prop_assert!(!(decide("Gt") && decide("Lt")));
+            let field = |op: &str| selector_matches(&one(vec![], vec![with_operator(&r, op)]), &node);
+            if r.key == "metadata.name" && values.len() == 1 {
+                prop_assert_ne!(field("In"), field("NotIn"));
+                prop_assert_eq!(field("In"), node.metadata.name.as_deref() == Some(values[0].as_str()));
+            } else {
+                prop_assert!(!field("In") && !field("NotIn"));
+            }
+        }
+    }
+}

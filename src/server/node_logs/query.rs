@@ -423,4 +423,142 @@ mod tests {
             assert_eq!(q.validate(root), Vec::new(), "?{ok}");
         }
     }
+
+    mod properties {
+        use super::*;
+        use chrono::TimeZone;
+        use proptest::prelude::*;
+
+        /// Times RFC 3339 can write: years 0000 to 9999, offsets in whole minutes.
+        pub(crate) fn time() -> impl Strategy<Value = DateTime<FixedOffset>> {
+            (
+                -62_167_132_800i64..253_402_214_400,
+                0u32..1_000_000_000,
+                -1439i32..1440,
+            )
+                .prop_map(|(secs, nanos, minutes)| {
+                    FixedOffset::east_opt(minutes * 60)
+                        .unwrap()
+                        .timestamp_opt(secs, nanos)
+                        .unwrap()
+                })
+        }
+
+        /// A value for one of the query's keys: numbers near and past i64, times, names,
+        /// files, patterns, and anything else.
+        fn value() -> impl Strategy<Value = String> {
+            prop_oneof![
+                any::<i64>().prop_map(|n| n.to_string()),
+                "[+-]?[0-9]{18,22}",
+                time().prop_map(|t| t.to_rfc3339()),
+                "[a-z0-9._@:-]{0,10}",
+                "[a-z./\\\\]{0,12}",
+                "[()a-z|*+?{}0-9,\\[\\]\\\\^$]{0,12}",
+                ".{0,12}",
+            ]
+        }
+
+        fn query() -> impl Strategy<Value = String> {
+            let key = prop::sample::select(vec![
+                "query",
+                "sinceTime",
+                "untilTime",
+                "boot",
+                "tailLines",
+                "pattern",
+                "other",
+            ]);
+            prop::collection::vec((key, value()), 0..6).prop_map(|pairs| {
+                let mut s = form_urlencoded::Serializer::new(String::new());
+                for (k, v) in pairs {
+                    s.append_pair(k, &v);
+                }
+                s.finish()
+            })
+        }
+
+        proptest! {
+            #![proptest_config(crate::test_support::proptest_config(256))]
+
+            /// Any query parses or is refused, and what parses validates or is refused,
+            /// with errors that join into one text.
+            #[test]
+            fn any_query_parses_and_validates_or_errs(q in prop_oneof![query(), ".{0,40}"]) {
+                let dir = tempfile::tempdir().unwrap();
+                match parse(&params(&q)) {
+                    Err(errors) => prop_assert!(!aggregate(&errors).is_empty()),
+                    Ok(None) => {}
+                    Ok(Some(parsed)) => {
+                        let _ = aggregate(&parsed.validate(dir.path()));
+                    }
+                }
+            }
+
+            /// A query that validates gives journalctl only options of its own choosing:
+            /// no client text can start an argument of its own.
+            #[test]
+            fn a_valid_query_gives_journalctl_only_its_own_options(q in query()) {
+                let Ok(Some(parsed)) = parse(&params(&q)) else {
+                    return Ok(());
+                };
+                if !parsed.files.is_empty() || !parsed.validate(Path::new("/nonexistent")).is_empty() {
+                    return Ok(());
+                }
+                let args = crate::server::node_logs::journal::journalctl_args(&parsed.options, &parsed.services);
+                let mut after_boot = false;
+                for a in &args {
+                    let fixed = ["--utc", "--no-pager", "--output=short-precise", "--pager-end", "--boot"];
+                    let prefixed = ["--since=", "--until=", "--lines=", "--unit=", "--grep="];
+                    if after_boot {
+                        prop_assert!(a.parse::<i64>().is_ok_and(|b| b <= 0), "{:?}", args);
+                    } else {
+                        prop_assert!(fixed.contains(&a.as_str()) || prefixed.iter().any(|p| a.starts_with(p)), "{:?}", args);
+                    }
+                    after_boot = a == "--boot";
+                }
+            }
+
+            /// The options a client sends are the options parsed.
+            #[test]
+            fn options_round_trip(
+                services in prop::collection::vec("[a-z0-9._@:-]{1,10}", 1..5),
+                since in proptest::option::of(time()),
+                until in proptest::option::of(time()),
+                tail in proptest::option::of(any::<i64>()),
+                boot in proptest::option::of(any::<i64>()),
+                pattern in "[a-z|()]{0,8}",
+            ) {
+                let mut s = form_urlencoded::Serializer::new(String::new());
+                for service in &services {
+                    s.append_pair("query", service);
+                }
+                for (key, t) in [("sinceTime", since), ("untilTime", until)] {
+                    if let Some(t) = t {
+                        s.append_pair(key, &rfc3339_nano(t));
+                    }
+                }
+                for (key, n) in [("tailLines", tail), ("boot", boot)] {
+                    if let Some(n) = n {
+                        s.append_pair(key, &n.to_string());
+                    }
+                }
+                s.append_pair("pattern", &pattern);
+                let parsed = parse(&params(&s.finish())).unwrap().unwrap();
+                prop_assert_eq!(parsed.services, services);
+                prop_assert_eq!(parsed.options, Options { since, until, tail_lines: tail, boot, pattern });
+            }
+
+            /// The time an error names reads back as the time.
+            #[test]
+            fn error_times_read_back(t in time()) {
+                prop_assert_eq!(DateTime::parse_from_rfc3339(&rfc3339_nano(t)), Ok(t));
+            }
+
+            #[test]
+            fn atoi_reads_every_i64_and_refuses_the_rest(n in any::<i64>(), junk in "[+-]?[0-9a-z]{0,25}") {
+                prop_assert_eq!(atoi(&n.to_string()), Ok(n));
+                prop_assert_eq!(atoi(&junk).ok(), junk.parse::<i64>().ok());
+            }
+        }
+    }
 }

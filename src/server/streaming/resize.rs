@@ -131,4 +131,46 @@ mod tests {
         assert!(term_size(serde_json::json!({"Width": 70000})).is_err());
         assert!(term_size(serde_json::json!(3)).is_err());
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(crate::test_support::proptest_config(256))]
+
+            /// Sizes written as Go's encoder writes them arrive whole and in order however
+            /// the channel cuts the bytes.
+            #[test]
+            fn sizes_arrive_whatever_the_cuts(
+                sizes in prop::collection::vec((any::<u16>(), any::<u16>()), 0..5),
+                cuts in prop::collection::vec(1usize..12, 0..30),
+            ) {
+                let mut wire = Vec::new();
+                for (w, h) in &sizes {
+                    wire.extend_from_slice(format!("{{\"Width\":{w},\"Height\":{h}}}\n").as_bytes());
+                }
+                let mut decoder = ResizeDecoder::default();
+                let mut got = Vec::new();
+                let mut rest = &wire[..];
+                for cut in cuts.into_iter().chain(std::iter::once(usize::MAX)) {
+                    let (now, later) = rest.split_at(cut.min(rest.len()));
+                    got.extend(decoder.push(now).unwrap().into_iter().map(|t| (t.width, t.height)));
+                    rest = later;
+                }
+                prop_assert_eq!(got, sizes);
+            }
+
+            /// Any bytes are sizes or an error.
+            #[test]
+            fn any_bytes_are_sizes_or_an_error(chunks in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..20), 0..5)) {
+                let mut decoder = ResizeDecoder::default();
+                for c in chunks {
+                    if decoder.push(&c).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    }
 }

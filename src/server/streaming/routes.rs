@@ -532,4 +532,38 @@ mod tests {
         assert!(websocket_ports("port=0").is_err());
         assert!(websocket_ports("port=70000").is_err());
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(crate::test_support::proptest_config(256))]
+
+            /// Any query is a stdio request and ports, or upstream's refusal.
+            #[test]
+            fn any_query_is_a_request_or_a_refusal(q in prop_oneof![
+                "((port|input|output|error|tty)=[-+0-9a-z, %]{0,8}&){0,5}",
+                ".{0,40}",
+            ]) {
+                if let Ok(io) = stdio_request(&q) {
+                    prop_assert!(io.stdin || io.stdout || io.stderr);
+                    prop_assert!(!(io.tty && io.stderr));
+                }
+                if let Ok(ports) = websocket_ports(&q) {
+                    prop_assert!(!ports.is_empty() && !ports.contains(&0));
+                }
+            }
+
+            /// Ports sent comma-separated and repeated read back in order.
+            #[test]
+            fn ports_round_trip(groups in prop::collection::vec(prop::collection::vec(1u16.., 1..4), 1..4)) {
+                let query: Vec<String> = groups
+                    .iter()
+                    .map(|g| format!("port={}", g.iter().map(u16::to_string).collect::<Vec<_>>().join(",")))
+                    .collect();
+                prop_assert_eq!(websocket_ports(&query.join("&")).unwrap(), groups.concat());
+            }
+        }
+    }
 }

@@ -321,4 +321,50 @@ mod tests {
             Err(HeaderError::Malformed(_))
         ));
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn header_block() -> impl Strategy<Value = HeaderBlock> {
+            let pair = ("[a-zA-Z0-9:-]{0,12}", ".{0,20}");
+            prop::collection::vec(pair, 0..6).prop_map(HeaderBlock)
+        }
+
+        proptest! {
+            #![proptest_config(crate::test_support::proptest_config(256))]
+
+            /// Blocks compressed one after another on one stream decode, in order, on one
+            /// stream, names lowercased.
+            #[test]
+            fn blocks_round_trip_across_a_connection(blocks in prop::collection::vec(header_block(), 1..4)) {
+                let mut encoder = HeaderEncoder::new().unwrap();
+                let mut decoder = HeaderDecoder::new();
+                for block in blocks {
+                    let wire = encoder.encode(&block).unwrap();
+                    let want = HeaderBlock(
+                        block.0.iter().map(|(n, v)| (n.to_ascii_lowercase(), v.clone())).collect(),
+                    );
+                    prop_assert_eq!(decoder.decode(&wire).unwrap(), want);
+                }
+            }
+
+            /// Whatever a client sends as a header block, first or after a good one, is a
+            /// block or an error.
+            #[test]
+            fn any_bytes_decode_or_err(
+                good in header_block(),
+                junk in prop::collection::vec(any::<u8>(), 0..200),
+                first in any::<bool>(),
+            ) {
+                let mut decoder = HeaderDecoder::new();
+                if !first {
+                    let wire = HeaderEncoder::new().unwrap().encode(&good).unwrap();
+                    decoder.decode(&wire).unwrap();
+                }
+                let _ = decoder.decode(&junk);
+                let _ = parse_block(Bytes::from(junk));
+            }
+        }
+    }
 }

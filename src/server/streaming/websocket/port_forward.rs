@@ -11,7 +11,7 @@ use tokio::task::JoinSet;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tracing::{debug, warn, Instrument};
 
-use super::codec::{ChannelProtocol, Inbound};
+use super::codec::{ChannelProtocol, Framing, Inbound};
 use super::link::{self, Inbox, Outbox};
 use super::PORTFORWARD_PROTOCOLS;
 use crate::server::streaming::PortDialer;
@@ -25,6 +25,10 @@ const FRAME_BYTES: usize = 32 * 1024;
 const LINGER: Duration = Duration::from_secs(1);
 /// Channel numbers are one byte and 255 is reserved, so 127 ports fit.
 const MAX_PORTS: usize = 127;
+/// In base64 framing a channel travels as the character `'0' + channel`, one byte only up to
+/// channel 79 (`'\x7f'`): past it the character takes two bytes in the text message (as it
+/// does upstream, whose own decoder then reads a wrong channel), so 40 ports fit.
+const MAX_BASE64_PORTS: usize = 40;
 
 #[derive(Debug, thiserror::Error)]
 enum CopyError {
@@ -61,7 +65,11 @@ pub(crate) async fn port_forward<IO>(
             return;
         }
     };
-    if ports.len() > MAX_PORTS {
+    let max_ports = match proto.framing {
+        Framing::Binary => MAX_PORTS,
+        Framing::Base64 => MAX_BASE64_PORTS,
+    };
+    if ports.len() > max_ports {
         warn!(
             ports = ports.len(),
             "too many ports for one port-forward connection"

@@ -476,6 +476,32 @@ async fn port_forward_in_base64() {
     }
 }
 
+/// Found by `codec::tests::properties::channel_messages_round_trip`: in base64 framing the
+/// 41st port's channel (80) is written as a two-byte character no client reads back as its
+/// channel, so such a session is refused as one of more than 127 ports is.
+#[tokio::test]
+async fn base64_port_forward_takes_at_most_40_ports() {
+    for (ports, refused) in [(40u16, false), (41, true)] {
+        let (server_io, client_io) = duplex(1 << 20);
+        let closed = closed_port().await;
+        tokio::spawn(port_forward(
+            server_io,
+            "v4.base64.channel.k8s.io",
+            vec![closed; usize::from(ports)],
+            Arc::new(LoopbackDialer),
+        ));
+        let mut client = WebSocketStream::from_raw_socket(client_io, Role::Client, None).await;
+        match next(&mut client).await {
+            Some(Message::Close(Some(frame))) => {
+                assert!(refused, "{ports} ports: closed with {frame:?}");
+                assert_eq!(frame.code, CloseCode::Policy);
+            }
+            Some(Message::Text(t)) => assert!(!refused, "{ports} ports: got {t:?}"),
+            other => panic!("{ports} ports: {other:?}"),
+        }
+    }
+}
+
 /// The whole path as the router will run it: hyper's upgrade, [`accept`], then a session,
 /// against tungstenite's client (which checks Sec-WebSocket-Accept and the subprotocol).
 #[tokio::test]
