@@ -11,6 +11,7 @@
 
 pub mod admission;
 pub mod allocation;
+pub(crate) mod api_calls;
 pub mod backoff;
 pub mod dns;
 pub(crate) mod ephemeral;

@@ -4,12 +4,12 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{EnvVar, Probe};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
-use super::{http, ExecError, ExecRunner, ProbeTarget, KUBE_VERSION, MAX_PROBE_OUTPUT};
+use super::address::{join_host_port, resolve_port, user_agent};
+use super::{http, ExecError, ExecRunner, ProbeTarget, MAX_PROBE_OUTPUT};
 use crate::runtime::exec::exec_to_end;
 
 /// The result of one probe attempt that ran. Upstream counts a warning as a success.
@@ -35,10 +35,6 @@ impl Outcome {
 /// `Err` means the probe could not be run at all (bad port, no pod IP, runtime error):
 /// upstream throws such attempts away rather than counting them against the container.
 pub(crate) type Attempt = Result<Outcome, String>;
-
-pub(crate) fn user_agent(purpose: &str) -> String {
-    format!("kube-{purpose}/{KUBE_VERSION}")
-}
 
 /// Runs the probe's action once within `timeout`.
 pub(crate) async fn run_probe(
@@ -218,40 +214,6 @@ pub(crate) fn go_duration(d: Duration) -> String {
     } else {
         format!("{}ms", d.as_millis())
     }
-}
-
-/// "host:port", with brackets around IPv6 literals.
-pub(crate) fn join_host_port(host: &str, port: u16) -> String {
-    if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    }
-}
-
-/// A probe's port: a number, or the name of one of the container's ports (a name that is
-/// all digits is taken as a number when no port has that name, as upstream does).
-pub(crate) fn resolve_port(port: &IntOrString, target: &ProbeTarget) -> Result<u16, String> {
-    let number = match port {
-        IntOrString::Int(n) => i64::from(*n),
-        IntOrString::String(name) => match target
-            .ports
-            .iter()
-            .find(|p| p.name.as_deref() == Some(name.as_str()))
-        {
-            Some(p) => i64::from(p.container_port),
-            None => name.parse::<i64>().map_err(|_| {
-                format!(
-                    "couldn't find port: {name} in container {} of pod {}",
-                    target.container, target.pod
-                )
-            })?,
-        },
-    };
-    u16::try_from(number)
-        .ok()
-        .filter(|p| *p > 0)
-        .ok_or_else(|| format!("invalid port number: {number}"))
 }
 
 /// Expands `$(VAR)` in a probe command from the container's literal env values (not

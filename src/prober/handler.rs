@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::LifecycleHandler;
 
-use super::action::user_agent;
+use super::address::user_agent;
 use super::{http, ExecError, ExecRunner, ProbeTarget};
 use crate::runtime::exec::exec_to_end;
 

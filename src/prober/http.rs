@@ -12,7 +12,7 @@ use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::HTTPGetAction;
 use tokio::net::TcpStream;
 
-use super::action::{join_host_port, resolve_port};
+use super::address::{join_host_port, resolve_port};
 use super::{ProbeTarget, MAX_PROBE_OUTPUT};
 
 /// A probe connection, plain or TLS.

@@ -10,6 +10,7 @@
 //! agent plugs in containerd.
 
 mod action;
+mod address;
 mod handler;
 mod http;
 mod worker;

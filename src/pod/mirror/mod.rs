@@ -29,8 +29,8 @@ use kube::api::PostParams;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use super::api_calls::{delete_now, error_chain, full_name, pods_api, SYNC_PERIOD};
 use super::status_manager::{StatusManager, StatusSubscription};
-use super::status_sync::{delete_now, error_chain, full_name, pods_api, SYNC_PERIOD};
 use crate::node::NodeView;
 use crate::source::apiserver::{ApiPods, ApiPodsView};
 use crate::source::static_pod::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION};

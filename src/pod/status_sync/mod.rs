@@ -26,16 +26,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{Patch, PatchParams};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use super::api_calls::{delete_now, error_chain, full_name, pods_api};
 use super::mirror;
 use super::status_manager::{StatusChange, StatusManager, StatusSubscription};
 use crate::source::apiserver::{ApiPods, ApiPodsView};
 
-/// Upstream's syncPeriod: how often every status is compared with the API's copy.
-pub const SYNC_PERIOD: Duration = Duration::from_secs(10);
+pub use super::api_calls::SYNC_PERIOD;
 /// The first wait after a failed call; it doubles per failure up to [`RETRY_MAX`].
 const RETRY_INITIAL: Duration = Duration::from_millis(500);
 /// The longest wait between retries: half the sync period, so statuses that changed while
@@ -427,48 +427,12 @@ impl StatusSync {
     }
 }
 
-/// Deletion without a grace period, only of this very pod (not a new one of the same name).
-pub(crate) fn delete_now(pod: &Pod) -> DeleteParams {
-    DeleteParams {
-        grace_period_seconds: Some(0),
-        preconditions: Some(Preconditions {
-            uid: pod.metadata.uid.clone(),
-            resource_version: None,
-        }),
-        ..Default::default()
-    }
-}
-
-pub(crate) fn pods_api(client: &kube::Client, pod: &Pod) -> Api<Pod> {
-    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-    Api::namespaced(client.clone(), ns)
-}
-
-/// `namespace/name`, as upstream's klog.KObj.
-pub(crate) fn full_name(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or("default"),
-        pod.metadata.name.as_deref().unwrap_or_default()
-    )
-}
-
 /// Whether the API's answer `a` is newer than `b`. Resource versions are opaque to clients,
 /// but the API server's are etcd revisions; when either is not a number, `b` (the watch's
 /// copy) counts as current.
 fn newer(a: &Pod, b: &Pod) -> bool {
     let rv = |p: &Pod| p.metadata.resource_version.as_deref()?.parse::<u64>().ok();
     matches!((rv(a), rv(b)), (Some(a), Some(b)) if a > b)
-}
-
-pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut out = Vec::new();
-    let mut cur = err.source();
-    while let Some(e) = cur {
-        out.push(e.to_string());
-        cur = e.source();
-    }
-    out.join(": ")
 }
 
 async fn sleep_until(at: Option<Instant>) {

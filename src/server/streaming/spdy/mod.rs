@@ -13,6 +13,7 @@ mod dictionary;
 mod frame;
 mod headers;
 mod negotiate;
+mod outbox;
 mod portforward;
 mod remotecommand;
 mod session;

@@ -22,6 +22,7 @@ use tracing::{debug, trace, warn, Instrument};
 
 use super::frame::{read_frame, Frame, FLAG_FIN, RST_REFUSED_STREAM};
 use super::headers::{HeaderBlock, HeaderDecoder, HeaderEncoder};
+use super::outbox::{Outbox, Outgoing};
 use super::stream::{StreamReader, StreamState, StreamWriter};
 
 /// Chunks queued per stream before the connection's reader waits for its consumer.
@@ -63,19 +64,6 @@ impl Activity {
         }
     }
 }
-
-/// What the writer task puts on the wire.
-pub(crate) enum Outgoing {
-    Frame(Frame),
-    /// SYN_REPLY with an empty header block (compressed by the writer, in wire order).
-    Reply {
-        stream_id: u32,
-    },
-    /// GOAWAY, then shut the connection down.
-    Close,
-}
-
-pub(crate) type Outbox = fmpsc::Sender<Outgoing>;
 
 /// A stream the client opened, not yet answered.
 pub(crate) struct IncomingStream {

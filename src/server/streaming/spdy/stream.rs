@@ -13,7 +13,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::mpsc;
 
 use super::frame::{Frame, FLAG_FIN};
-use super::session::{Outbox, Outgoing};
+use super::outbox::{Outbox, Outgoing};
 
 /// Go's `io.Copy` writes at most 32 KiB per DATA frame; we split larger writes the same way.
 pub(crate) const MAX_DATA_CHUNK: usize = 32 * 1024;
