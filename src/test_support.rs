@@ -97,3 +97,19 @@ pub(crate) fn proptest_config(cases: u32) -> proptest::test_runner::Config {
         ..proptest::test_runner::Config::default()
     }
 }
+
+/// Query strings for property tests: up to five `key=value` pairs, keys drawn from `key`
+/// and values from `value`, URL-encoded as a client sends them.
+pub(crate) fn query_of(
+    key: impl proptest::strategy::Strategy<Value = &'static str>,
+    value: impl proptest::strategy::Strategy<Value = String>,
+) -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::strategy::Strategy;
+    proptest::collection::vec((key, value), 0..6).prop_map(|pairs| {
+        let mut s = form_urlencoded::Serializer::new(String::new());
+        for (k, v) in pairs {
+            s.append_pair(k, &v);
+        }
+        s.finish()
+    })
+}

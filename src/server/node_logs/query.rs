@@ -468,13 +468,7 @@ mod tests {
                 "pattern",
                 "other",
             ]);
-            prop::collection::vec((key, value()), 0..6).prop_map(|pairs| {
-                let mut s = form_urlencoded::Serializer::new(String::new());
-                for (k, v) in pairs {
-                    s.append_pair(k, &v);
-                }
-                s.finish()
-            })
+            crate::test_support::query_of(key, value())
         }
 
         proptest! {
