@@ -592,6 +592,16 @@ async fn a_client_holding_many_connections_leaves_descriptors_for_the_rest() {
     let agent = Agent::start_with_open_files(&[], Some((256, HARD)));
     let pid = agent.child.as_ref().unwrap().id();
     assert_eq!(open_file_limit(pid), (HARD, HARD), "{}", agent.log());
+    // The start-up wait is for the main port; the read-only one opens just after it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", agent.read_only_port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "10255 never opened: {}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 
     let mut greedy = Vec::with_capacity(GREEDY);
     for _ in 0..GREEDY {

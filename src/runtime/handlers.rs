@@ -168,6 +168,11 @@ pub struct RuntimeHandlers {
     /// `default_runtime_name`: what the empty handler means.
     default: String,
     runtimes: BTreeMap<String, ContainerRuntime>,
+    /// The CRI plugin's `enable_selinux` (off by default): containerd labels containers only
+    /// with it on.
+    enable_selinux: bool,
+    /// The CRI plugin's `disable_apparmor`: containerd applies no profile with it on.
+    disable_apparmor: bool,
 }
 
 impl Default for RuntimeHandlers {
@@ -176,6 +181,8 @@ impl Default for RuntimeHandlers {
         RuntimeHandlers {
             default: DEFAULT_RUNTIME_NAME.into(),
             runtimes: BTreeMap::from([(DEFAULT_RUNTIME_NAME.into(), ContainerRuntime::runc_v2())]),
+            enable_selinux: false,
+            disable_apparmor: false,
         }
     }
 }
@@ -230,12 +237,24 @@ impl RuntimeHandlers {
             warn!(path = %path.display(), "containerd config: imports are not read for runtime handlers; runtimes defined in imported files are not served");
         }
         let mut handlers = Self::default();
+        let cri = doc.get("plugins").and_then(|p| p.get(plugin));
+        for (key, slot) in [
+            ("enable_selinux", &mut handlers.enable_selinux),
+            ("disable_apparmor", &mut handlers.disable_apparmor),
+        ] {
+            match cri.and_then(|c| c.get(key)) {
+                None => {}
+                Some(Value::Boolean(b)) => *slot = *b,
+                Some(other) => {
+                    return Err(field_err(
+                        format!("plugins.\"{plugin}\".{key}"),
+                        format!("expected a boolean, got {}", other.type_str()),
+                    ))
+                }
+            }
+        }
         let section = format!("plugins.\"{plugin}\".containerd");
-        let Some(containerd) = doc
-            .get("plugins")
-            .and_then(|p| p.get(plugin))
-            .and_then(|p| p.get("containerd"))
-        else {
+        let Some(containerd) = cri.and_then(|p| p.get("containerd")) else {
             return Ok(handlers);
         };
         let containerd = containerd
@@ -286,6 +305,16 @@ impl RuntimeHandlers {
         self.runtimes.get(name).ok_or_else(|| UnknownHandler {
             handler: handler.to_string(),
         })
+    }
+
+    /// Whether containerd's CRI plugin would label containers (`enable_selinux`).
+    pub fn selinux_enabled(&self) -> bool {
+        self.enable_selinux
+    }
+
+    /// Whether containerd's CRI plugin applies no AppArmor profile (`disable_apparmor`).
+    pub fn apparmor_disabled(&self) -> bool {
+        self.disable_apparmor
     }
 
     /// The handlers as a CRI runtime reports them (containerd 2's Status): the default as
@@ -606,5 +635,33 @@ version = 2
         assert!(!kata.host_devices() && !kata.allow_all());
         let gvisor = devices("gvisor");
         assert!(!gvisor.host_devices() && gvisor.allow_all());
+    }
+
+    /// The CRI plugin's SELinux and AppArmor switches, containerd's defaults when unset.
+    #[test]
+    fn the_cri_plugins_selinux_and_apparmor_switches_are_read() {
+        let none = RuntimeHandlers::parse(Path::new("c.toml"), "version = 2\n").unwrap();
+        assert!(!none.selinux_enabled() && !none.apparmor_disabled());
+        let both = RuntimeHandlers::parse(
+            Path::new("c.toml"),
+            "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n enable_selinux = true\n disable_apparmor = true\n",
+        )
+        .unwrap();
+        assert!(both.selinux_enabled() && both.apparmor_disabled());
+        let v3 = RuntimeHandlers::parse(
+            Path::new("c.toml"),
+            "version = 3\n[plugins.\"io.containerd.cri.v1.runtime\"]\n enable_selinux = true\n",
+        )
+        .unwrap();
+        assert!(v3.selinux_enabled());
+        let bad = RuntimeHandlers::parse(
+            Path::new("c.toml"),
+            "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n enable_selinux = 1\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            bad.to_string(),
+            "containerd config c.toml: plugins.\"io.containerd.grpc.v1.cri\".enable_selinux: expected a boolean, got integer"
+        );
     }
 }

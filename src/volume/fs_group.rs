@@ -220,7 +220,12 @@ fn list(dir: &OwnedFd, path: &Path) -> Result<Vec<CString>, FsGroupError> {
     .map_err(err)?;
     let mut names = Vec::new();
     for entry in d.iter() {
-        let entry = entry.map_err(err)?;
+        let entry = match entry {
+            Ok(entry) => entry,
+            // The folder was removed since it was opened: nothing is left in it to change.
+            Err(Errno::ENOENT) => return Ok(Vec::new()),
+            Err(e) => return Err(err(e)),
+        };
         let name = entry.file_name();
         if name.to_bytes() != b"." && name.to_bytes() != b".." {
             names.push(name.to_owned());
@@ -253,7 +258,9 @@ fn reopen_parent(cur: &OwnedFd, parent: &Frame) -> Result<OwnedFd, FsGroupError>
 }
 
 /// The group and mode of one entry, through its descriptor: a readable one for a folder, an
-/// O_PATH one otherwise.
+/// O_PATH one otherwise. A change the file system refuses (root squashed, an immutable
+/// file) is logged and the walk goes on, as upstream's changeFilePermission does: one such
+/// file must not keep the pod from starting.
 fn change(
     fd: &OwnedFd,
     st: &FileStat,
@@ -261,10 +268,8 @@ fn change(
     group: u32,
     path: &Path,
 ) -> Result<(), FsGroupError> {
-    let err = |op, source: io::Error| FsGroupError::Entry {
-        op,
-        path: path.to_path_buf(),
-        source,
+    let err = |op: &'static str, source: io::Error| {
+        tracing::warn!(path = %path.display(), op, error = %source, "fsGroup: change refused; going on");
     };
     let chowned = st.st_gid != group;
     if chowned {
@@ -276,7 +281,7 @@ fn change(
             Some(Gid::from_raw(group)),
             AtFlags::AT_EMPTY_PATH | AtFlags::AT_SYMLINK_NOFOLLOW,
         )
-        .map_err(|e| err("chown", e.into()))?;
+        .unwrap_or_else(|e| err("chown", e.into()));
     }
     if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
         // A link's mode means nothing, and chmod would follow it.
@@ -289,12 +294,14 @@ fn change(
         return Ok(());
     }
     if is_dir {
-        nix::sys::stat::fchmod(fd, Mode::from_bits_retain(want)).map_err(|e| err("chmod", e.into()))
+        nix::sys::stat::fchmod(fd, Mode::from_bits_retain(want))
+            .unwrap_or_else(|e| err("chmod", e.into()));
     } else {
         let by_fd = format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd());
         std::fs::set_permissions(by_fd, std::fs::Permissions::from_mode(want))
-            .map_err(|e| err("chmod", e))
+            .unwrap_or_else(|e| err("chmod", e));
     }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -251,13 +251,15 @@ impl Worker {
             .as_ref()
             .and_then(|s| s.privileged)
             .unwrap_or(false);
-        let profile = blocking(move || apparmor::profile_on_host(requested.as_ref(), privileged))
-            .await
-            .map_err(|e| {
-                warn!(pod = %self.pod_ref.display(), container = %c.name, error = %e,
+        let disabled = self.shared.handlers.apparmor_disabled();
+        let profile =
+            blocking(move || apparmor::profile_on_host(requested.as_ref(), privileged, disabled))
+                .await
+                .map_err(|e| {
+                    warn!(pod = %self.pod_ref.display(), container = %c.name, error = %e,
                       "AppArmor profile refused");
-                Waiting::new("CreateContainerError", e.to_string())
-            })?;
+                    Waiting::new("CreateContainerError", e.to_string())
+                })?;
         apparmor::apply(oci, profile);
         Ok(())
     }
@@ -272,19 +274,21 @@ impl Worker {
         oci: &mut oci_spec::runtime::Spec,
     ) {
         use spec::selinux::{self, Decision};
-        match selinux::decide(selinux::host(), pod, c) {
+        // containerd labels only with its CRI plugin's enable_selinux (off by default).
+        let host = selinux::host().filter(|_| self.shared.handlers.selinux_enabled());
+        match selinux::decide(host, pod, c) {
             Decision::Apply(labels) => selinux::apply(oci, &labels),
             Decision::NotApplied if !self.selinux_not_applied_said => {
                 self.selinux_not_applied_said = true;
                 let what = c.map_or("the pod".to_string(), |c| format!("container {:?}", c.name));
                 warn!(pod = %self.pod_ref.display(), container = c.map_or("", |c| c.name.as_str()),
-                      "seLinuxOptions not applied: SELinux is not enabled on the host");
+                      "seLinuxOptions not applied: SELinux is off on the host or in containerd's config");
                 self.pod_event(
                     pod,
                     EventType::Warning,
                     events::SELINUX_OPTIONS_NOT_APPLIED,
                     format!(
-                        "seLinuxOptions of {what} are not applied: SELinux is not enabled on this node; the pod runs without the labels, as with containerd"
+                        "seLinuxOptions of {what} are not applied: SELinux is not enabled on this node (or containerd's enable_selinux is off); the pod runs without the labels, as with containerd"
                     ),
                 );
             }
@@ -386,17 +390,20 @@ impl Worker {
             .as_ref()
             .and_then(|s| s.privileged)
             .unwrap_or(false);
-        // A privileged container's host devices (as its runtime says), then the raw block
-        // volumes' devices, resolved on the host as containerd's CRI resolves a container's
+        // The raw block volumes' devices, then a privileged container's host devices (as
+        // its runtime says), resolved on the host as containerd's CRI resolves a container's
         // devices (a device that cannot be read fails its CreateContainer).
         if privileged || !devices.is_empty() {
             let (name, spec, policy) = (c.name.clone(), oci, runtime.privileged_devices);
             oci = blocking(move || -> Result<_, crate::runtime::RuntimeError> {
                 let mut spec = spec;
+                // The container's own devices first, as containerd: a host node of the same
+                // path never replaces a volume's device.
+                spec::add_devices(&mut spec, &name, &devices)?;
                 if privileged {
                     spec::set_privileged_devices(&mut spec, &name, policy, Path::new("/dev"))?;
                 }
-                spec::add_devices(&mut spec, &name, &devices).map(|()| spec)
+                Ok(spec)
             })
             .await
             .map_err(|e| Waiting::new("CreateContainerError", e.to_string()))?;

@@ -52,18 +52,29 @@ pub enum AppArmorError {
     ReadProfiles(#[source] std::io::Error),
     #[error("loading the {DEFAULT_PROFILE} AppArmor profile with apparmor_parser: {0}")]
     Load(String),
+    /// containerd's words for a profile asked for where it applies none.
+    #[error("apparmor is not supported")]
+    NotSupported,
 }
 
-/// Whether the kernel enforces AppArmor (runc's test: the securityfs folder, and the module
-/// parameter saying Y). Read once, as upstream and containerd read it at start.
+/// Whether profiles can be applied here, as containerd's hostSupports decides: the kernel
+/// enforces AppArmor (the securityfs folder, the module parameter saying Y), the parser that
+/// loads profiles is installed, and the agent does not itself run in a container (the
+/// `container` variable, which container managers set: a kind node, for one, cannot load
+/// profiles). Read once, as containerd reads it at start.
 pub fn host_enabled() -> bool {
     static ENABLED: OnceLock<bool> = OnceLock::new();
     *ENABLED.get_or_init(|| {
         Path::new("/sys/kernel/security/apparmor").exists()
             && std::fs::read("/sys/module/apparmor/parameters/enabled")
                 .is_ok_and(|b| b.starts_with(b"Y"))
+            && Path::new(PARSER).exists()
+            && std::env::var_os("container").is_none_or(|v| v.is_empty())
     })
 }
+
+/// Where containerd looks for the profile parser.
+const PARSER: &str = "/sbin/apparmor_parser";
 
 /// What `container` of `pod` asks for (upstream's GetProfile), `None` when nothing. A
 /// Localhost field without its `localhostProfile`, or a type upstream does not know, is an
@@ -139,16 +150,15 @@ pub fn requested(pod: &Pod, container: &str) -> Result<Option<Requested>, AppArm
 
 /// The profile the container's process runs under, `None` for unconfined: containerd's
 /// choice on an AppArmor host, with a Localhost profile checked against `loaded` (the
-/// kernel's profile list).
+/// kernel's profile list). A privileged container gets no default profile; a Localhost one
+/// it names is still applied, as containerd applies it.
 pub fn profile_for(
     requested: Option<&Requested>,
     privileged: bool,
     loaded: &str,
 ) -> Result<Option<String>, AppArmorError> {
-    if privileged {
-        return Ok(None);
-    }
     match requested {
+        None | Some(Requested::RuntimeDefault) if privileged => Ok(None),
         None | Some(Requested::RuntimeDefault) => Ok(Some(DEFAULT_PROFILE.to_string())),
         Some(Requested::Unconfined) => Ok(None),
         Some(Requested::Localhost(name)) if is_loaded(loaded, name) => Ok(Some(name.clone())),
@@ -170,15 +180,20 @@ pub fn apply(spec: &mut Spec, profile: Option<String>) {
     }
 }
 
-/// The container's profile on this host: nothing without AppArmor; else the choice, with
-/// the default profile loaded first when it is the one. Blocking (reads the kernel's list,
-/// may run apparmor_parser).
+/// The container's profile on this host: where profiles cannot be applied (no AppArmor, or
+/// containerd's `disable_apparmor`), none, and a profile asked for is containerd's error;
+/// else the choice, with the default profile loaded first when it is the one. Blocking
+/// (reads the kernel's list, may run apparmor_parser).
 pub fn profile_on_host(
     requested: Option<&Requested>,
     privileged: bool,
+    disabled: bool,
 ) -> Result<Option<String>, AppArmorError> {
-    if !host_enabled() {
-        return Ok(None);
+    if disabled || !host_enabled() {
+        return match requested {
+            None | Some(Requested::Unconfined) => Ok(None),
+            Some(_) => Err(AppArmorError::NotSupported),
+        };
     }
     let loaded = std::fs::read_to_string(PROFILES_FILE).map_err(AppArmorError::ReadProfiles)?;
     let profile = profile_for(requested, privileged, &loaded)?;
@@ -207,7 +222,7 @@ fn load_default() -> Result<(), AppArmorError> {
         .map_err(|e| AppArmorError::Load(e.to_string()))?;
     if let Some(mut stdin) = child.stdin.take() {
         stdin
-            .write_all(DEFAULT_PROFILE_TEXT.as_bytes())
+            .write_all(default_profile_text(Path::new("/etc/apparmor.d")).as_bytes())
             .map_err(|e| AppArmorError::Load(e.to_string()))?;
     }
     let out = child
@@ -221,6 +236,25 @@ fn load_default() -> Result<(), AppArmorError> {
         )));
     }
     Ok(())
+}
+
+/// The default profile as the parser gets it: an `#include` whose file the host lacks is
+/// left out (containerd includes them only when present), as the parser fails on it.
+fn default_profile_text(profiles_dir: &Path) -> String {
+    DEFAULT_PROFILE_TEXT
+        .lines()
+        .filter(|l| {
+            let Some(name) = l
+                .trim()
+                .strip_prefix("#include <")
+                .and_then(|r| r.strip_suffix('>'))
+            else {
+                return true;
+            };
+            profiles_dir.join(name).exists()
+        })
+        .map(|l| format!("{l}\n"))
+        .collect()
 }
 
 #[cfg(test)]
@@ -311,7 +345,7 @@ mod tests {
         for r in [
             None,
             Some(Requested::RuntimeDefault),
-            Some(Requested::Localhost("nope".into())),
+            Some(Requested::Unconfined),
         ] {
             assert_eq!(
                 profile_for(r.as_ref(), true, LOADED).unwrap(),
@@ -319,6 +353,17 @@ mod tests {
                 "{r:?}"
             );
         }
+        // A privileged container keeps a Localhost profile it names (and its check).
+        assert_eq!(
+            profile_for(
+                Some(&Requested::Localhost("my-profile".into())),
+                true,
+                LOADED
+            )
+            .unwrap(),
+            Some("my-profile".into())
+        );
+        assert!(profile_for(Some(&Requested::Localhost("nope".into())), true, LOADED).is_err());
         assert!(is_loaded(LOADED, "/usr/bin/man"));
         assert!(!is_loaded(LOADED, "my"));
     }
@@ -334,5 +379,32 @@ mod tests {
             DEFAULT_PROFILE_TEXT.contains(&format!("profile {DEFAULT_PROFILE} ")),
             "the data file declares the profile the spec names"
         );
+    }
+
+    /// Where containerd applies no profile (`disable_apparmor`, or no AppArmor), a profile
+    /// asked for is its error and nothing asked for runs as it is.
+    #[test]
+    fn without_apparmor_a_profile_asked_for_is_containerds_error() {
+        for r in [None, Some(Requested::Unconfined)] {
+            assert_eq!(profile_on_host(r.as_ref(), false, true).unwrap(), None);
+        }
+        for r in [Requested::RuntimeDefault, Requested::Localhost("x".into())] {
+            let e = profile_on_host(Some(&r), false, true).unwrap_err();
+            assert_eq!(e.to_string(), "apparmor is not supported");
+        }
+    }
+
+    /// Includes whose files the host lacks are left out; the rest of the profile stays.
+    #[test]
+    fn includes_the_host_lacks_are_left_out() {
+        let tmp = tempfile::tempdir().unwrap();
+        let bare = default_profile_text(tmp.path());
+        assert!(!bare.contains("#include"), "{bare}");
+        assert!(bare.contains(&format!("profile {DEFAULT_PROFILE} ")));
+        std::fs::create_dir_all(tmp.path().join("tunables")).unwrap();
+        std::fs::write(tmp.path().join("tunables/global"), "").unwrap();
+        let some = default_profile_text(tmp.path());
+        assert!(some.contains("#include <tunables/global>"));
+        assert!(!some.contains("#include <abstractions/base>"));
     }
 }

@@ -31,6 +31,15 @@ pub struct DeviceInfo {
 fn device_from_path(d: &DeviceInfo, resolved: &std::path::Path) -> Result<LinuxDevice, String> {
     let md = std::fs::symlink_metadata(resolved)
         .map_err(|e| format!("cannot stat {}: {e}", resolved.display()))?;
+    device_from_metadata(&d.container_path, &md)
+        .ok_or_else(|| format!("{} is not a device node", resolved.display()))?
+}
+
+/// A device node from what lstat said of it; `None` when it is no device node.
+fn device_from_metadata(
+    container_path: &str,
+    md: &std::fs::Metadata,
+) -> Option<Result<LinuxDevice, String>> {
     let ft = md.file_type();
     let typ = if ft.is_block_device() {
         LinuxDeviceType::B
@@ -39,20 +48,22 @@ fn device_from_path(d: &DeviceInfo, resolved: &std::path::Path) -> Result<LinuxD
     } else if ft.is_fifo() {
         LinuxDeviceType::P
     } else {
-        return Err(format!("{} is not a device node", resolved.display()));
+        return None;
     };
     let rdev = md.rdev();
-    LinuxDeviceBuilder::default()
-        .path(&d.container_path)
-        .typ(typ)
-        .major(i64::from(nix::sys::stat::major(rdev) as u32))
-        .minor(i64::from(nix::sys::stat::minor(rdev) as u32))
-        // Permission bits only (containerd: mode &^ S_IFMT).
-        .file_mode(md.mode() & 0o7777)
-        .uid(md.uid())
-        .gid(md.gid())
-        .build()
-        .map_err(|e| e.to_string())
+    Some(
+        LinuxDeviceBuilder::default()
+            .path(container_path)
+            .typ(typ)
+            .major(i64::from(nix::sys::stat::major(rdev) as u32))
+            .minor(i64::from(nix::sys::stat::minor(rdev) as u32))
+            // Permission bits only (containerd: mode &^ S_IFMT).
+            .file_mode(md.mode() & 0o7777)
+            .uid(md.uid())
+            .gid(md.gid())
+            .build()
+            .map_err(|e| e.to_string()),
+    )
 }
 
 /// Adds `devices` to the container's spec (containerd's WithDevices). Blocking: it reads
@@ -116,7 +127,13 @@ pub fn host_devices(dev: &Path) -> std::io::Result<Vec<LinuxDevice>> {
     let mut out = Vec::new();
     let mut todo = vec![(dev.to_path_buf(), PathBuf::from("/dev"))];
     while let Some((dir, in_container)) = todo.pop() {
-        let mut entries: Vec<_> = std::fs::read_dir(&dir)?.collect::<Result<_, _>>()?;
+        let listed = std::fs::read_dir(&dir).and_then(|d| d.collect::<Result<Vec<_>, _>>());
+        let mut entries = match listed {
+            Ok(entries) => entries,
+            // A folder gone since it was seen (udev at work): nothing left in it.
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound && dir != dev => continue,
+            Err(err) => return Err(err),
+        };
         // One order for one host: specs compare equal across restarts.
         entries.sort_by_key(|e| e.file_name());
         for e in entries {
@@ -138,12 +155,10 @@ pub fn host_devices(dev: &Path) -> std::io::Result<Vec<LinuxDevice>> {
             if name == "console" || !(ft.is_block_device() || ft.is_char_device()) {
                 continue;
             }
-            let info = DeviceInfo {
-                host_path: host.clone(),
-                container_path: inside.display().to_string(),
-                permissions: "rwm",
-            };
-            out.push(device_from_path(&info, &host).map_err(std::io::Error::other)?);
+            // From the lstat above: a node removed since cannot fail the container.
+            if let Some(node) = device_from_metadata(&inside.display().to_string(), &md) {
+                out.push(node.map_err(std::io::Error::other)?);
+            }
         }
     }
     Ok(out)
@@ -152,7 +167,10 @@ pub fn host_devices(dev: &Path) -> std::io::Result<Vec<LinuxDevice>> {
 /// A privileged container's devices under its runtime's settings, as containerd's CRI plugin
 /// gives them: the host's device nodes of `dev` unless the runtime is without host devices,
 /// and a device cgroup that allows everything or (without host devices, and not told to
-/// allow all) only what runc allows any container. Blocking when host devices are added.
+/// allow all) only what runc allows any container. Called after [`add_devices`], as
+/// containerd adds a container's own devices first: a host node never takes the place of a
+/// volume's device at the same path, and the volume devices' rules stay after the first.
+/// Blocking when host devices are added.
 pub fn set_privileged_devices(
     spec: &mut Spec,
     container: &str,
@@ -186,11 +204,22 @@ pub fn set_privileged_devices(
         Some(r) => r,
         None => LinuxResourcesBuilder::default().build().map_err(&oci)?,
     };
-    resources.set_devices(Some(vec![LinuxDeviceCgroupBuilder::default()
+    // The first rule, for every device, decides by the runtime; the rules for single devices
+    // (a block volume's) follow it.
+    let mut rules = vec![LinuxDeviceCgroupBuilder::default()
         .allow(policy.allow_all())
         .access("rwm")
         .build()
-        .map_err(&oci)?]));
+        .map_err(&oci)?];
+    rules.extend(
+        resources
+            .devices()
+            .iter()
+            .flatten()
+            .filter(|r| r.typ().is_some() || r.major().is_some() || r.minor().is_some())
+            .cloned(),
+    );
+    resources.set_devices(Some(rules));
     linux.set_resources(Some(resources));
     Ok(())
 }
@@ -302,11 +331,13 @@ mod tests {
                 !p.starts_with("/dev/pts/") && !p.starts_with("/dev/fd/") && p != "/dev/console",
                 "{p}"
             );
-            let md = std::fs::symlink_metadata(p).unwrap();
-            assert!(
-                md.file_type().is_block_device() || md.file_type().is_char_device(),
-                "{p}"
-            );
+            // A node another test removed since (a loop device) is no longer there to check.
+            if let Ok(md) = std::fs::symlink_metadata(p) {
+                assert!(
+                    md.file_type().is_block_device() || md.file_type().is_char_device(),
+                    "{p}"
+                );
+            }
         }
         assert!(!found.iter().any(|p| p == "/dev/stdin"), "a symlink");
     }
@@ -404,5 +435,54 @@ mod tests {
         set_privileged_devices(&mut spec, "c", all, Path::new("/nonexistent")).unwrap();
         assert!(nodes(&spec).is_empty());
         assert_eq!(rules(&spec), json!([{"allow": true, "access": "rwm"}]));
+    }
+
+    /// A volume's device keeps its path against a host node of the same name, and its cgroup
+    /// rule stays after the runtime's first rule (containerd adds a container's own devices
+    /// before the host's).
+    #[test]
+    fn a_volume_device_wins_over_a_host_node_at_its_path() {
+        let tmp = tempfile::tempdir().unwrap();
+        let link = tmp.path().join("pv");
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        let volume = [DeviceInfo {
+            host_path: link,
+            container_path: "/dev/null".into(),
+            permissions: "r",
+        }];
+        let zero = std::fs::metadata("/dev/zero").unwrap().rdev();
+        let zero_minor = i64::from(nix::sys::stat::minor(zero) as u32);
+        for policy in [
+            PrivilegedDevices::default(),
+            PrivilegedDevices {
+                without_host_devices: true,
+                all_devices_allowed: false,
+            },
+        ] {
+            let mut spec = privileged_spec();
+            add_devices(&mut spec, "c", &volume).unwrap();
+            set_privileged_devices(&mut spec, "c", policy, Path::new("/dev")).unwrap();
+            let linux = spec.linux().as_ref().unwrap();
+            let nulls: Vec<_> = linux
+                .devices()
+                .iter()
+                .flatten()
+                .filter(|d| d.path() == Path::new("/dev/null"))
+                .collect();
+            assert_eq!(nulls.len(), 1, "{policy:?}");
+            assert_eq!(
+                nulls[0].minor(),
+                zero_minor,
+                "the volume's device: {policy:?}"
+            );
+            let rules =
+                serde_json::to_value(linux.resources().as_ref().unwrap().devices()).unwrap();
+            assert_eq!(
+                rules[0],
+                json!({"allow": policy.allow_all(), "access": "rwm"})
+            );
+            assert_eq!(rules[1]["access"], "r", "{rules}");
+            assert_eq!(rules.as_array().unwrap().len(), 2, "{rules}");
+        }
     }
 }
