@@ -281,15 +281,7 @@ mod tests {
         assert_eq!(fs::read_to_string(d.join("a")).unwrap(), "1");
     }
 
-    /// A group id to hand files to: any as root, else the process's own (the only one a
-    /// user may always give away to).
-    fn test_gid() -> u32 {
-        if nix::unistd::geteuid().is_root() {
-            54_321
-        } else {
-            nix::unistd::getegid().as_raw()
-        }
-    }
+    use crate::test_support::test_gid;
 
     #[test]
     fn fs_group_owns_everything_and_adds_group_bits_once() {

@@ -311,14 +311,10 @@ mod tests {
     use std::fs;
     use std::os::unix::fs::{symlink, MetadataExt};
 
-    /// As root any group will do (one no file has, so a change shows); otherwise only one's
-    /// own, and then only the modes show what the walk did.
+    /// Without root only the process's own group can be given: then only the modes show
+    /// what the walk did.
     fn test_group() -> u32 {
-        if nix::unistd::geteuid().is_root() {
-            4242
-        } else {
-            nix::unistd::getegid().as_raw()
-        }
+        crate::test_support::test_gid()
     }
 
     fn mode_of(p: &Path) -> u32 {

@@ -523,12 +523,7 @@ async fn fs_group_owns_the_files_and_keeps_the_token_private() {
     let tmp = tempfile::tempdir().unwrap();
     let m = Arc::new(FakeMounter::default());
     let objects = cluster_objects();
-    // As root any group will do; otherwise only one's own.
-    let gid = if nix::unistd::geteuid().is_root() {
-        4321
-    } else {
-        nix::unistd::getegid().as_raw()
-    };
+    let gid = crate::test_support::test_gid();
     let uid = nix::unistd::geteuid().as_raw();
     let mut p = pod(json!([
         {"name": "cfg", "configMap": {"name": "cfg", "defaultMode": 0o400}},
@@ -561,11 +556,7 @@ async fn an_empty_dir_gets_the_fs_group_and_setgid_once() {
     let tmp = tempfile::tempdir().unwrap();
     let m = Arc::new(FakeMounter::default());
     let objects = cluster_objects();
-    let gid = if nix::unistd::geteuid().is_root() {
-        4321
-    } else {
-        nix::unistd::getegid().as_raw()
-    };
+    let gid = crate::test_support::test_gid();
     let mut p = pod(json!([
         {"name": "scratch", "emptyDir": {}},
         {"name": "mem", "emptyDir": {"medium": "Memory"}}

@@ -202,11 +202,7 @@ async fn a_local_volume_gets_the_fs_group_and_an_unknown_policy_is_refused() {
                        {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-1"]}]}]}}}),
         )],
     );
-    let gid = if nix::unistd::geteuid().is_root() {
-        4321
-    } else {
-        nix::unistd::getegid().as_raw()
-    };
+    let gid = crate::test_support::test_gid();
     let with_policy = |policy: &str| {
         let mut p = pod(data_claim(false));
         p.spec.as_mut().unwrap().security_context = Some(
