@@ -257,4 +257,18 @@ for n in "${names[@]}"; do [[ "${STATUS[$n]}" == 0 ]] || failed+=("$n"); done
 if ((${#failed[@]} > 0)); then
 	die "${#failed[@]} test binar$( ((${#failed[@]} == 1)) && echo y || echo ies) failed: ${failed[*]} (outputs above and in $LOG_DIR)"
 fi
+# Every binary's own libtest line, then their sum in the same form: the step's output ends with
+# the count of tests that ran (each line above is prefixed, so a reader of cargo's format sees
+# these).
+passed=0 ignored=0 filtered=0
+for n in "${names[@]}"; do
+	line="$(grep -E '^test result:' "$(log_file "$n")" 2>/dev/null | tail -n 1 || true)"
+	[[ -n "$line" ]] || continue
+	printf '%s  (%s)\n' "$line" "$n"
+	[[ "$line" =~ ([0-9]+)\ passed ]] && passed=$((passed + BASH_REMATCH[1]))
+	[[ "$line" =~ ([0-9]+)\ ignored ]] && ignored=$((ignored + BASH_REMATCH[1]))
+	[[ "$line" =~ ([0-9]+)\ filtered\ out ]] && filtered=$((filtered + BASH_REMATCH[1]))
+done
 log "all ${#names[@]} test binaries passed"
+printf 'test result: ok. %d passed; 0 failed; %d ignored; 0 measured; %d filtered out (all %d binaries)\n' \
+	"$passed" "$ignored" "$filtered" "${#names[@]}"
