@@ -9,6 +9,8 @@ pub mod data_dirs;
 pub mod events;
 pub mod eviction;
 pub mod gc;
+#[cfg(test)]
+mod layering;
 pub mod logs;
 pub mod metrics;
 pub mod network;
