@@ -34,7 +34,6 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[
     ("objects", "source"),
     ("pod", "node"),
     ("pod", "source"),
-    ("prober", "server"),
     ("runtime", "pod"),
     ("runtime", "volume"),
     ("volume", "pod"),
@@ -44,8 +43,6 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[
 const KNOWN_CIRCLES: &[(&str, &str)] = &[
     ("csi", "volume"),
     ("volume", "csi"),
-    ("certificates", "server"),
-    ("server", "certificates"),
     ("eviction", "pod"),
     ("pod", "eviction"),
 ];

@@ -1,6 +1,7 @@
 //! kubelet-rs: a Kubernetes node agent that drives containerd over its native gRPC API.
 //! The module map and data flow are described in DESIGN.md (shared with the project).
 
+pub mod api_client;
 pub mod certificates;
 pub mod cm;
 pub mod config;

@@ -146,9 +146,11 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     let api = match &cfg.kubeconfig {
         // A rotated client certificate is picked up without a restart.
         Some(path) if cfg.rotate_certificates => Some(Arc::new(
-            server::ApiClient::from_kubeconfig_reloadable(path).await?,
+            kubelet_rs::api_client::ApiClient::from_kubeconfig_reloadable(path).await?,
         )),
-        Some(path) => Some(Arc::new(server::ApiClient::from_kubeconfig(path).await?)),
+        Some(path) => Some(Arc::new(
+            kubelet_rs::api_client::ApiClient::from_kubeconfig(path).await?,
+        )),
         None => None,
     };
     if let Some(api) = &api {

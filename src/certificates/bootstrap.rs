@@ -37,7 +37,7 @@ pub async fn load_client_cert(
     }
     info!(kubeconfig = %kubeconfig.display(), bootstrap_kubeconfig = %bootstrap.display(), "using bootstrap kubeconfig to generate TLS client cert, key and kubeconfig file");
     let cluster = bootstrap_cluster(bootstrap)?;
-    let client = crate::server::ApiClient::from_kubeconfig(bootstrap)
+    let client = crate::api_client::ApiClient::from_kubeconfig(bootstrap)
         .await
         .map_err(|source| CertificateError::Client {
             path: bootstrap.to_path_buf(),

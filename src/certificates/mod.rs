@@ -58,7 +58,7 @@ pub enum CertificateError {
     Client {
         path: PathBuf,
         #[source]
-        source: Box<crate::server::ApiError>,
+        source: Box<crate::api_client::ApiError>,
     },
     #[error("cannot create certificate signing request {name}: {source}")]
     Create {

@@ -15,8 +15,8 @@ use tracing::{info, warn};
 use super::csr::{self, Template};
 use super::store::{Store, CLIENT_PREFIX, SERVING_PREFIX};
 use super::{request, CertificateError};
+use crate::api_client::ApiClient;
 use crate::metrics::certificates as metrics;
-use crate::server::ApiClient;
 
 /// How long a renewal waits for its request to be signed (upstream's certificate manager:
 /// 15 minutes, after which it asks again).

@@ -1,5 +1,5 @@
 //! client-go's rest_client_* families for every request the agent's API client makes, taken
-//! by a tower layer around kube's service stack (`server::apiclient` adds it) instead of at
+//! by a tower layer around kube's service stack (`api_client` adds it) instead of at
 //! each call site:
 //! - `rest_client_requests_total{code,host,method}` for each response (the status code) or
 //!   failure without one (`<error>`), watches included, as client-go counts them;

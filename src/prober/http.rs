@@ -28,7 +28,7 @@ mod tls {
     use tokio::net::TcpStream;
     use tokio_rustls::client::TlsStream;
 
-    use crate::server::apiclient::NoServerVerification;
+    use crate::api_client::NoServerVerification;
 
     fn connector() -> Result<tokio_rustls::TlsConnector, String> {
         static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();

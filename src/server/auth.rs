@@ -21,7 +21,7 @@ use rustls::pki_types::{CertificateDer, UnixTime};
 use sha2::{Digest, Sha256};
 use tracing::{debug, warn};
 
-pub use super::apiclient::ReviewClient;
+pub use crate::api_client::ReviewClient;
 
 pub const ANONYMOUS_USER: &str = "system:anonymous";
 pub const UNAUTHENTICATED_GROUP: &str = "system:unauthenticated";
@@ -479,7 +479,7 @@ pub(crate) fn log_authn_failure(err: &AuthnError) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::apiclient::ApiError;
+    use crate::api_client::ApiError;
     use futures::future::BoxFuture;
     use serde_json::{json, Value};
     use std::sync::atomic::{AtomicUsize, Ordering};

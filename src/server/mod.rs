@@ -11,7 +11,6 @@
 //! Both ports share one router ([`router`]); they differ only in authentication and in which
 //! routes exist.
 
-pub mod apiclient;
 pub mod auth;
 pub mod connections;
 pub mod container_logs;
@@ -36,7 +35,7 @@ use tracing::{debug, info, warn};
 
 use connections::{serve_connection, spawn_accept_loop, ConnectionLimits, ConnectionTable};
 
-pub use apiclient::{ApiClient, ApiError};
+use crate::api_client::ApiClient;
 pub use router::{Auth, Body, Port, ServerState, StatsViews};
 pub use tls::TlsError;
 
