@@ -27,7 +27,6 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[
     ("config", "cm"),
     ("config", "pod"),
     ("config", "runtime"),
-    ("eviction", "node"),
     ("metrics", "node"),
     ("metrics", "stats"),
     ("metrics", "volume"),

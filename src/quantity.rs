@@ -463,6 +463,24 @@ pub fn size_bytes(text: &str) -> Result<u64, QuantityError> {
     })
 }
 
+/// Bytes in upstream's BinarySI canonical form: the largest power-of-1024 suffix that
+/// divides exactly ("2Mi", "1Gi", "1536Ki"), plain bytes otherwise.
+pub(crate) fn binary_size(bytes: i64) -> String {
+    for (suffix, unit) in [
+        ("Ei", 1i64 << 60),
+        ("Pi", 1 << 50),
+        ("Ti", 1 << 40),
+        ("Gi", 1 << 30),
+        ("Mi", 1 << 20),
+        ("Ki", 1 << 10),
+    ] {
+        if bytes != 0 && bytes % unit == 0 {
+            return format!("{}{suffix}", bytes / unit);
+        }
+    }
+    bytes.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -773,5 +791,14 @@ mod tests {
             assert_round_trips("", sum);
             proptest::prop_assert_eq!(sum, b + a);
         }
+    }
+
+    #[test]
+    fn binary_sizes_use_the_largest_exact_suffix() {
+        assert_eq!(binary_size(2 << 20), "2Mi");
+        assert_eq!(binary_size(1 << 30), "1Gi");
+        assert_eq!(binary_size(1536 * 1024), "1536Ki");
+        assert_eq!(binary_size(1000), "1000");
+        assert_eq!(binary_size(0), "0");
     }
 }

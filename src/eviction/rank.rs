@@ -7,8 +7,8 @@ use std::cmp::Ordering;
 use k8s_openapi::api::core::v1::Pod;
 
 use super::signals::{Resource, Signal};
-use crate::node::machine::binary_size;
 use crate::pod::admission::pod_requests;
+use crate::quantity::binary_size;
 use crate::quantity::Quantity;
 use crate::stats::summary::{ContainerStats, PodStats};
 

@@ -125,31 +125,13 @@ pub(crate) fn hugepages(dir: &Path) -> Vec<(String, i64)> {
                 .parse()
                 .ok()?;
             Some((
-                format!("hugepages-{}", binary_size(kib * 1024)),
+                format!("hugepages-{}", crate::quantity::binary_size(kib * 1024)),
                 pages * kib * 1024,
             ))
         })
         .collect();
     out.sort();
     out
-}
-
-/// Bytes in upstream's BinarySI canonical form: the largest power-of-1024 suffix that
-/// divides exactly ("2Mi", "1Gi", "1536Ki"), plain bytes otherwise.
-pub(crate) fn binary_size(bytes: i64) -> String {
-    for (suffix, unit) in [
-        ("Ei", 1i64 << 60),
-        ("Pi", 1 << 50),
-        ("Ti", 1 << 40),
-        ("Gi", 1 << 30),
-        ("Mi", 1 << 20),
-        ("Ki", 1 << 10),
-    ] {
-        if bytes != 0 && bytes % unit == 0 {
-            return format!("{}{suffix}", bytes / unit);
-        }
-    }
-    bytes.to_string()
 }
 
 fn max_pid() -> Option<i64> {
@@ -241,14 +223,5 @@ mod tests {
             ]
         );
         assert!(hugepages(&dir.path().join("missing")).is_empty());
-    }
-
-    #[test]
-    fn binary_sizes_use_the_largest_exact_suffix() {
-        assert_eq!(binary_size(2 << 20), "2Mi");
-        assert_eq!(binary_size(1 << 30), "1Gi");
-        assert_eq!(binary_size(1536 * 1024), "1536Ki");
-        assert_eq!(binary_size(1000), "1000");
-        assert_eq!(binary_size(0), "0");
     }
 }

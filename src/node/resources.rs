@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 
-use super::machine::{binary_size, Machine};
+use super::machine::Machine;
 use crate::config::node::EvictionThresholds;
+use crate::quantity::binary_size;
 use crate::quantity::Quantity;
 
 /// One resource list in integer units: cpu in millicores, the rest in whole units.
