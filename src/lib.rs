@@ -2,6 +2,7 @@
 //! The module map and data flow are described in DESIGN.md (shared with the project).
 
 pub mod certificates;
+pub mod cgroups;
 pub mod cm;
 pub mod config;
 pub mod csi;

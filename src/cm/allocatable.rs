@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::cgroupfs::{milli_cpu_to_shares, ResourceConfig};
+use crate::cgroups::{milli_cpu_to_shares, ResourceConfig};
 use crate::node::resources::{enforced_allocatable, Amounts};
 use crate::quantity::Quantity;
 

@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 use tracing::{info, warn};
 
 use super::{blocking, Worker};
-use crate::cm::{CgroupError, ResourceConfig};
+use crate::cgroups::{CgroupError, ResourceConfig};
 use crate::pod::allocation::{self, Pending, REASON_DEFERRED};
 use crate::quantity::Quantity;
 use crate::runtime::containers::ContainerRecord;

@@ -34,7 +34,7 @@ pub enum SandboxError {
     #[error("volumes: {0}")]
     Volume(#[from] crate::volume::VolumeError),
     #[error("pod cgroup: {0}")]
-    Cgroup(#[from] crate::cm::CgroupError),
+    Cgroup(#[from] crate::cgroups::CgroupError),
     /// The pod's hostname cannot be the sandbox's (upstream's wording).
     #[error("{0}")]
     Hostname(String),
