@@ -18,12 +18,12 @@ pub mod objects;
 pub mod open_files;
 pub mod pod;
 pub mod prober;
-pub mod quantity;
 pub mod runtime;
 pub mod server;
 pub mod source;
 pub mod stats;
 #[cfg(test)]
 pub(crate) mod test_support;
+pub mod vocabulary;
 pub mod volume;
 pub(crate) mod yaml;

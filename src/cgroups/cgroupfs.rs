@@ -253,7 +253,10 @@ mod tests {
 
     #[test]
     fn remove_takes_the_cgroup_from_every_hierarchy() {
-        let (dir, v1) = v1_tree(0);
+        // Directories only: the kernel's files vanish with their cgroup, a fake tree's not.
+        let dir = tempfile::tempdir().unwrap();
+        let v1 = CgroupfsV1::at(dir.path());
+        v1.create("/kubepods/burstable/podu").unwrap();
         std::fs::create_dir_all(dir.path().join("freezer/kubepods/burstable/podu/leaf")).unwrap();
         assert!(v1.remove("/kubepods/burstable/podu").is_empty());
         assert!(!v1.exists("/kubepods/burstable/podu"));

@@ -65,3 +65,41 @@ pub(crate) fn testdata(rel: &str) -> std::path::PathBuf {
         .join("src/stats/testdata")
         .join(rel)
 }
+
+/// The layer's rule, checked on its source: the cgroups module and the vocabulary leaf
+/// import nothing from the crate but the vocabulary (and themselves).
+#[cfg(test)]
+mod layering {
+    fn crate_imports(folder: &str, allowed: &[&str]) -> Vec<String> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(folder);
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let text = std::fs::read_to_string(entry.path()).unwrap();
+            for (n, line) in text.lines().enumerate() {
+                for (at, _) in line.match_indices("crate::") {
+                    let rest = &line[at + "crate::".len()..];
+                    let module: String = rest
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    // Not a path (this test's own strings), or the tests' shared helpers.
+                    if module.is_empty() || module == "test_support" {
+                        continue;
+                    }
+                    if !allowed.contains(&module.as_str()) {
+                        found.push(format!("{}:{}: {line}", entry.path().display(), n + 1));
+                    }
+                }
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn cgroups_and_vocabulary_import_only_the_vocabulary() {
+        let cgroups = crate_imports("src/cgroups", &["cgroups", "vocabulary"]);
+        assert!(cgroups.is_empty(), "{cgroups:#?}");
+        let vocabulary = crate_imports("src/vocabulary", &["vocabulary"]);
+        assert!(vocabulary.is_empty(), "{vocabulary:#?}");
+    }
+}

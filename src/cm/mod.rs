@@ -31,7 +31,8 @@ use crate::cgroups::{CgroupError, Manager, ResourceConfig, QUOTA_PERIOD};
 
 use crate::config::Config;
 use crate::node::resources::Amounts;
-use crate::pod::qos::{qos_class, QosClass};
+use crate::vocabulary::qos::{qos_class, QosClass};
+use crate::vocabulary::swap::ContainerSwap;
 
 /// enforceNodeAllocatable values (upstream's names).
 pub const ENFORCE_PODS: &str = "pods";
@@ -125,7 +126,7 @@ pub struct ContainerManager {
     reserved: Vec<(String, ResourceConfig)>,
     active: Mutex<BTreeMap<String, Active>>,
     /// What containers get for swap (memorySwap.swapBehavior, when swap is controllable).
-    container_swap: crate::runtime::spec::ContainerSwap,
+    container_swap: ContainerSwap,
 }
 
 impl ContainerManager {
@@ -186,7 +187,7 @@ impl ContainerManager {
     }
 
     /// What containers get for swap.
-    pub fn container_swap(&self) -> crate::runtime::spec::ContainerSwap {
+    pub fn container_swap(&self) -> ContainerSwap {
         self.container_swap
     }
 

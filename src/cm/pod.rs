@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 
 use crate::cgroups::{milli_cpu_to_quota, milli_cpu_to_shares, ResourceConfig, MIN_SHARES};
-use crate::pod::qos::{defaulted_requests, qos_class, QosClass};
-use crate::quantity::Quantity;
+use crate::vocabulary::qos::{defaulted_requests, qos_class, QosClass};
+use crate::vocabulary::quantity::Quantity;
 
 /// cpu and memory totals: cpu in millicores, memory in bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

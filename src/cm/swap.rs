@@ -6,7 +6,7 @@ use std::path::Path;
 
 use crate::cgroups::Version;
 use crate::config::SwapBehavior;
-use crate::runtime::spec::ContainerSwap;
+use crate::vocabulary::swap::ContainerSwap;
 
 /// Where the kernel lists the active swap areas.
 pub const PROC_SWAPS: &str = "/proc/swaps";

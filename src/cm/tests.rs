@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use super::*;
 use crate::cgroups::{CgroupfsV1, CgroupfsV2};
-use crate::quantity::Quantity;
+use crate::vocabulary::quantity::Quantity;
 
 fn read(path: PathBuf) -> String {
     std::fs::read_to_string(&path)

@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 
 use super::machine::{binary_size, Machine};
 use crate::config::node::EvictionThresholds;
-use crate::quantity::Quantity;
+use crate::vocabulary::quantity::Quantity;
 
 /// One resource list in integer units: cpu in millicores, the rest in whole units.
 pub(crate) type Amounts = BTreeMap<String, i64>;

@@ -27,7 +27,8 @@ use oci_spec::OciSpecError;
 use super::accounts::{self, Accounts, ResolvedUser, UserRef};
 use super::images::ImageConfig;
 use super::RuntimeError;
-use crate::quantity::Quantity;
+use crate::vocabulary::quantity::Quantity;
+use crate::vocabulary::swap::ContainerSwap;
 use crate::volume::Allocatable;
 
 pub mod apparmor;
@@ -40,18 +41,6 @@ mod service_env;
 pub use devices::{add_devices, host_devices, set_privileged_devices, DeviceInfo};
 pub use env::{container_env, env_references, expand, EnvError, EnvObjects, EnvReferences};
 pub use service_env::{service_env, service_links_enabled};
-
-/// What a container's cgroup says about swap (upstream's swap configuration helper).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ContainerSwap {
-    /// No swap controller: nothing is set (the runtime's default).
-    #[default]
-    Unmanaged,
-    /// NoSwap on cgroup v1: memory+swap limited to the memory limit.
-    NoSwapV1,
-    /// NoSwap on cgroup v2: memory.swap.max = 0.
-    NoSwapV2,
-}
 
 /// Everything about the pod that a container spec needs, computed once per sync.
 #[derive(Debug, Clone)]
