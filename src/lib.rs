@@ -3,6 +3,7 @@
 
 pub mod api_client;
 pub mod certificates;
+pub mod cgroups;
 pub mod cm;
 pub mod config;
 pub mod csi;
@@ -20,12 +21,12 @@ pub mod objects;
 pub mod open_files;
 pub mod pod;
 pub mod prober;
-pub mod quantity;
 pub mod runtime;
 pub mod server;
 pub mod source;
 pub mod stats;
 #[cfg(test)]
 pub(crate) mod test_support;
+pub mod vocabulary;
 pub mod volume;
 pub(crate) mod yaml;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use kubelet_rs::certificates;
+use kubelet_rs::cgroups::Cgroups;
 use kubelet_rs::config::{self, Config, ConfigError};
 use kubelet_rs::events::{EventType, Recorder};
 use kubelet_rs::eviction::sources::{CollectorSummaries, Reclaim};
@@ -26,7 +27,7 @@ use kubelet_rs::runtime::pull::{PullOptions, Puller};
 use kubelet_rs::runtime::{Containerd, ContainerdRuntime, Runtime};
 use kubelet_rs::source::apiserver::spawn_api_source;
 use kubelet_rs::source::{spawn_file_source, spawn_http_source, SourceKind};
-use kubelet_rs::stats::{Cgroups, Collector, CollectorConfig, PodInfo};
+use kubelet_rs::stats::{Collector, CollectorConfig, PodInfo};
 use kubelet_rs::{logs, server};
 use tokio::sync::mpsc;
 use tracing::{error, info, warn};

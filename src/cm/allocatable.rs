@@ -7,9 +7,9 @@
 
 use std::collections::BTreeMap;
 
-use super::cgroupfs::{milli_cpu_to_shares, ResourceConfig};
+use crate::cgroups::{milli_cpu_to_shares, ResourceConfig};
 use crate::node::resources::{enforced_allocatable, Amounts};
-use crate::quantity::Quantity;
+use crate::vocabulary::quantity::Quantity;
 
 /// Upstream's getCgroupConfig over an amounts list (cpu in millicores).
 pub(crate) fn config_for(amounts: &Amounts, compressible_only: bool) -> ResourceConfig {

@@ -2,8 +2,8 @@
 //! shape): the pods' cgroup tree — kubepods limited to node allocatable, the Burstable and
 //! BestEffort parents weighted as upstream's QoS manager weights them, and one cgroup per
 //! pod limited to what its containers may use — on cgroup v1 or v2, named as the cgroupfs
-//! or systemd driver names them (`names`), written through the cgroup filesystem
-//! (`cgroupfs`).
+//! or systemd driver names them (`names`), written through the cgroups layer's manager
+//! (`crate::cgroups::Manager`, cgroupfs v1 or v2).
 //!
 //! Pod workers call `ensure_pod` before a pod's sandbox exists (and on every pass, which
 //! writes only when something changed) and `remove_pod` once everything of the pod is gone;
@@ -13,24 +13,26 @@
 //! it, and a memory limit below what a cgroup already uses is left for later.
 
 pub(crate) mod allocatable;
-pub mod cgroupfs;
 pub mod names;
 pub(crate) mod pod;
 pub(crate) mod qos;
 pub mod swap;
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Pod;
 use tracing::{info, warn};
 
-pub use cgroupfs::{CgroupError, CgroupFs, ResourceConfig};
 pub use names::{CgroupDriver, CgroupName};
+
+use crate::cgroups::{CgroupError, Manager, ResourceConfig, QUOTA_PERIOD};
 
 use crate::config::Config;
 use crate::node::resources::Amounts;
-use crate::pod::qos::{qos_class, QosClass};
+use crate::vocabulary::qos::{qos_class, QosClass};
+use crate::vocabulary::swap::ContainerSwap;
 
 /// enforceNodeAllocatable values (upstream's names).
 pub const ENFORCE_PODS: &str = "pods";
@@ -116,7 +118,7 @@ struct Active {
 /// `spawn_blocking`.
 #[derive(Debug)]
 pub struct ContainerManager {
-    fs: CgroupFs,
+    cgroups: Arc<dyn Manager>,
     layout: Layout,
     pod_pids_limit: i64,
     kubepods: ResourceConfig,
@@ -124,12 +126,12 @@ pub struct ContainerManager {
     reserved: Vec<(String, ResourceConfig)>,
     active: Mutex<BTreeMap<String, Active>>,
     /// What containers get for swap (memorySwap.swapBehavior, when swap is controllable).
-    container_swap: crate::runtime::spec::ContainerSwap,
+    container_swap: ContainerSwap,
 }
 
 impl ContainerManager {
     /// `capacity`: the node's cpu (millicores), memory (bytes) and pid count.
-    pub fn new(fs: CgroupFs, cfg: &Config, capacity: &Amounts) -> ContainerManager {
+    pub fn new(cgroups: Arc<dyn Manager>, cfg: &Config, capacity: &Amounts) -> ContainerManager {
         let layout = Layout::from_config(cfg);
         let enforce = |key: &str| cfg.enforce_node_allocatable.iter().any(|e| e == key);
         let kubepods = allocatable::kubepods_config(
@@ -165,13 +167,13 @@ impl ContainerManager {
         }
         let self_cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
         let container_swap = swap::container_swap(
-            swap::controller_available(fs.version(), &fs.memory_dir("/"), &self_cgroup),
-            fs.version(),
+            cgroups.swap_controller_available(&self_cgroup),
+            cgroups.version(),
             cfg.swap_behavior,
         );
         ContainerManager {
             container_swap,
-            fs,
+            cgroups,
             layout,
             pod_pids_limit: cfg.pod_pids_limit,
             kubepods,
@@ -185,7 +187,7 @@ impl ContainerManager {
     }
 
     /// What containers get for swap.
-    pub fn container_swap(&self) -> crate::runtime::spec::ContainerSwap {
+    pub fn container_swap(&self) -> ContainerSwap {
         self.container_swap
     }
 
@@ -198,6 +200,22 @@ impl ContainerManager {
         name.to_path(self.layout.driver)
     }
 
+    /// The cgroups layer's operations, timed as upstream's cgroup_manager_duration.
+    fn create(&self, cgroup: &str) -> Result<(), CgroupError> {
+        let _timed = crate::metrics::cgroup_op("create");
+        self.cgroups.create(cgroup)
+    }
+
+    fn apply(&self, cgroup: &str, config: &ResourceConfig) -> Result<(), CgroupError> {
+        let _timed = crate::metrics::cgroup_op("update");
+        self.cgroups.apply(cgroup, config)
+    }
+
+    fn remove(&self, cgroup: &str) -> Vec<PathBuf> {
+        let _timed = crate::metrics::cgroup_op("destroy");
+        self.cgroups.remove(cgroup)
+    }
+
     /// Creates kubepods and the QoS parents. A kubepods that does not exist yet is made
     /// with its limits at once; an existing one (pods running under it) keeps what it has
     /// until `enforce_node_allocatable` succeeds.
@@ -206,12 +224,12 @@ impl ContainerManager {
             return Ok(());
         }
         let kubepods = self.path(&self.layout.kubepods());
-        if !self.fs.exists(&kubepods) {
-            self.fs.create(&kubepods)?;
-            self.fs.apply(&kubepods, &self.kubepods)?;
+        if !self.cgroups.exists(&kubepods) {
+            self.create(&kubepods)?;
+            self.apply(&kubepods, &self.kubepods)?;
         }
         for qos in [QosClass::Burstable, QosClass::BestEffort] {
-            self.fs.create(&self.path(&self.layout.qos_parent(qos)))?;
+            self.create(&self.path(&self.layout.qos_parent(qos)))?;
         }
         self.update_qos()
     }
@@ -222,10 +240,10 @@ impl ContainerManager {
     pub fn enforce_node_allocatable(&self) -> Result<(), CgroupError> {
         if self.layout.per_qos {
             let kubepods = self.path(&self.layout.kubepods());
-            self.fs.apply(&kubepods, &self.kubepods)?;
+            self.apply(&kubepods, &self.kubepods)?;
         }
         for (cgroup, config) in &self.reserved {
-            if !self.fs.exists(cgroup) {
+            if !self.cgroups.exists(cgroup) {
                 return Err(CgroupError::Create {
                     path: cgroup.into(),
                     source: std::io::Error::new(
@@ -234,7 +252,7 @@ impl ContainerManager {
                     ),
                 });
             }
-            self.fs.apply(cgroup, config)?;
+            self.apply(cgroup, config)?;
         }
         Ok(())
     }
@@ -254,11 +272,10 @@ impl ContainerManager {
             .collect();
         let burstable = self.path(&self.layout.qos_parent(QosClass::Burstable));
         let besteffort = self.path(&self.layout.qos_parent(QosClass::BestEffort));
-        self.fs.create(&burstable)?;
-        self.fs.create(&besteffort)?;
-        self.fs
-            .apply(&burstable, &qos::burstable_config(requests))?;
-        self.fs.apply(&besteffort, &qos::besteffort_config())
+        self.create(&burstable)?;
+        self.create(&besteffort)?;
+        self.apply(&burstable, &qos::burstable_config(requests))?;
+        self.apply(&besteffort, &qos::besteffort_config())
     }
 
     /// Makes the pod's cgroup with its limits, or brings them up to date; returns the
@@ -272,7 +289,7 @@ impl ContainerManager {
         if !self.layout.per_qos {
             return Ok(path);
         }
-        let config = pod::resource_config(pod, self.pod_pids_limit, cgroupfs::QUOTA_PERIOD);
+        let config = pod::resource_config(pod, self.pod_pids_limit, QUOTA_PERIOD);
         let entry = Active {
             qos,
             cpu_request_millis: pod::pod_requests(pod).cpu_millis,
@@ -287,11 +304,11 @@ impl ContainerManager {
         // A pod the manager already set up keeps its values here: they change only through
         // a resize (`resize_pod`), in the order that keeps the pod's limits above its
         // containers'.
-        if previous.as_ref().is_some_and(|p| p.qos == entry.qos) && self.fs.exists(&path) {
+        if previous.as_ref().is_some_and(|p| p.qos == entry.qos) && self.cgroups.exists(&path) {
             return Ok(path);
         }
-        self.fs.create(&path)?;
-        match self.fs.apply(&path, &config) {
+        self.create(&path)?;
+        match self.apply(&path, &config) {
             Ok(()) => {}
             Err(e @ CgroupError::MemoryBelowUsage { .. }) => {
                 warn!(pod_uid = %uid, error = %e, "pod cgroup memory limit not applied yet");
@@ -327,20 +344,20 @@ impl ContainerManager {
             .get(uid)?
             .applied
             .clone();
-        let target = pod::resource_config(pod, self.pod_pids_limit, cgroupfs::QUOTA_PERIOD);
+        let target = pod::resource_config(pod, self.pod_pids_limit, QUOTA_PERIOD);
         Some((current, target))
     }
 
     /// The pod cgroup's memory usage in bytes.
     pub fn pod_memory_usage(&self, pod: &Pod) -> Result<i64, CgroupError> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        self.fs
+        self.cgroups
             .memory_usage(&self.layout.pod_cgroup(&uid, qos_class(pod)))
     }
 
     /// A container cgroup's memory usage in bytes (`cgroup` as its record names it).
     pub fn memory_usage(&self, cgroup: &str) -> Result<i64, CgroupError> {
-        self.fs.memory_usage(cgroup)
+        self.cgroups.memory_usage(cgroup)
     }
 
     /// Writes one step of a pod's resize: the values `part` has (the others stay), and
@@ -349,7 +366,7 @@ impl ContainerManager {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let qos = qos_class(pod);
         let path = self.layout.pod_cgroup(&uid, qos);
-        self.fs.apply(&path, part)?;
+        self.apply(&path, part)?;
         let request = pod::pod_requests(pod).cpu_millis;
         let weight_changed = {
             let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
@@ -378,7 +395,7 @@ impl ContainerManager {
     pub fn remove_pod(&self, uid: &str) -> Vec<std::path::PathBuf> {
         let mut left = Vec::new();
         for cgroup in self.layout.pod_cgroups(uid) {
-            left.extend(self.fs.remove(&cgroup));
+            left.extend(self.remove(&cgroup));
         }
         let was = self
             .active
@@ -400,17 +417,14 @@ pub fn from_host(cfg: &Config) -> Result<Option<ContainerManager>, CgroupError> 
     if !cfg.cgroups_per_qos {
         return Ok(None);
     }
-    let fs = CgroupFs::detect()?;
+    let cgroups = crate::cgroups::detect()?;
     let host = crate::node::machine::read_host(&cfg.root_dir);
     let mut capacity = crate::node::resources::capacity(&host.machine, cfg.max_pods);
     if let Some(pids) = host.readings.max_pid {
         capacity.insert("pid".into(), pids);
     }
-    let cm = ContainerManager::new(fs, cfg, &capacity);
-    let version = match cm.fs.version() {
-        cgroupfs::Version::V1 => "v1",
-        cgroupfs::Version::V2 => "v2",
-    };
+    let cm = ContainerManager::new(cgroups, cfg, &capacity);
+    let version = cm.cgroups.version().as_str();
     // Each limit a field of its own: the log carries values, not Debug forms.
     info!(
         version,

@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 
-use super::cgroupfs::{milli_cpu_to_quota, milli_cpu_to_shares, ResourceConfig, MIN_SHARES};
-use crate::pod::qos::{defaulted_requests, qos_class, QosClass};
-use crate::quantity::Quantity;
+use crate::cgroups::{milli_cpu_to_quota, milli_cpu_to_shares, ResourceConfig, MIN_SHARES};
+use crate::vocabulary::qos::{defaulted_requests, qos_class, QosClass};
+use crate::vocabulary::quantity::Quantity;
 
 /// cpu and memory totals: cpu in millicores, memory in bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -171,8 +171,8 @@ pub(crate) fn resource_config(pod: &Pod, pod_pids_limit: i64, cpu_period: u64) -
 
 #[cfg(test)]
 mod tests {
-    use super::super::cgroupfs::QUOTA_PERIOD;
     use super::*;
+    use crate::cgroups::QUOTA_PERIOD;
 
     fn pod(spec: serde_json::Value) -> Pod {
         serde_json::from_value(

@@ -3,7 +3,7 @@
 //! its pods' summed cpu requests. Neither gets a memory or pids limit; Guaranteed pods sit
 //! directly under kubepods.
 
-use super::cgroupfs::{milli_cpu_to_shares, ResourceConfig, MIN_SHARES};
+use crate::cgroups::{milli_cpu_to_shares, ResourceConfig, MIN_SHARES};
 
 pub(crate) fn besteffort_config() -> ResourceConfig {
     ResourceConfig {

@@ -4,9 +4,9 @@
 
 use std::path::Path;
 
-use super::cgroupfs::Version;
+use crate::cgroups::Version;
 use crate::config::SwapBehavior;
-use crate::runtime::spec::ContainerSwap;
+use crate::vocabulary::swap::ContainerSwap;
 
 /// Where the kernel lists the active swap areas.
 pub const PROC_SWAPS: &str = "/proc/swaps";
@@ -73,29 +73,6 @@ pub fn check_node(fail_swap_on: bool) -> Result<(), SwapError> {
     validate(text.as_deref(), fail_swap_on, PROC_SWAPS)
 }
 
-/// Whether the memory controller limits swap (upstream's swapControllerAvailable): on
-/// cgroup v1 the memory hierarchy has memsw files (swap accounting is on); on v2 the
-/// agent's own cgroup has memory.swap.max (the root never has it). `self_cgroup` is the text
-/// of /proc/self/cgroup.
-pub(crate) fn controller_available(
-    version: Version,
-    memory_root: &Path,
-    self_cgroup: &str,
-) -> bool {
-    let file = match version {
-        Version::V1 => memory_root.join("memory.memsw.limit_in_bytes"),
-        Version::V2 => {
-            let Some(own) = self_cgroup.lines().find_map(|l| l.strip_prefix("0::")) else {
-                return false;
-            };
-            memory_root
-                .join(own.trim_start_matches('/'))
-                .join("memory.swap.max")
-        }
-    };
-    file.exists()
-}
-
 /// What containers get for swap (upstream's configureContainerSwapResources): nothing
 /// without a swap controller; otherwise NoSwap, which upstream also applies for
 /// LimitedSwap to every container it does not give swap to. LimitedSwap's share of swap
@@ -125,23 +102,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_swap_controller_is_found_where_upstream_looks() {
-        let root = tempfile::tempdir().unwrap();
-        let own = root.path().join("system.slice/agent.service");
-        std::fs::create_dir_all(&own).unwrap();
-        let cgroup = "0::/system.slice/agent.service\n";
-        assert!(!controller_available(Version::V2, root.path(), cgroup));
-        std::fs::write(own.join("memory.swap.max"), "max\n").unwrap();
-        assert!(controller_available(Version::V2, root.path(), cgroup));
-        std::fs::write(root.path().join("memory.swap.max"), "max\n").unwrap();
-        assert!(
-            !controller_available(Version::V2, root.path(), "0::/elsewhere\n"),
-            "the agent's own cgroup is asked, not the root"
-        );
-        assert!(!controller_available(Version::V1, root.path(), ""));
-        std::fs::write(root.path().join("memory.memsw.limit_in_bytes"), "9\n").unwrap();
-        assert!(controller_available(Version::V1, root.path(), ""));
-
+    fn containers_get_no_swap_wherever_a_swap_controller_exists() {
         assert_eq!(
             container_swap(false, Version::V2, SwapBehavior::NoSwap),
             ContainerSwap::Unmanaged

@@ -4,7 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use super::*;
-use crate::quantity::Quantity;
+use crate::cgroups::{CgroupfsV1, CgroupfsV2};
+use crate::vocabulary::quantity::Quantity;
 
 fn read(path: PathBuf) -> String {
     std::fs::read_to_string(&path)
@@ -54,7 +55,7 @@ fn clear_files(dir: &Path) {
 #[test]
 fn v1_tree_for_each_qos_class_and_node_allocatable() {
     let dir = tempfile::tempdir().unwrap();
-    let cm = ContainerManager::new(CgroupFs::v1_at(dir.path()), &config(), &capacity());
+    let cm = ContainerManager::new(Arc::new(CgroupfsV1::at(dir.path())), &config(), &capacity());
     cm.start().unwrap();
     let file = |c: &str, cg: &str, f: &str| read(dir.path().join(c).join(cg).join(f));
     // kubepods: capacity − kubeReserved − systemReserved.
@@ -131,7 +132,7 @@ fn v1_tree_for_each_qos_class_and_node_allocatable() {
 #[test]
 fn v2_tree_uses_weights_and_max() {
     let dir = tempfile::tempdir().unwrap();
-    let cm = ContainerManager::new(CgroupFs::v2_at(dir.path()), &config(), &capacity());
+    let cm = ContainerManager::new(Arc::new(CgroupfsV2::at(dir.path())), &config(), &capacity());
     cm.start().unwrap();
     let file = |cg: &str, f: &str| read(dir.path().join(cg).join(f));
     assert_eq!(file("kubepods", "cpu.weight"), shares_weight(1536));
@@ -156,7 +157,7 @@ fn v2_tree_uses_weights_and_max() {
 }
 
 fn shares_weight(shares: u64) -> String {
-    cgroupfs::shares_to_weight(shares).to_string()
+    crate::cgroups::shares_to_weight(shares).to_string()
 }
 
 #[test]
@@ -166,7 +167,7 @@ fn systemd_names_under_a_cgroup_root() {
     cfg.cgroup_driver = CgroupDriver::Systemd;
     // Upstream's spelling of cgroupRoot for either driver (kind's `/kubelet`).
     cfg.cgroup_root = "/test".into();
-    let cm = ContainerManager::new(CgroupFs::v1_at(dir.path()), &cfg, &capacity());
+    let cm = ContainerManager::new(Arc::new(CgroupfsV1::at(dir.path())), &cfg, &capacity());
     cm.start().unwrap();
     let b = pod("1-2", serde_json::json!({"requests": {"cpu": "100m"}}));
     assert_eq!(
@@ -185,7 +186,7 @@ fn systemd_names_under_a_cgroup_root() {
 #[test]
 fn existing_kubepods_keeps_its_limits_until_enforced() {
     let dir = tempfile::tempdir().unwrap();
-    let fs = CgroupFs::v1_at(dir.path());
+    let fs = Arc::new(CgroupfsV1::at(dir.path()));
     // Pods already run under kubepods and use more memory than the new limit.
     fs.create("/kubepods").unwrap();
     let usage = dir.path().join("memory/kubepods/memory.usage_in_bytes");
@@ -211,7 +212,7 @@ fn existing_kubepods_keeps_its_limits_until_enforced() {
 #[test]
 fn reserved_cgroups_must_exist_and_get_the_reservation() {
     let dir = tempfile::tempdir().unwrap();
-    let fs = CgroupFs::v1_at(dir.path());
+    let fs = Arc::new(CgroupfsV1::at(dir.path()));
     let mut cfg = config();
     cfg.enforce_node_allocatable = vec!["pods".into(), "kube-reserved".into()];
     cfg.kube_reserved_cgroup = "/kube".into();
@@ -235,7 +236,7 @@ fn without_cgroups_per_qos_nothing_is_written() {
     let mut cfg = config();
     cfg.cgroups_per_qos = false;
     cfg.enforce_node_allocatable = Vec::new();
-    let cm = ContainerManager::new(CgroupFs::v1_at(dir.path()), &cfg, &capacity());
+    let cm = ContainerManager::new(Arc::new(CgroupfsV1::at(dir.path())), &cfg, &capacity());
     cm.start().unwrap();
     let p = pod(
         "u",

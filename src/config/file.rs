@@ -19,7 +19,7 @@ use super::error::ConfigError;
 use super::node::{self, EvictionThresholds};
 use super::schema;
 use super::{AuthorizationMode, SwapBehavior};
-use crate::quantity::Quantity;
+use crate::vocabulary::quantity::Quantity;
 use k8s_openapi::api::core::v1::Taint;
 
 pub(crate) const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
@@ -434,7 +434,7 @@ impl<'a> FieldReader<'a> {
         let Some(text) = self.string(field)? else {
             return Ok(None);
         };
-        crate::quantity::size_bytes(&text)
+        crate::vocabulary::quantity::size_bytes(&text)
             .map(Some)
             .map_err(|e| self.bad(field, &Value::String(text.clone()), e.to_string()))
     }

@@ -436,7 +436,7 @@ pub(crate) fn check_value(ty: ValueType, text: &str) -> Result<(), String> {
             }
         }
         ValueType::StringMap => pairs('=').map(|_| ()),
-        ValueType::Quantity => crate::quantity::Quantity::parse(text)
+        ValueType::Quantity => crate::vocabulary::quantity::Quantity::parse(text)
             .map(|_| ())
             .map_err(|e| e.to_string()),
         ValueType::ReservedMemory => {
@@ -453,7 +453,7 @@ pub(crate) fn check_value(ty: ValueType, text: &str) -> Result<(), String> {
                     return Err(format!("{entry:?}: no memory limits"));
                 }
                 for (kind, qty) in map {
-                    crate::quantity::Quantity::parse(&qty)
+                    crate::vocabulary::quantity::Quantity::parse(&qty)
                         .map_err(|e| format!("{entry:?}: {kind}: {e}"))?;
                 }
             }

@@ -28,7 +28,7 @@ use flags::FlagValue;
 use k8s_openapi::api::core::v1::Taint;
 use node::EvictionThresholds;
 
-use crate::quantity::Quantity;
+use crate::vocabulary::quantity::Quantity;
 
 /// The agent's effective configuration: defaults, then the config file, then flags.
 #[derive(Debug, Clone)]
@@ -924,7 +924,7 @@ fn apply_flags(config: &mut Config, given: &[FlagValue]) -> Result<(), ConfigErr
             }
             "container-log-max-size" => {
                 config.container_log_max_size =
-                    crate::quantity::size_bytes(v).map_err(|e| bad(&e.to_string()))?
+                    crate::vocabulary::quantity::size_bytes(v).map_err(|e| bad(&e.to_string()))?
             }
             "container-log-max-files" => {
                 config.container_log_max_files = v

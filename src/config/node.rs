@@ -8,7 +8,7 @@ use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::Taint;
 
-use crate::quantity::Quantity;
+use crate::vocabulary::quantity::Quantity;
 
 /// Label keys in the kubernetes.io / k8s.io namespaces a kubelet may set on its own Node
 /// (upstream's kubeletLabels); the NodeRestriction admission plugin refuses the others.

@@ -725,7 +725,7 @@ fn check(
             let s = value
                 .as_str()
                 .ok_or_else(|| bad("expected a quantity string"))?;
-            crate::quantity::Quantity::parse(s)
+            crate::vocabulary::quantity::Quantity::parse(s)
                 .map(|_| ())
                 .map_err(|e| bad(&e.to_string()))
         }
@@ -749,7 +749,7 @@ fn check(
         .map_err(|r| bad(&r)),
         Kind::QuantityMap => map_of(value, |_, v| {
             let text = v.as_str().ok_or("expected a quantity string")?;
-            crate::quantity::Quantity::parse(text)
+            crate::vocabulary::quantity::Quantity::parse(text)
                 .map(|_| ())
                 .map_err(|e| e.to_string())
         })
@@ -824,7 +824,7 @@ fn is_default(field: &Field, value: &Value) -> bool {
         }
         Kind::Quantity => value
             .as_str()
-            .and_then(|s| crate::quantity::Quantity::parse(s).ok())
+            .and_then(|s| crate::vocabulary::quantity::Quantity::parse(s).ok())
             .is_some_and(|q| q.is_zero()),
         _ => is_zero(value),
     };

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{Pod, Taint};
 
 use super::{Pressure, REASON_EVICTED};
 use crate::pod::admission::{tolerates_taint, Rejection};
-use crate::pod::qos::{qos_class, QosClass};
+use crate::vocabulary::qos::{qos_class, QosClass};
 
 pub(crate) use crate::pod::qos::is_critical;
 

@@ -7,8 +7,8 @@
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-use crate::quantity::{Format, Quantity};
 use crate::stats::summary::{FsStats, PodStats};
+use crate::vocabulary::quantity::{Format, Quantity};
 
 /// The resource the limits name.
 const EPHEMERAL_STORAGE: &str = "ephemeral-storage";

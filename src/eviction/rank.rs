@@ -8,9 +8,9 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::signals::{Resource, Signal};
 use crate::pod::admission::pod_requests;
-use crate::quantity::binary_size;
-use crate::quantity::Quantity;
 use crate::stats::summary::{ContainerStats, PodStats};
+use crate::vocabulary::quantity::binary_size;
+use crate::vocabulary::quantity::Quantity;
 
 /// A pod that may be evicted, with its stats (None: the collector has none for it yet).
 #[derive(Debug, Clone)]

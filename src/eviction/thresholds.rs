@@ -183,7 +183,7 @@ pub(crate) fn first_to_act(thresholds: &[Threshold], act_on: &[usize]) -> Option
 mod tests {
     use super::*;
     use crate::eviction::signals::Observation;
-    use crate::quantity::Quantity;
+    use crate::vocabulary::quantity::Quantity;
 
     fn q(text: &str) -> ThresholdValue {
         ThresholdValue::Quantity(Quantity::parse(text).unwrap())

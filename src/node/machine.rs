@@ -125,7 +125,10 @@ pub(crate) fn hugepages(dir: &Path) -> Vec<(String, i64)> {
                 .parse()
                 .ok()?;
             Some((
-                format!("hugepages-{}", crate::quantity::binary_size(kib * 1024)),
+                format!(
+                    "hugepages-{}",
+                    crate::vocabulary::quantity::binary_size(kib * 1024)
+                ),
                 pages * kib * 1024,
             ))
         })

@@ -10,8 +10,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 
 use super::machine::Machine;
 use crate::config::node::EvictionThresholds;
-use crate::quantity::binary_size;
-use crate::quantity::Quantity;
+use crate::vocabulary::quantity::{binary_size, Quantity};
 
 /// One resource list in integer units: cpu in millicores, the rest in whole units.
 pub(crate) type Amounts = BTreeMap<String, i64>;

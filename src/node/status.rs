@@ -19,7 +19,7 @@ use super::machine::{go_arch, HostFacts};
 use super::resources;
 use super::runtime::runtime_version;
 use crate::config::Config;
-use crate::quantity::Quantity;
+use crate::vocabulary::quantity::Quantity;
 
 /// The version the agent reports as kubeletVersion: the Kubernetes release whose kubelet it
 /// stands in for, with its own name and version as semver build metadata (as k3s does,

@@ -20,10 +20,10 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 pub(crate) use sysctls::normalize as normalize_sysctl;
 pub use sysctls::{kernel_version, SysctlAllowlist};
 
-use super::qos::qos_class;
 use super::status::ktime;
-use crate::quantity::Quantity;
 use crate::source::static_pod::is_static_pod;
+use crate::vocabulary::qos::qos_class;
+use crate::vocabulary::quantity::Quantity;
 use crate::volume::Allocatable;
 
 /// The only OS this agent runs pods for (upstream compares with its runtime.GOOS).

@@ -23,7 +23,7 @@ use tracing::warn;
 
 use crate::cm::pod::{pod_requests, Totals};
 use crate::pod::sidecar::is_sidecar;
-use crate::quantity::Quantity;
+use crate::vocabulary::quantity::Quantity;
 
 /// The checkpoint's name under the root dir (upstream's allocated_pods_state).
 pub const CHECKPOINT_FILE: &str = "allocated_pods_state";

@@ -1,6 +1,7 @@
 //! The pod's files on the node: its directory under the root dir (the pod object as last
 //! seen, the pinned netns path, /etc/hosts, /etc/hostname, /etc/resolv.conf (`dns`) for its
-//! containers), and clean-up of what a removed pod leaves (directories, log links, cgroups).
+//! containers), and clean-up of what a removed pod leaves (directories, log links; its
+//! cgroups are `cgroups::remove`'s).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -197,61 +198,6 @@ fn host_alias_entries(pod: &Pod) -> String {
         s.push_str(&format!("{}\t{}\n", alias.ip, names));
     }
     s
-}
-
-/// Removes the pod's cgroup directories in every hierarchy (v1 controllers or the v2
-/// unified tree) under /sys/fs/cgroup. Blocking. See `remove_cgroup_everywhere`.
-pub fn remove_pod_cgroups(cgroup_parent: &str) {
-    remove_cgroup_everywhere(Path::new("/sys/fs/cgroup"), cgroup_parent);
-}
-
-/// Removes the cgroup `cgroup` (an absolute path within a hierarchy) from the hierarchy
-/// mounted at `root` and from every hierarchy mounted in a folder of `root` (the v1
-/// controllers). Leaf containers' cgroups are removed by runc; this takes the pod level
-/// (and any leaf runc left). A cgroup whose last process was only just killed stays busy
-/// for a moment, so a busy directory is tried again for up to two seconds; what still
-/// exists after that is returned. Blocking.
-pub(crate) fn remove_cgroup_everywhere(root: &Path, cgroup: &str) -> Vec<PathBuf> {
-    let rel = cgroup.trim_start_matches('/');
-    if rel.is_empty() {
-        // Never the hierarchy's root.
-        return Vec::new();
-    }
-    let mut dirs = vec![root.join(rel)];
-    if let Ok(entries) = std::fs::read_dir(root) {
-        for e in entries.flatten() {
-            dirs.push(e.path().join(rel));
-        }
-    }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    let mut delay = std::time::Duration::from_millis(20);
-    loop {
-        dirs.retain(|d| !remove_cgroup_tree(d));
-        if dirs.is_empty() || std::time::Instant::now() >= deadline {
-            break;
-        }
-        std::thread::sleep(delay);
-        delay = (delay * 2).min(std::time::Duration::from_millis(400));
-    }
-    dirs
-}
-
-/// Removes a cgroup directory, its child directories first; true when it is gone.
-fn remove_cgroup_tree(dir: &Path) -> bool {
-    if !dir.is_dir() {
-        return true;
-    }
-    if let Ok(children) = std::fs::read_dir(dir) {
-        for c in children.flatten() {
-            if c.path().is_dir() {
-                remove_cgroup_tree(&c.path());
-            }
-        }
-    }
-    match std::fs::remove_dir(dir) {
-        Ok(()) => true,
-        Err(e) => e.kind() == io::ErrorKind::NotFound,
-    }
 }
 
 /// Removes a stopped pod's /var/log/containers links: the link of each of its containers

@@ -10,10 +10,10 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::qos::qos_class;
 use super::sidecar::is_sidecar;
 use crate::runtime::containers::{ContainerRecord, ExitInfo, State};
 use crate::runtime::labels::Kind;
+use crate::vocabulary::qos::qos_class;
 
 /// Why a container is not running, as the worker last found it (image missing, creation
 /// failed, back-off): upstream's waiting reasons.

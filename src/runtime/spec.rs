@@ -27,7 +27,8 @@ use oci_spec::OciSpecError;
 use super::accounts::{self, Accounts, ResolvedUser, UserRef};
 use super::images::ImageConfig;
 use super::RuntimeError;
-use crate::quantity::Quantity;
+use crate::vocabulary::quantity::Quantity;
+use crate::vocabulary::swap::ContainerSwap;
 use crate::volume::Allocatable;
 
 pub mod apparmor;
@@ -40,18 +41,6 @@ mod service_env;
 pub use devices::{add_devices, host_devices, set_privileged_devices, DeviceInfo};
 pub use env::{container_env, env_references, expand, EnvError, EnvObjects, EnvReferences};
 pub use service_env::{service_env, service_links_enabled};
-
-/// What a container's cgroup says about swap (upstream's swap configuration helper).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ContainerSwap {
-    /// No swap controller: nothing is set (the runtime's default).
-    #[default]
-    Unmanaged,
-    /// NoSwap on cgroup v1: memory+swap limited to the memory limit.
-    NoSwapV1,
-    /// NoSwap on cgroup v2: memory.swap.max = 0.
-    NoSwapV2,
-}
 
 /// Everything about the pod that a container spec needs, computed once per sync.
 #[derive(Debug, Clone)]
@@ -227,33 +216,8 @@ const READONLY_PATHS: [&str; 5] = [
     "/proc/sysrq-trigger",
 ];
 
-/// Upstream's CPU constants (kubelet cm and kuberuntime helpers).
-const MIN_SHARES: i64 = 2;
-const MAX_SHARES: i64 = 262_144;
-const SHARES_PER_CPU: i64 = 1024;
-const MILLI_CPU_TO_CPU: i64 = 1000;
-/// The CFS period in microseconds (100ms), and the smallest quota (1ms).
-pub(crate) const QUOTA_PERIOD: i64 = 100_000;
-const MIN_QUOTA_PERIOD: i64 = 1000;
-
-/// cpu.shares for a CPU request in millicores, as upstream's MilliCPUToShares: zero means
-/// the minimum, and the result is clamped to what the kernel accepts.
-pub(crate) fn milli_cpu_to_shares(milli_cpu: i64) -> u64 {
-    if milli_cpu == 0 {
-        return MIN_SHARES as u64;
-    }
-    let shares = milli_cpu.saturating_mul(SHARES_PER_CPU) / MILLI_CPU_TO_CPU;
-    shares.clamp(MIN_SHARES, MAX_SHARES) as u64
-}
-
-/// The CFS quota for a CPU limit in millicores over `period` microseconds, as upstream's
-/// milliCPUToQuota: none (0) for no limit, else at least 1ms.
-pub(crate) fn milli_cpu_to_quota(milli_cpu: i64, period: i64) -> i64 {
-    if milli_cpu == 0 {
-        return 0;
-    }
-    (milli_cpu.saturating_mul(period) / MILLI_CPU_TO_CPU).max(MIN_QUOTA_PERIOD)
-}
+// The cpu conversions are the cgroups layer's, written once there.
+use crate::cgroups::{milli_cpu_to_quota, milli_cpu_to_shares, MIN_SHARES, QUOTA_PERIOD};
 
 fn strings(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| s.to_string()).collect()
@@ -472,7 +436,7 @@ pub fn sandbox_spec(ctx: &PodContext, image: &ImageConfig) -> Result<Spec, Runti
             .map_err(&oci)?])
         .cpu(
             LinuxCpuBuilder::default()
-                .shares(MIN_SHARES as u64)
+                .shares(MIN_SHARES)
                 .build()
                 .map_err(&oci)?,
         )
@@ -721,7 +685,7 @@ pub(crate) fn container_resources(
     let mut cpu = LinuxCpuBuilder::default().shares(shares);
     let quota = milli_cpu_to_quota(cpu_limit.milli_value(), QUOTA_PERIOD);
     if quota != 0 {
-        cpu = cpu.quota(quota).period(QUOTA_PERIOD as u64);
+        cpu = cpu.quota(quota).period(QUOTA_PERIOD);
     }
     let mut resources = LinuxResourcesBuilder::default()
         .devices(vec![LinuxDeviceCgroupBuilder::default()

@@ -435,7 +435,7 @@ mod tests {
                 prop_assert_eq!(&again, &pod);
                 if let Ok(prepared) = prepare_static_pod(*pod, SourceKind::File, "/m/p.yaml", "node-a") {
                     prop_assert_eq!(prepared.metadata.name, Some(format!("{name}-node-a")));
-                    prop_assert!(crate::quantity::Quantity::parse(&cpu).is_ok_and(|q| !q.is_negative()));
+                    prop_assert!(crate::vocabulary::quantity::Quantity::parse(&cpu).is_ok_and(|q| !q.is_negative()));
                     prop_assert_eq!(prepared.spec.as_ref().unwrap().containers[0].image.as_deref(), Some(image.as_str()));
                 }
             }

@@ -386,7 +386,7 @@ fn validate_resources(container: &Container, path: &str, errors: &mut Validation
     for (list, values) in lists {
         for (name, value) in values.into_iter().flatten() {
             let field = format!("{path}.{list}[{name}]");
-            match crate::quantity::Quantity::parse(&value.0) {
+            match crate::vocabulary::quantity::Quantity::parse(&value.0) {
                 Err(_) => errors.invalid(&field, &value.0, QUANTITY_MESSAGE),
                 Ok(q) if q.is_negative() => errors.invalid(&field, &value.0, NON_NEGATIVE_MESSAGE),
                 Ok(_) => {}

@@ -25,9 +25,9 @@ use std::fmt::Write;
 
 use chrono::{DateTime, Utc};
 
-use super::cgroup_detail::CgroupDetail;
 use super::parse::InterfaceCounters;
 use super::prometheus::go_float;
+use crate::cgroups::detail::CgroupDetail;
 
 /// Limits above this are "unlimited" and reported as 0 (cAdvisor's maxMemorySize).
 const UNLIMITED_ABOVE: u64 = 1 << 62;
@@ -57,7 +57,7 @@ pub struct FsDevice {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NamedDeviceIo {
     pub device: String,
-    pub io: super::cgroup_detail::DeviceIo,
+    pub io: crate::cgroups::detail::DeviceIo,
 }
 
 /// Everything `/metrics/cadvisor` says about one cgroup.
@@ -847,7 +847,7 @@ pub(crate) mod parsed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::cgroup_detail::{CgroupDetail, CpuDetail, DeviceIo, MemoryDetail};
+    use crate::cgroups::detail::{CgroupDetail, CpuDetail, DeviceIo, MemoryDetail};
 
     fn labels(id: &str, container: &str) -> ContainerLabels {
         ContainerLabels {

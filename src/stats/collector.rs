@@ -10,16 +10,17 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, TimeZone, Utc};
 
 use super::cadvisor::{render_cadvisor_metrics, CadvisorSnapshot};
-use super::cgroup::{available_bytes, CgroupSample, CgroupVersion, Cgroups, ProcessCgroup};
 use super::disk::{device_size, statvfs, DiskUsage, DiskUsageCache, FsCapacity};
 use super::error::{Result, StatsError};
 use super::parse::{
     parse_btime, parse_loadavg_tasks, parse_mem_total, parse_net_dev, read_string, read_u64,
     InterfaceCounters,
 };
-use super::pressure::{self, Pressure};
 use super::prometheus::render_resource_metrics;
 use super::summary::*;
+use crate::cgroups::pressure::Pressure;
+use crate::cgroups::stats::available_bytes;
+use crate::cgroups::{CgroupSample, Cgroups, ProcessCgroup};
 
 /// The interface upstream reports inline in NetworkStats.
 pub const DEFAULT_INTERFACE: &str = "eth0";
@@ -561,11 +562,11 @@ impl Collector {
     /// The cgroup's pressure, with the KubeletPSI gate on a v2 host; None otherwise (v1 has
     /// no per-cgroup pressure).
     fn pressure(&self, tick: &mut Tick, cgroup: &str) -> Option<Pressure> {
-        if !self.config.psi || self.cgroups.version() != CgroupVersion::V2 {
+        if !self.config.psi {
             return None;
         }
-        match pressure::read(&self.cgroups.cpu_dir(cgroup)) {
-            Ok(p) => Some(p),
+        match self.cgroups.pressure(cgroup) {
+            Ok(p) => p,
             Err(e) => {
                 tick.error(e);
                 None

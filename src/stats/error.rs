@@ -12,11 +12,9 @@ pub enum StatsError {
     },
     #[error("parsing {path}: {reason}")]
     Parse { path: PathBuf, reason: String },
-    #[error("no cgroup hierarchy found in {mountinfo} (controller {controller})")]
-    NoHierarchy {
-        mountinfo: PathBuf,
-        controller: &'static str,
-    },
+    /// A cgroup file, as the cgroups layer read it.
+    #[error(transparent)]
+    Cgroup(#[from] crate::cgroups::CgroupError),
     #[error("statvfs {path}: {source}")]
     Statvfs {
         path: PathBuf,
@@ -43,7 +41,11 @@ impl StatsError {
     /// A missing file usually means the cgroup or process went away between listing and
     /// reading; callers treat that as "no sample" rather than a scrape error.
     pub fn is_not_found(&self) -> bool {
-        matches!(self, StatsError::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+        match self {
+            StatsError::Read { source, .. } => source.kind() == std::io::ErrorKind::NotFound,
+            StatsError::Cgroup(e) => e.is_not_found(),
+            _ => false,
+        }
     }
 }
 

@@ -5,10 +5,9 @@
 //! Prometheus views (`/metrics/resource`, `/metrics/cadvisor`) and eviction all read that one snapshot, so requests
 //! never touch files and never fan out per container.
 //!
-//! Cgroup and /proc files are read with the small parsers in [`parse`] and [`cgroup`] rather
-//! than cgroups-rs or procfs: the few counters needed are one-line or `key value` files, and
-//! the crates would add ~177 dependencies (cgroups-rs pulls zbus) while getting v2 key names
-//! wrong (see [`cgroup`]).
+//! Cgroup files are read through the cgroups layer ([`crate::cgroups`]: its readers, not
+//! cgroups-rs, which would add ~177 dependencies and get v2 key names wrong); /proc files
+//! through the small parsers in [`parse`].
 //!
 //! Upstream's value rules are kept: cumulative cpu in ns and `usageNanoCores` as the rate
 //! between the last two samples; working set = usage − inactive_file (floored at 0);
@@ -17,18 +16,14 @@
 //! eth0 inlined; filesystem capacity from statvfs and usage from directory walks.
 
 pub mod cadvisor;
-pub mod cgroup;
-pub mod cgroup_detail;
 pub mod collector;
 pub mod disk;
 pub mod error;
 pub mod machine;
 pub mod parse;
-pub mod pressure;
 pub mod prometheus;
 pub mod summary;
 
-pub use cgroup::{CgroupSample, CgroupVersion, Cgroups, MemorySample, PidsSample, ProcessCgroup};
 pub use collector::{
     cgroup_of_pid, usage_nano_cores, Collector, CollectorConfig, ContainerInfo, Measure, PodInfo,
     PodLister, ReportedUsage, ReportedVolumes, SandboxInfo, Snapshot, VolumeInfo,

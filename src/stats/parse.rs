@@ -1,9 +1,8 @@
-//! Parsers for the cgroup and /proc file formats the collector reads. They take the text,
-//! so tests feed them fixtures and the collector reads a configurable /proc root; the
-//! `read_*` helpers add the path to every error. The /proc formats go through procfs's
-//! parsers (from text, so the root can be a fixture); cgroup files are read directly (see `stats::cgroup` for why).
+//! Parsers for the /proc file formats the collector reads (cgroup files are the cgroups
+//! layer's: `cgroups::files`). They take the text, so tests feed them fixtures and the
+//! collector reads a configurable /proc root; `read_string` adds the path to every error.
+//! The formats go through procfs's parsers (from text, so the root can be a fixture).
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use procfs::{FromBufRead, FromBufReadSI, FromRead};
@@ -18,47 +17,12 @@ pub fn read_string(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).map_err(|e| StatsError::read(path, e))
 }
 
-/// A file holding one unsigned number (`memory.current`, `cpuacct.usage`, ...).
+/// A /proc file holding one unsigned number (`sys/kernel/pid_max`, ...).
 pub fn read_u64(path: &Path) -> Result<u64> {
     let text = read_string(path)?;
     text.trim()
         .parse()
         .map_err(|_| StatsError::parse(path, format!("expected a number, found {:?}", text.trim())))
-}
-
-/// A limit file: a number, or `max` for none (v2 `memory.max`, `pids.max`, v1 `pids.max`).
-pub fn read_limit(path: &Path) -> Result<Option<u64>> {
-    let text = read_string(path)?;
-    parse_limit(&text).ok_or_else(|| {
-        StatsError::parse(
-            path,
-            format!("expected a number or max, found {:?}", text.trim()),
-        )
-    })
-}
-
-pub fn parse_limit(text: &str) -> Option<Option<u64>> {
-    match text.trim() {
-        "max" => Some(None),
-        t => t.parse().ok().map(Some),
-    }
-}
-
-/// `key value` lines (`memory.stat`, `cpu.stat`, `cpuacct.stat`). Lines that do not fit are
-/// skipped: kernels add keys, and a few carry non-numeric values.
-pub fn parse_flat_keyed(text: &str) -> HashMap<String, u64> {
-    text.lines()
-        .filter_map(|line| {
-            let mut it = line.split_whitespace();
-            let key = it.next()?;
-            let value = it.next()?.parse().ok()?;
-            Some((key.to_string(), value))
-        })
-        .collect()
-}
-
-pub fn read_flat_keyed(path: &Path) -> Result<HashMap<String, u64>> {
-    Ok(parse_flat_keyed(&read_string(path)?))
 }
 
 /// MemTotal of /proc/meminfo, in bytes (the file says kB and means KiB).
@@ -121,91 +85,6 @@ pub fn parse_net_dev(path: &Path, text: &str) -> Result<Vec<InterfaceCounters>> 
     Ok(out)
 }
 
-/// One line of /proc/self/mountinfo, the fields the cgroup detection needs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MountEntry {
-    /// The path inside the mounted filesystem that is the mount's root (not `/` inside a
-    /// container whose cgroup namespace is not the host's).
-    pub root: String,
-    pub mount_point: String,
-    pub fs_type: String,
-    pub super_options: Vec<String>,
-}
-
-/// The cgroup2 mount at /sys/fs/cgroup: a unified host. Shared by the stats collector's and
-/// the container manager's detection, so both see the same hierarchy.
-pub fn unified_at_sys_fs_cgroup(mounts: &[MountEntry]) -> Option<&MountEntry> {
-    mounts
-        .iter()
-        .find(|m| m.fs_type == "cgroup2" && m.mount_point == "/sys/fs/cgroup")
-}
-
-/// The v1 hierarchy that carries `controller`.
-pub fn v1_hierarchy<'a>(mounts: &'a [MountEntry], controller: &str) -> Option<&'a MountEntry> {
-    mounts
-        .iter()
-        .find(|m| m.fs_type == "cgroup" && m.super_options.iter().any(|o| o == controller))
-}
-
-/// Any cgroup2 mount (a hybrid host's `unified`): the fallback when v1 lacks a controller.
-pub fn any_unified(mounts: &[MountEntry]) -> Option<&MountEntry> {
-    mounts.iter().find(|m| m.fs_type == "cgroup2")
-}
-
-pub fn parse_mountinfo(path: &Path, text: &str) -> Result<Vec<MountEntry>> {
-    let mounts = procfs::process::MountInfos::from_buf_read(text.as_bytes())
-        .map_err(|e| procfs_error(path, e))?;
-    Ok(mounts
-        .into_iter()
-        .map(|m| MountEntry {
-            // procfs leaves the kernel's octal escapes in place.
-            root: unescape_octal(&m.root),
-            mount_point: unescape_octal(&m.mount_point.to_string_lossy()),
-            fs_type: m.fs_type,
-            super_options: m.super_options.into_keys().collect(),
-        })
-        .collect())
-}
-
-/// mountinfo writes space, tab, newline and backslash as `\ooo`.
-fn unescape_octal(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 4 <= b.len() {
-            let oct = std::str::from_utf8(&b[i + 1..i + 4]).unwrap_or("");
-            if let Ok(v) = u8::from_str_radix(oct, 8) {
-                out.push(v);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// One line of /proc/<pid>/cgroup: `id:controllers:path` (`0::/path` on v2).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProcCgroup {
-    pub controllers: Vec<String>,
-    pub path: String,
-}
-
-pub fn parse_proc_cgroup(path: &Path, text: &str) -> Result<Vec<ProcCgroup>> {
-    let lines = procfs::ProcessCGroups::from_buf_read(text.as_bytes())
-        .map_err(|e| procfs_error(path, e))?;
-    Ok(lines
-        .into_iter()
-        .map(|l| ProcCgroup {
-            controllers: l.controllers,
-            path: l.pathname,
-        })
-        .collect())
-}
-
 /// The fourth field of /proc/loadavg is `running/total`; upstream reports the total tasks
 /// (threads included), which sysinfo(2) would truncate past 65535.
 pub fn parse_loadavg_tasks(path: &Path, text: &str) -> Result<u64> {
@@ -219,11 +98,6 @@ pub fn parse_btime(path: &Path, text: &str) -> Result<i64> {
     let stats = procfs::KernelStats::from_buf_read(text.as_bytes(), procfs::current_system_info())
         .map_err(|e| procfs_error(path, e))?;
     i64::try_from(stats.btime).map_err(|_| StatsError::parse(path, "btime out of range"))
-}
-
-/// Number of entries in a `cgroup.procs` file.
-pub fn count_lines(text: &str) -> u64 {
-    text.lines().filter(|l| !l.trim().is_empty()).count() as u64
 }
 
 #[cfg(test)]
@@ -291,56 +165,6 @@ mod tests {
     }
 
     #[test]
-    fn limits_and_numbers() {
-        assert_eq!(parse_limit("max\n"), Some(None));
-        assert_eq!(parse_limit("268435456\n"), Some(Some(268435456)));
-        assert_eq!(parse_limit("lots"), None);
-        let p = fixture("v1/cpuacct/cpuacct.usage");
-        assert!(read_u64(&p).unwrap() > 0);
-        let err = read_u64(&fixture("v1/cpuacct/cpuacct.stat")).unwrap_err();
-        assert!(err.to_string().contains("cpuacct.stat"), "{err}");
-    }
-
-    #[test]
-    fn mountinfo_hybrid_host() {
-        let p = fixture("proc/mountinfo.hybrid");
-        let m = parse_mountinfo(&p, &read_string(&p).unwrap()).unwrap();
-        let mem = m
-            .iter()
-            .find(|e| e.mount_point == "/sys/fs/cgroup/memory")
-            .unwrap();
-        assert_eq!(mem.fs_type, "cgroup");
-        assert!(mem.super_options.contains(&"memory".to_string()));
-        assert!(m
-            .iter()
-            .any(|e| e.fs_type == "cgroup2" && e.mount_point == "/sys/fs/cgroup/unified"));
-    }
-
-    #[test]
-    fn mountinfo_escapes() {
-        let m = parse_mountinfo(
-            Path::new("mountinfo"),
-            "40 31 0:38 /a\\040b /mnt/with\\040space rw - cgroup2 cgroup2 rw\n",
-        )
-        .unwrap();
-        assert_eq!(m[0].mount_point, "/mnt/with space");
-        assert_eq!(m[0].root, "/a b");
-    }
-
-    #[test]
-    fn proc_cgroup_lines() {
-        let v = parse_proc_cgroup(
-            Path::new("cgroup"),
-            "4:memory:/process_api/02d8\n2:cpu,cpuacct:/\n0::/\n",
-        )
-        .unwrap();
-        assert_eq!(v[0].controllers, ["memory"]);
-        assert_eq!(v[0].path, "/process_api/02d8");
-        assert_eq!(v[1].controllers, ["cpu", "cpuacct"]);
-        assert!(v[2].controllers.is_empty());
-    }
-
-    #[test]
     fn loadavg_btime_and_procs() {
         let p = fixture("proc/loadavg");
         assert!(parse_loadavg_tasks(&p, &read_string(&p).unwrap()).unwrap() > 0);
@@ -354,56 +178,5 @@ mod tests {
             parse_btime(&p, &read_string(&p).unwrap()).unwrap(),
             1796215659
         );
-        assert_eq!(count_lines("7645\n7651\n"), 2);
-        assert_eq!(count_lines(""), 0);
-    }
-
-    /// Files from the captured 6.1 unified tree (testdata/v2), in the kernel's own layout.
-    #[test]
-    fn v2_files_from_a_real_kernel() {
-        let pod = "v2/kubepods/burstable/pod7c1f4a2e-9d3b-4e5f-8a6b-1c2d3e4f5a6b";
-        let app = format!("{pod}/5e0c1a9d3f7b2e4a6c8d0f1b3a5c7e9d1f3b5a7c9e1d3f5b7a9c1e3d5f7b9a1c");
-        let cpu = read_flat_keyed(&fixture(&format!("{app}/cpu.stat"))).unwrap();
-        assert_eq!(cpu.len(), 8);
-        assert_eq!(cpu["usage_usec"], 2967340);
-        // limits.cpu 500m on the app: the busy loop was throttled.
-        assert_eq!((cpu["nr_periods"], cpu["nr_throttled"]), (62, 59));
-        let mem = read_flat_keyed(&fixture(&format!("{pod}/memory.stat"))).unwrap();
-        assert_eq!(mem.len(), 51, "every line of 6.1's memory.stat is numeric");
-        assert_eq!(
-            (mem["anon"], mem["file"], mem["shmem"], mem["inactive_file"]),
-            (8609792, 37879808, 20971520, 16908288)
-        );
-        assert_eq!(
-            read_limit(&fixture(&format!("{pod}/memory.max"))).unwrap(),
-            Some(268435456)
-        );
-        assert_eq!(
-            read_limit(&fixture(&format!("{pod}/pids.max"))).unwrap(),
-            Some(64)
-        );
-        assert_eq!(
-            read_limit(&fixture(&format!("{app}/memory.max"))).unwrap(),
-            None
-        );
-        assert_eq!(
-            read_u64(&fixture(&format!("{app}/memory.current"))).unwrap(),
-            47063040
-        );
-        assert_eq!(
-            count_lines(&read_string(&fixture(&format!("{app}/cgroup.procs"))).unwrap()),
-            2
-        );
-        assert_eq!(
-            count_lines(&read_string(&fixture(&format!("{pod}/cgroup.procs"))).unwrap()),
-            0
-        );
-    }
-
-    #[test]
-    fn flat_keyed_skips_odd_lines() {
-        let m = parse_flat_keyed("usage_usec 12\nweird\nname text\nnr 3\n");
-        assert_eq!(m.len(), 2);
-        assert_eq!(m["usage_usec"], 12);
     }
 }

@@ -223,9 +223,9 @@ fn go_float<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
     }
 }
 
-impl From<crate::stats::pressure::Psi> for PsiStats {
-    fn from(p: crate::stats::pressure::Psi) -> Self {
-        let data = |d: crate::stats::pressure::PsiData| PsiData {
+impl From<crate::cgroups::pressure::Psi> for PsiStats {
+    fn from(p: crate::cgroups::pressure::Psi) -> Self {
+        let data = |d: crate::cgroups::pressure::PsiData| PsiData {
             total: d.total,
             avg10: d.avg10,
             avg60: d.avg60,

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{Container, DownwardAPIVolumeFile, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 
 use super::Allocatable;
-use crate::quantity::Quantity;
+use crate::vocabulary::quantity::Quantity;
 
 /// Upstream's default file mode for downwardAPI and projected volumes.
 pub const DEFAULT_MODE: i32 = 0o644;

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use super::mounter::Mounter;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 
-use crate::quantity::{self, Quantity};
+use crate::vocabulary::quantity::{self, Quantity};
 
 /// The directory, world-writable as upstream makes it (containers run as any user).
 pub fn setup_dir(dir: &Path) -> io::Result<()> {

@@ -38,7 +38,8 @@ impl Worker {
                     .cloned()
                     .unwrap_or_default();
                 let cgroup = format!("{parent}/{}", r.id);
-                if oom_event || blocking(move || oom_killed(&cgroup)).await {
+                if oom_event || blocking(move || crate::cgroups::oom::killed_on_host(&cgroup)).await
+                {
                     info.reason = "OOMKilled".into();
                 }
                 if info.finished_at.is_none() {
@@ -221,25 +222,6 @@ pub(super) fn dead_beyond_the_newest(records: &[ContainerRecord]) -> Vec<&Contai
         }
     }
     out
-}
-
-/// Whether the kernel's OOM killer acted in this cgroup (v1 memory.oom_control, v2
-/// memory.events). Blocking: reads cgroup files.
-fn oom_killed(cgroup_path: &str) -> bool {
-    let rel = cgroup_path.trim_start_matches('/');
-    let candidates = [
-        format!("/sys/fs/cgroup/memory/{rel}/memory.oom_control"),
-        format!("/sys/fs/cgroup/{rel}/memory.events"),
-    ];
-    candidates.iter().any(|f| {
-        std::fs::read_to_string(f).ok().is_some_and(|s| {
-            s.lines().any(|l| {
-                l.strip_prefix("oom_kill ")
-                    .and_then(|n| n.trim().parse::<u64>().ok())
-                    .is_some_and(|n| n > 0)
-            })
-        })
-    })
 }
 
 #[cfg(test)]

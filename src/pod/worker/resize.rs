@@ -17,12 +17,12 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 use tracing::{info, warn};
 
 use super::{blocking, Worker};
-use crate::cm::{CgroupError, ResourceConfig};
+use crate::cgroups::{CgroupError, ResourceConfig};
 use crate::pod::allocation::{self, Pending, REASON_DEFERRED};
-use crate::quantity::Quantity;
 use crate::runtime::containers::ContainerRecord;
 use crate::runtime::labels::{self, Kind};
 use crate::runtime::RuntimeError;
+use crate::vocabulary::quantity::Quantity;
 
 /// Upstream's pod condition types and the in-progress condition's reason for a failure.
 pub(crate) const RESIZE_PENDING: &str = "PodResizePending";

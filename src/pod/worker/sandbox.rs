@@ -15,12 +15,12 @@ use crate::network::cni::{AttachRequest, PortMapping};
 use crate::network::netns;
 use crate::pod::dns::DnsSettings;
 use crate::pod::files::SandboxState;
-use crate::pod::qos::qos_class;
 use crate::runtime::containers::TaskIo;
 use crate::runtime::containers::{new_container_id, ContainerRecord, NewContainer, State};
 use crate::runtime::labels::{self, Kind};
 use crate::runtime::spec::{self, seccomp, PodContext};
 use crate::runtime::RuntimeError;
+use crate::vocabulary::qos::qos_class;
 
 /// Errors while building or tearing down a pod's sandbox.
 #[derive(Debug, thiserror::Error)]
@@ -34,7 +34,7 @@ pub enum SandboxError {
     #[error("volumes: {0}")]
     Volume(#[from] crate::volume::VolumeError),
     #[error("pod cgroup: {0}")]
-    Cgroup(#[from] crate::cm::CgroupError),
+    Cgroup(#[from] crate::cgroups::CgroupError),
     /// The pod's hostname cannot be the sandbox's (upstream's wording).
     #[error("{0}")]
     Hostname(String),

@@ -11,8 +11,9 @@ use super::events;
 use super::sandbox::{latest_sandbox, split_ips, SandboxError};
 use super::termination_order::TerminationOrder;
 use super::{blocking, Worker};
+use crate::cgroups::remove::remove_on_host;
 use crate::events::EventType;
-use crate::pod::files::{remove_log_links, remove_pod_cgroups};
+use crate::pod::files::remove_log_links;
 use crate::prober;
 use crate::runtime::containers::ContainerRecord;
 use crate::runtime::labels::{self, Kind};
@@ -332,7 +333,7 @@ fn remove_pod_cgroup(
         }
         None => {
             for cgroup in crate::cm::Layout::from_config(cfg).pod_cgroups(uid) {
-                remove_pod_cgroups(&cgroup);
+                remove_on_host(&cgroup);
             }
         }
     }

@@ -9,11 +9,11 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 
 use super::{is_ignored_interface, Collector, PodInfo, Tick};
+use crate::cgroups::ProcessCgroup;
 use crate::stats::cadvisor::{
     CadvisorContainer, CadvisorSnapshot, ContainerLabels, FsDevice, MachineInfo, NamedDeviceIo,
     VersionInfo,
 };
-use crate::stats::cgroup::ProcessCgroup;
 use crate::stats::disk::statvfs;
 use crate::stats::machine::{read_machine_info, read_version_info};
 use crate::stats::parse::{parse_net_dev, read_string, InterfaceCounters};

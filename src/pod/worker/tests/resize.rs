@@ -13,7 +13,8 @@ use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use serde_json::json;
 
 use super::*;
-use crate::cm::{CgroupFs, ContainerManager};
+use crate::cgroups::CgroupfsV2;
+use crate::cm::ContainerManager;
 
 fn resized(cpu: &str, memory: &str, policy: Option<&str>) -> Pod {
     let c = json!({"name": "app", "image": "busybox",
@@ -62,7 +63,7 @@ fn resize_harness(dir: &Path) -> (Harness, PathBuf) {
         ("pid".to_string(), 32_768),
     ]);
     let cm = ContainerManager::new(
-        CgroupFs::v2_at(&cgroups),
+        Arc::new(CgroupfsV2::at(&cgroups)),
         &Config::defaults(true),
         &capacity,
     );

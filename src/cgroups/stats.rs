@@ -1,4 +1,5 @@
-//! Cgroup v1 and v2 readers behind one type, chosen from the mount table.
+//! What the stats collector samples of a cgroup (cpu usage, memory, pids), read from
+//! the v1 or v2 files of the hierarchies found by `hierarchy`.
 //!
 //! The files are read directly rather than through cgroups-rs: the handful of counters the
 //! Summary API needs (cpu usage, memory usage/stat/limit, pids) are one-line or `key value`
@@ -6,55 +7,12 @@
 //! cpuacct on v2, turns missing files into zeros, and its manager pulls in ~177 crates (zbus).
 //! A missing file here is an error the caller can see, never a silent 0.
 
-use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use super::error::{Result, StatsError};
-use super::parse::{
-    any_unified, count_lines, parse_mountinfo, parse_proc_cgroup, read_flat_keyed, read_limit,
-    read_string, read_u64, unified_at_sys_fs_cgroup, v1_hierarchy, MountEntry,
-};
-
-/// Upstream treats limits above 2^62 as "no limit" (v1 writes 9223372036854771712 for none).
-pub const UNLIMITED_ABOVE: u64 = 1 << 62;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CgroupVersion {
-    V1,
-    V2,
-}
-
-/// Where one v1 controller's hierarchy is mounted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct V1Mount {
-    pub mount_point: PathBuf,
-    /// The hierarchy path that the mount point shows (`/` on a host).
-    pub root: String,
-}
-
-// One per agent, held in a `Cgroups` that is cloned rarely: the v1 variant's size is no cost.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Layout {
-    V1 {
-        cpuacct: V1Mount,
-        memory: V1Mount,
-        pids: Option<V1Mount>,
-        /// cfs quota, period, shares and throttling (`/metrics/cadvisor`); co-mounted with
-        /// cpuacct on most hosts.
-        cpu: Option<V1Mount>,
-        blkio: Option<V1Mount>,
-    },
-    V2 {
-        root: PathBuf,
-    },
-}
-
-/// The host's cgroup hierarchies. Cheap to clone; holds only paths.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cgroups {
-    layout: Layout,
-}
+pub use super::convert::UNLIMITED_ABOVE;
+use super::error::{CgroupError, Result};
+use super::files::{count_lines, read_flat_keyed, read_limit, read_string, read_u64};
+use super::hierarchy::{Cgroups, Layout};
 
 /// One cgroup read at one instant. Every part is optional: a v1 process can sit in
 /// different paths per controller, and a cgroup can vanish between two reads.
@@ -123,139 +81,6 @@ impl ProcessCgroup {
 }
 
 impl Cgroups {
-    /// Detects the layout from /proc/self/mountinfo.
-    pub fn detect() -> Result<Self> {
-        Self::detect_from(Path::new("/proc/self/mountinfo"))
-    }
-
-    pub fn detect_from(mountinfo: &Path) -> Result<Self> {
-        let text = read_string(mountinfo)?;
-        Self::from_mounts(mountinfo, &parse_mountinfo(mountinfo, &text)?)
-    }
-
-    /// cgroup2 mounted at /sys/fs/cgroup means a unified host. Otherwise the v1 controllers
-    /// are used, so a hybrid host (cgroup2 at /sys/fs/cgroup/unified) counts as v1, as the
-    /// runtime and upstream both treat it.
-    pub fn from_mounts(mountinfo: &Path, mounts: &[MountEntry]) -> Result<Self> {
-        if let Some(m) = unified_at_sys_fs_cgroup(mounts) {
-            return Ok(Cgroups::v2_at(&m.mount_point));
-        }
-        let v1 = |controller: &str| {
-            v1_hierarchy(mounts, controller).map(|m| V1Mount {
-                mount_point: PathBuf::from(&m.mount_point),
-                root: m.root.clone(),
-            })
-        };
-        let missing = |controller| StatsError::NoHierarchy {
-            mountinfo: mountinfo.to_path_buf(),
-            controller,
-        };
-        match (v1("cpuacct"), v1("memory")) {
-            (Some(cpuacct), Some(memory)) => Ok(Cgroups {
-                layout: Layout::V1 {
-                    cpuacct,
-                    memory,
-                    pids: v1("pids"),
-                    cpu: v1("cpu"),
-                    blkio: v1("blkio"),
-                },
-            }),
-            (cpuacct, _) => {
-                // No usable v1 hierarchy: a cgroup2 mount elsewhere is the only choice left.
-                if let Some(m) = any_unified(mounts) {
-                    return Ok(Cgroups::v2_at(&m.mount_point));
-                }
-                Err(missing(if cpuacct.is_none() {
-                    "cpuacct"
-                } else {
-                    "memory"
-                }))
-            }
-        }
-    }
-
-    /// A unified hierarchy rooted at `root` (tests pass a fixture tree).
-    pub fn v2_at(root: impl AsRef<Path>) -> Self {
-        Cgroups {
-            layout: Layout::V2 {
-                root: root.as_ref().to_path_buf(),
-            },
-        }
-    }
-
-    /// v1 hierarchies at `root/cpuacct`, `root/memory`, `root/pids`, `root/cpu`, `root/blkio`
-    /// (tests pass a fixture tree).
-    pub fn v1_at(root: impl AsRef<Path>) -> Self {
-        let m = |c: &str| V1Mount {
-            mount_point: root.as_ref().join(c),
-            root: "/".into(),
-        };
-        Cgroups {
-            layout: Layout::V1 {
-                cpuacct: m("cpuacct"),
-                memory: m("memory"),
-                pids: Some(m("pids")),
-                cpu: Some(m("cpu")),
-                blkio: Some(m("blkio")),
-            },
-        }
-    }
-
-    pub fn version(&self) -> CgroupVersion {
-        match self.layout {
-            Layout::V1 { .. } => CgroupVersion::V1,
-            Layout::V2 { .. } => CgroupVersion::V2,
-        }
-    }
-
-    fn v1_dir(mount: &V1Mount, cgroup: &str) -> PathBuf {
-        let rel = if mount.root != "/" {
-            cgroup.strip_prefix(mount.root.as_str()).unwrap_or(cgroup)
-        } else {
-            cgroup
-        };
-        mount.mount_point.join(rel.trim_start_matches('/'))
-    }
-
-    /// The directory holding the memory files of `cgroup` (the unified dir on v2).
-    pub fn memory_dir(&self, cgroup: &str) -> PathBuf {
-        match &self.layout {
-            Layout::V1 { memory, .. } => Self::v1_dir(memory, cgroup),
-            Layout::V2 { root } => root.join(cgroup.trim_start_matches('/')),
-        }
-    }
-
-    pub(crate) fn cpu_dir(&self, cgroup: &str) -> PathBuf {
-        match &self.layout {
-            Layout::V1 { cpuacct, .. } => Self::v1_dir(cpuacct, cgroup),
-            Layout::V2 { root } => root.join(cgroup.trim_start_matches('/')),
-        }
-    }
-
-    pub(crate) fn pids_dir(&self, cgroup: &str) -> Option<PathBuf> {
-        match &self.layout {
-            Layout::V1 { pids, .. } => pids.as_ref().map(|p| Self::v1_dir(p, cgroup)),
-            Layout::V2 { root } => Some(root.join(cgroup.trim_start_matches('/'))),
-        }
-    }
-
-    /// The cpu controller's directory (quota, period, shares, throttling): the v1 `cpu`
-    /// hierarchy, or the unified dir. None on a v1 host without a cpu hierarchy.
-    pub(crate) fn cpu_controller_dir(&self, cgroup: &str) -> Option<PathBuf> {
-        match &self.layout {
-            Layout::V1 { cpu, .. } => cpu.as_ref().map(|m| Self::v1_dir(m, cgroup)),
-            Layout::V2 { root } => Some(root.join(cgroup.trim_start_matches('/'))),
-        }
-    }
-
-    /// The block I/O controller's directory (v1 `blkio`, or the unified dir's `io.stat`).
-    pub(crate) fn io_dir(&self, cgroup: &str) -> Option<PathBuf> {
-        match &self.layout {
-            Layout::V1 { blkio, .. } => blkio.as_ref().map(|m| Self::v1_dir(m, cgroup)),
-            Layout::V2 { root } => Some(root.join(cgroup.trim_start_matches('/'))),
-        }
-    }
-
     pub fn exists(&self, cgroup: &str) -> bool {
         self.memory_dir(cgroup).is_dir() || self.cpu_dir(cgroup).is_dir()
     }
@@ -273,7 +98,7 @@ impl Cgroups {
         let pids = optional(self.read_pids(&cg.pids))?.flatten();
         if cpu.is_none() && memory.is_none() {
             let dir = self.memory_dir(&cg.memory);
-            return Err(StatsError::read(
+            return Err(CgroupError::read(
                 dir,
                 std::io::Error::from(std::io::ErrorKind::NotFound),
             ));
@@ -289,13 +114,13 @@ impl Cgroups {
     pub fn read_cpu(&self, cgroup: &str) -> Result<u64> {
         let dir = self.cpu_dir(cgroup);
         match self.layout {
-            Layout::V1 { .. } => read_u64(&dir.join("cpuacct.usage")),
+            Layout::V1(_) => read_u64(&dir.join("cpuacct.usage")),
             Layout::V2 { .. } => {
                 let path = dir.join("cpu.stat");
                 let stat = read_flat_keyed(&path)?;
                 let usec = stat
                     .get("usage_usec")
-                    .ok_or_else(|| StatsError::parse(&path, "no usage_usec"))?;
+                    .ok_or_else(|| CgroupError::parse(&path, "no usage_usec"))?;
                 Ok(usec * 1000)
             }
         }
@@ -304,7 +129,7 @@ impl Cgroups {
     pub fn read_memory(&self, cgroup: &str) -> Result<MemorySample> {
         let dir = self.memory_dir(cgroup);
         match self.layout {
-            Layout::V1 { .. } => {
+            Layout::V1(_) => {
                 let usage = read_u64(&dir.join("memory.usage_in_bytes"))?;
                 let stat = read_flat_keyed(&dir.join("memory.stat"))?;
                 // Hierarchical totals when the kernel has them, as cAdvisor reads them.
@@ -384,7 +209,7 @@ impl Cgroups {
             let entries = match std::fs::read_dir(&d) {
                 Ok(e) => e,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(StatsError::read(&d, e)),
+                Err(e) => return Err(CgroupError::read(&d, e)),
             };
             for entry in entries.flatten() {
                 if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
@@ -404,32 +229,6 @@ impl Cgroups {
             .filter_map(|d| std::fs::metadata(d).ok()?.modified().ok())
             .min()
     }
-
-    /// A process's cgroups from the text of /proc/<pid>/cgroup.
-    pub fn process_cgroup(&self, proc_cgroup_text: &str) -> Option<ProcessCgroup> {
-        // An unreadable file names no cgroup; the caller treats that as "not found".
-        let lines = parse_proc_cgroup(Path::new("/proc/<pid>/cgroup"), proc_cgroup_text).ok()?;
-        match self.layout {
-            Layout::V2 { .. } => lines
-                .iter()
-                .find(|l| l.controllers.is_empty())
-                .map(|l| ProcessCgroup::same(&l.path)),
-            Layout::V1 { .. } => {
-                let by = |c: &str| {
-                    lines
-                        .iter()
-                        .find(|l| l.controllers.iter().any(|x| x == c))
-                        .map(|l| l.path.clone())
-                };
-                let memory = by("memory")?;
-                Some(ProcessCgroup {
-                    cpu: by("cpuacct").unwrap_or_else(|| memory.clone()),
-                    pids: by("pids").unwrap_or_else(|| memory.clone()),
-                    memory,
-                })
-            }
-        }
-    }
 }
 
 fn is_root(cgroup: &str) -> bool {
@@ -448,67 +247,11 @@ fn optional<T>(r: Result<T>) -> Result<Option<T>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cgroups::testdata;
 
     const POD: &str = "/kubepods/burstable/pod7c1f4a2e-9d3b-4e5f-8a6b-1c2d3e4f5a6b";
     const APP: &str = "5e0c1a9d3f7b2e4a6c8d0f1b3a5c7e9d1f3b5a7c9e1d3f5b7a9c1e3d5f7b9a1c";
     const PAUSE: &str = "8f2b4d6e0a1c3e5f7b9d1a3c5e7f9b1d3a5c7e9f1b3d5a7c9e1f3b5d7a9c1e3f";
-
-    fn testdata(rel: &str) -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("src/stats/testdata")
-            .join(rel)
-    }
-
-    #[test]
-    fn detects_hybrid_as_v1_with_separate_cpu_and_cpuacct() {
-        let c = Cgroups::detect_from(&testdata("proc/mountinfo.hybrid")).unwrap();
-        assert_eq!(c.version(), CgroupVersion::V1);
-        assert_eq!(
-            c.cpu_dir("/kubepods"),
-            PathBuf::from("/sys/fs/cgroup/cpuacct/kubepods")
-        );
-        assert_eq!(
-            c.memory_dir("/kubepods"),
-            PathBuf::from("/sys/fs/cgroup/memory/kubepods")
-        );
-    }
-
-    #[test]
-    fn detects_comounted_v1_and_unified() {
-        let c = Cgroups::detect_from(&testdata("proc/mountinfo.v1-comounted")).unwrap();
-        assert_eq!(c.version(), CgroupVersion::V1);
-        assert_eq!(
-            c.cpu_dir("/a"),
-            PathBuf::from("/sys/fs/cgroup/cpu,cpuacct/a")
-        );
-        let c = Cgroups::detect_from(&testdata("proc/mountinfo.unified")).unwrap();
-        assert_eq!(c.version(), CgroupVersion::V2);
-        assert_eq!(
-            c.memory_dir("/kubepods"),
-            PathBuf::from("/sys/fs/cgroup/kubepods")
-        );
-    }
-
-    #[test]
-    fn no_hierarchy_names_the_file() {
-        let err = Cgroups::from_mounts(Path::new("/proc/self/mountinfo"), &[]).unwrap_err();
-        assert!(err.to_string().contains("/proc/self/mountinfo"), "{err}");
-    }
-
-    #[test]
-    fn v1_mount_root_inside_a_container_is_stripped() {
-        let mounts = parse_mountinfo(
-            Path::new("mountinfo"),
-            "1 0 0:1 /kubepods/podx /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n\
-             2 0 0:2 /kubepods/podx /sys/fs/cgroup/cpuacct rw - cgroup cgroup rw,cpuacct\n",
-        )
-        .unwrap();
-        let c = Cgroups::from_mounts(Path::new("m"), &mounts).unwrap();
-        assert_eq!(
-            c.memory_dir("/kubepods/podx/ctr"),
-            PathBuf::from("/sys/fs/cgroup/memory/ctr")
-        );
-    }
 
     #[test]
     fn v1_pod_and_containers() {
@@ -647,21 +390,5 @@ mod tests {
         assert_eq!(m.available(), Some(1000));
         assert_eq!(available_bytes(Some(10), 20), Some(0));
         assert_eq!(available_bytes(Some(u64::MAX), 20), None);
-    }
-
-    #[test]
-    fn process_cgroup_per_controller() {
-        let v1 = Cgroups::v1_at("/x");
-        let pc = v1
-            .process_cgroup("4:memory:/process_api/02d8\n2:cpuacct:/\n8:pids:/\n0::/\n")
-            .unwrap();
-        assert_eq!(pc.memory, "/process_api/02d8");
-        assert_eq!(pc.cpu, "/");
-        let v2 = Cgroups::v2_at("/x");
-        assert_eq!(
-            v2.process_cgroup("0::/system.slice/containerd.service\n")
-                .unwrap(),
-            ProcessCgroup::same("/system.slice/containerd.service")
-        );
     }
 }

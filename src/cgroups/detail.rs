@@ -12,9 +12,12 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::cgroup::{CgroupVersion, Cgroups, ProcessCgroup};
+use super::convert::weight_to_shares;
 use super::error::Result;
-use super::parse::{parse_flat_keyed, read_string};
+use super::files::{parse_flat_keyed, read_string};
+use super::hierarchy::Cgroups;
+use super::stats::ProcessCgroup;
+use super::Version;
 
 /// A limit file that says `max` (v2) or a v1 "unlimited" (above 2^62) reads as this, as
 /// cAdvisor's reader does; the renderer turns it into 0.
@@ -117,14 +120,6 @@ fn keyed(dir: &Path, file: &str) -> Option<std::collections::HashMap<String, u64
         .map(|t| parse_flat_keyed(&t))
 }
 
-/// cAdvisor's conversion of a v2 cpu.weight (1..10000) back to v1 shares (2..262144).
-pub fn weight_to_shares(weight: u64) -> Option<u64> {
-    if !(1..=10000).contains(&weight) {
-        return None;
-    }
-    Some(2 + ((weight - 1) * 262142) / 9999)
-}
-
 /// v1's clock ticks per second for cpuacct.stat (USER_HZ, 100 on every Linux ABI).
 const USER_HZ: u64 = 100;
 
@@ -132,7 +127,7 @@ impl Cgroups {
     /// Reads the spec and extra counters of one cgroup. A cgroup whose directories are all
     /// gone gives a not-found error (the caller leaves it out); missing single files do not.
     pub fn read_detail(&self, cg: &ProcessCgroup, proc_root: &Path) -> Result<CgroupDetail> {
-        let v2 = self.version() == CgroupVersion::V2;
+        let v2 = self.version() == Version::V2;
         let memory_dir = self.memory_dir(&cg.memory);
         let cpuacct_dir = self.cpu_dir(&cg.cpu);
         if !memory_dir.is_dir() && !cpuacct_dir.is_dir() {
@@ -404,16 +399,10 @@ fn read_io(dir: &Path, v2: bool) -> Vec<DeviceIo> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::PathBuf;
+    use crate::cgroups::testdata;
 
     const POD: &str = "/kubepods/burstable/pod7c1f4a2e-9d3b-4e5f-8a6b-1c2d3e4f5a6b";
     const APP: &str = "5e0c1a9d3f7b2e4a6c8d0f1b3a5c7e9d1f3b5a7c9e1d3f5b7a9c1e3d5f7b9a1c";
-
-    fn testdata(rel: &str) -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("src/stats/testdata")
-            .join(rel)
-    }
 
     fn copy_tree(from: &Path, to: &Path) {
         std::fs::create_dir_all(to).unwrap();

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use super::error::{Result, StatsError};
+use super::error::{CgroupError, Result};
 
 /// One line of a pressure file. `total` is the kernel's cumulative stall time in
 /// microseconds, passed on as it is (cAdvisor and the Summary API do too).
@@ -47,10 +47,10 @@ pub fn parse(path: &Path, text: &str) -> Result<Psi> {
         for field in fields {
             let (key, value) = field
                 .split_once('=')
-                .ok_or_else(|| StatsError::parse(path, format!("invalid psi data: {field:?}")))?;
+                .ok_or_else(|| CgroupError::parse(path, format!("invalid psi data: {field:?}")))?;
             let float = || {
                 value.parse::<f64>().map_err(|_| {
-                    StatsError::parse(path, format!("invalid {key} PSI value: {value:?}"))
+                    CgroupError::parse(path, format!("invalid {key} PSI value: {value:?}"))
                 })
             };
             match key {
@@ -59,7 +59,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Psi> {
                 "avg300" => slot.avg300 = float()?,
                 "total" => {
                     slot.total = value.parse().map_err(|_| {
-                        StatsError::parse(path, format!("invalid total PSI value: {value:?}"))
+                        CgroupError::parse(path, format!("invalid total PSI value: {value:?}"))
                     })?
                 }
                 _ => {}
@@ -80,7 +80,17 @@ fn read_file(path: &Path) -> Result<Psi> {
         {
             Ok(Psi::default())
         }
-        Err(e) => Err(StatsError::read(path, e)),
+        Err(e) => Err(CgroupError::read(path, e)),
+    }
+}
+
+impl super::Cgroups {
+    /// The cgroup's pressure on a v2 host; None on v1, which keeps none per cgroup.
+    pub fn pressure(&self, cgroup: &str) -> Result<Option<Pressure>> {
+        match self.version() {
+            super::Version::V1 => Ok(None),
+            super::Version::V2 => read(&self.cpu_dir(cgroup)).map(Some),
+        }
     }
 }
 
