@@ -12,6 +12,7 @@ mod process;
 mod registry;
 pub mod rest_client;
 pub mod storage;
+pub mod text;
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -24,8 +25,8 @@ pub use pods::{
     PodCounts, PodSandboxStart, RuntimeState, WorkerPass,
 };
 pub use registry::{
-    exponential_buckets, format_float, Collector, Counter, Gauge, GaugeFunc, Histogram, Registry,
-    Scalar, Stability, DEFAULT_BUCKETS,
+    exponential_buckets, Collector, Counter, Gauge, GaugeFunc, Histogram, Registry, Scalar,
+    Stability, DEFAULT_BUCKETS,
 };
 
 /// The kubelet's metrics, registered once.

@@ -2,16 +2,14 @@
 //! kubelet's `/metrics` (component-base registers it raw: no stability prefix), read from
 //! /proc/self at each scrape through procfs.
 
-use std::fmt::Write as _;
+use super::registry::Collector;
+use super::text::{Family, MetricType};
 
-use super::registry::{format_float, Collector};
-
-/// One collector for the seven families; they sort together under `process_`, so writing
-/// them in name order keeps the registry's order.
+/// One collector for the seven families.
 pub struct ProcessCollector;
 
-/// (name, type, help, value) in name order.
-fn families() -> Vec<(&'static str, &'static str, &'static str, f64)> {
+/// (name, type, help, value).
+fn families() -> Vec<(&'static str, MetricType, &'static str, f64)> {
     let mut out = Vec::new();
     let Ok(me) = procfs::process::Process::myself() else {
         return out;
@@ -21,7 +19,7 @@ fn families() -> Vec<(&'static str, &'static str, &'static str, f64)> {
     if let Some(s) = &stat {
         out.push((
             "process_cpu_seconds_total",
-            "counter",
+            MetricType::Counter,
             "Total user and system CPU time spent in seconds.",
             (s.utime + s.stime) as f64 / ticks,
         ));
@@ -35,7 +33,7 @@ fn families() -> Vec<(&'static str, &'static str, &'static str, f64)> {
     if let Some(l) = &limits {
         out.push((
             "process_max_fds",
-            "gauge",
+            MetricType::Gauge,
             "Maximum number of open file descriptors.",
             soft(l.max_open_files.soft_limit),
         ));
@@ -43,7 +41,7 @@ fn families() -> Vec<(&'static str, &'static str, &'static str, f64)> {
     if let Ok(n) = me.fd_count() {
         out.push((
             "process_open_fds",
-            "gauge",
+            MetricType::Gauge,
             "Number of open file descriptors.",
             n as f64,
         ));
@@ -51,21 +49,21 @@ fn families() -> Vec<(&'static str, &'static str, &'static str, f64)> {
     if let Some(s) = &stat {
         out.push((
             "process_resident_memory_bytes",
-            "gauge",
+            MetricType::Gauge,
             "Resident memory size in bytes.",
             (s.rss * procfs::page_size()) as f64,
         ));
         if let Ok(boot) = procfs::boot_time_secs() {
             out.push((
                 "process_start_time_seconds",
-                "gauge",
+                MetricType::Gauge,
                 "Start time of the process since unix epoch in seconds.",
                 boot as f64 + s.starttime as f64 / ticks,
             ));
         }
         out.push((
             "process_virtual_memory_bytes",
-            "gauge",
+            MetricType::Gauge,
             "Virtual memory size in bytes.",
             s.vsize as f64,
         ));
@@ -73,7 +71,7 @@ fn families() -> Vec<(&'static str, &'static str, &'static str, f64)> {
     if let Some(l) = &limits {
         out.push((
             "process_virtual_memory_max_bytes",
-            "gauge",
+            MetricType::Gauge,
             "Maximum amount of virtual memory available in bytes.",
             soft(l.max_address_space.soft_limit),
         ));
@@ -82,16 +80,15 @@ fn families() -> Vec<(&'static str, &'static str, &'static str, f64)> {
 }
 
 impl Collector for ProcessCollector {
-    fn name(&self) -> &str {
-        "process_cpu_seconds_total"
-    }
-
-    fn write_to(&self, out: &mut String) {
-        for (name, kind, help, value) in families() {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} {kind}");
-            let _ = writeln!(out, "{name} {}", format_float(value));
-        }
+    fn collect(&self) -> Vec<Family> {
+        families()
+            .into_iter()
+            .map(|(name, kind, help, value)| {
+                let mut family = Family::new(name, kind, help);
+                family.sample(Vec::new(), value, None);
+                family
+            })
+            .collect()
     }
 }
 
@@ -109,8 +106,7 @@ mod tests {
 
     #[test]
     fn process_families_describe_this_process() {
-        let mut text = String::new();
-        ProcessCollector.write_to(&mut text);
+        let text = crate::metrics::text::encode(ProcessCollector.collect());
         // Parses as the Prometheus text format, each family once.
         let parsed = openmetrics_parser::prometheus::parse_prometheus(&text)
             .unwrap_or_else(|e| panic!("{e:?}\n{text}"));

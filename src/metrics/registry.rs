@@ -1,10 +1,11 @@
-//! A small Prometheus registry: counters, gauges and histograms with labels, written in the
-//! text exposition format (version 0.0.4) the way Go's client library writes it, so scrapers
-//! and tests written against the upstream kubelet read the same bytes.
+//! A small Prometheus registry: counters, gauges and histograms with labels, turned into
+//! [`Family`] values at each scrape for the one text writer ([`super::text`]), so scrapers and
+//! tests written against the upstream kubelet read the same bytes.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
+
+use super::text::{encode, Family, MetricType};
 
 /// What upstream's component-base puts in front of each HELP text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,10 +25,10 @@ impl Stability {
     }
 }
 
-/// Anything that writes one metric family.
+/// Anything that reports metric families at a scrape.
 pub trait Collector: Send + Sync {
-    fn name(&self) -> &str;
-    fn write_to(&self, out: &mut String);
+    /// The families as of now (none when there is nothing to report yet).
+    fn collect(&self) -> Vec<Family>;
 }
 
 /// Metric families, written sorted by name as Go's registry writes them.
@@ -51,86 +52,12 @@ impl Registry {
 
     /// The whole registry in the text exposition format.
     pub fn gather(&self) -> String {
-        let mut collectors = self
+        let collectors = self
             .collectors
             .lock()
             .expect("metrics registry lock")
             .clone();
-        collectors.sort_by(|a, b| a.name().cmp(b.name()));
-        let mut out = String::new();
-        for c in collectors {
-            c.write_to(&mut out);
-        }
-        out
-    }
-}
-
-/// Go's `strconv.FormatFloat(v, 'g', -1, 64)`, which the Prometheus text format uses:
-/// shortest digits, exponent form when the decimal exponent is below -4 or 6 and above
-/// (`4.206592e+06`, `1e-05`), plain otherwise (`123456`, `0.0001`).
-pub fn format_float(v: f64) -> String {
-    if v.is_nan() {
-        return "NaN".into();
-    }
-    if v.is_infinite() {
-        return if v > 0.0 {
-            "+Inf".into()
-        } else {
-            "-Inf".into()
-        };
-    }
-    if v == 0.0 {
-        return if v.is_sign_negative() {
-            "-0".into()
-        } else {
-            "0".into()
-        };
-    }
-    let sci = format!("{v:e}");
-    let (mantissa, exp) = sci.split_once('e').expect("{:e} has an exponent");
-    let exp: i32 = exp.parse().expect("exponent is an integer");
-    if !(-4..6).contains(&exp) {
-        let sign = if exp < 0 { '-' } else { '+' };
-        format!("{mantissa}e{sign}{:02}", exp.abs())
-    } else {
-        format!("{v}")
-    }
-}
-
-fn escape_label(value: &str) -> String {
-    let mut s = String::with_capacity(value.len());
-    for c in value.chars() {
-        match c {
-            '\\' => s.push_str("\\\\"),
-            '"' => s.push_str("\\\""),
-            '\n' => s.push_str("\\n"),
-            c => s.push(c),
-        }
-    }
-    s
-}
-
-fn escape_help(text: &str) -> String {
-    text.replace('\\', "\\\\").replace('\n', "\\n")
-}
-
-/// `{a="x",b="y"}` or nothing, the labels sorted by name as Go's client sorts a series'
-/// label pairs whatever order the metric declares them in; `extra` is appended last (the
-/// histogram's `le`, as Go's text writer puts it).
-fn label_set(names: &[&str], values: &[String], extra: Option<(&str, &str)>) -> String {
-    let mut sorted: Vec<(&str, &String)> = names.iter().copied().zip(values).collect();
-    sorted.sort_by(|a, b| a.0.cmp(b.0));
-    let mut pairs: Vec<String> = sorted
-        .into_iter()
-        .map(|(n, v)| format!("{n}=\"{}\"", escape_label(v)))
-        .collect();
-    if let Some((n, v)) = extra {
-        pairs.push(format!("{n}=\"{}\"", escape_label(v)));
-    }
-    if pairs.is_empty() {
-        String::new()
-    } else {
-        format!("{{{}}}", pairs.join(","))
+        encode(collectors.iter().flat_map(|c| c.collect()))
     }
 }
 
@@ -142,15 +69,22 @@ struct Desc {
 }
 
 impl Desc {
-    fn header(&self, out: &mut String, kind: &str) {
-        let _ = writeln!(
-            out,
-            "# HELP {} {} {}",
+    /// An empty family, its help text behind the stability tag as component-base puts it.
+    fn family(&self, kind: MetricType) -> Family {
+        Family::new(
             self.name,
-            self.stability.tag(),
-            escape_help(self.help)
-        );
-        let _ = writeln!(out, "# TYPE {} {kind}", self.name);
+            kind,
+            format!("{} {}", self.stability.tag(), self.help),
+        )
+    }
+
+    /// A series' label pairs from its values (in the declared order).
+    fn labels(&self, values: &[String]) -> Vec<(&'static str, String)> {
+        self.labels
+            .iter()
+            .copied()
+            .zip(values.iter().cloned())
+            .collect()
     }
 
     fn key(&self, values: &[&str]) -> Vec<String> {
@@ -168,7 +102,7 @@ impl Desc {
 /// A value per label combination; counters only go up, gauges are set.
 pub struct Scalar {
     desc: Desc,
-    kind: &'static str,
+    kind: MetricType,
     values: Mutex<BTreeMap<Vec<String>, f64>>,
 }
 
@@ -182,7 +116,7 @@ impl Scalar {
         stability: Stability,
         labels: &'static [&'static str],
     ) -> Scalar {
-        Scalar::new(name, help, stability, labels, "counter")
+        Scalar::new(name, help, stability, labels, MetricType::Counter)
     }
 
     pub fn gauge(
@@ -191,7 +125,7 @@ impl Scalar {
         stability: Stability,
         labels: &'static [&'static str],
     ) -> Scalar {
-        Scalar::new(name, help, stability, labels, "gauge")
+        Scalar::new(name, help, stability, labels, MetricType::Gauge)
     }
 
     fn new(
@@ -199,7 +133,7 @@ impl Scalar {
         help: &'static str,
         stability: Stability,
         labels: &'static [&'static str],
-        kind: &'static str,
+        kind: MetricType,
     ) -> Scalar {
         Scalar {
             desc: Desc {
@@ -274,30 +208,21 @@ impl Scalar {
 }
 
 impl Collector for Scalar {
-    fn name(&self) -> &str {
-        self.desc.name
-    }
-
-    fn write_to(&self, out: &mut String) {
+    fn collect(&self) -> Vec<Family> {
         let values = self.values.lock().expect("metric lock");
         // Go's registry omits a labelled family with no children; an unlabelled one is
         // always present (at zero).
         if values.is_empty() && !self.desc.labels.is_empty() {
-            return;
+            return Vec::new();
         }
-        self.desc.header(out, self.kind);
+        let mut family = self.desc.family(self.kind);
         if values.is_empty() {
-            let _ = writeln!(out, "{} 0", self.desc.name);
+            family.sample(Vec::new(), 0.0, None);
         }
         for (key, v) in values.iter() {
-            let _ = writeln!(
-                out,
-                "{}{} {}",
-                self.desc.name,
-                label_set(self.desc.labels, key, None),
-                format_float(*v)
-            );
+            family.sample(self.desc.labels(key), *v, None);
         }
+        vec![family]
     }
 }
 
@@ -329,16 +254,13 @@ impl GaugeFunc {
 }
 
 impl Collector for GaugeFunc {
-    fn name(&self) -> &str {
-        self.desc.name
-    }
-
-    fn write_to(&self, out: &mut String) {
+    fn collect(&self) -> Vec<Family> {
         let Some(v) = (self.value)() else {
-            return;
+            return Vec::new();
         };
-        self.desc.header(out, "gauge");
-        let _ = writeln!(out, "{} {}", self.desc.name, format_float(v));
+        let mut family = self.desc.family(MetricType::Gauge);
+        family.sample(Vec::new(), v, None);
+        vec![family]
     }
 }
 
@@ -416,15 +338,11 @@ impl Histogram {
 }
 
 impl Collector for Histogram {
-    fn name(&self) -> &str {
-        self.desc.name
-    }
-
-    fn write_to(&self, out: &mut String) {
+    fn collect(&self) -> Vec<Family> {
         let mut values = self.values.lock().expect("metric lock").clone();
         if values.is_empty() {
             if !self.desc.labels.is_empty() {
-                return;
+                return Vec::new();
             }
             values.insert(
                 Vec::new(),
@@ -435,44 +353,27 @@ impl Collector for Histogram {
                 },
             );
         }
-        self.desc.header(out, "histogram");
-        let name = self.desc.name;
+        let mut family = self.desc.family(MetricType::Histogram);
         for (key, state) in &values {
-            let mut cumulative = 0;
-            for (bound, n) in self.buckets.iter().zip(&state.counts) {
-                cumulative += n;
-                let le = format_float(*bound);
-                let labels = label_set(self.desc.labels, key, Some(("le", &le)));
-                let _ = writeln!(out, "{name}_bucket{labels} {cumulative}");
-            }
-            let labels = label_set(self.desc.labels, key, Some(("le", "+Inf")));
-            let _ = writeln!(out, "{name}_bucket{labels} {}", state.count);
-            let labels = label_set(self.desc.labels, key, None);
-            let _ = writeln!(out, "{name}_sum{labels} {}", format_float(state.sum));
-            let _ = writeln!(out, "{name}_count{labels} {}", state.count);
+            let cumulative = state
+                .counts
+                .iter()
+                .scan(0, |total, n| {
+                    *total += n;
+                    Some(*total)
+                })
+                .zip(&self.buckets)
+                .map(|(total, bound)| (*bound, total))
+                .collect();
+            family.histogram(self.desc.labels(key), cumulative, state.sum, state.count);
         }
+        vec![family]
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn floats_print_like_go() {
-        assert_eq!(format_float(0.0), "0");
-        assert_eq!(format_float(1.0), "1");
-        assert_eq!(format_float(110.0), "110");
-        assert_eq!(format_float(123456.0), "123456");
-        assert_eq!(format_float(4206592.0), "4.206592e+06");
-        assert_eq!(format_float(1e6), "1e+06");
-        assert_eq!(format_float(0.005), "0.005");
-        assert_eq!(format_float(0.0001), "0.0001");
-        assert_eq!(format_float(0.00001), "1e-05");
-        assert_eq!(format_float(44.356054006), "44.356054006");
-        assert_eq!(format_float(1.7506079464872775e9), "1.7506079464872775e+09");
-        assert_eq!(format_float(f64::INFINITY), "+Inf");
-    }
 
     #[test]
     fn writes_counters_gauges_and_histograms_in_text_format() {

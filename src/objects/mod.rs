@@ -13,6 +13,7 @@ mod api;
 pub(crate) mod fake;
 #[cfg(test)]
 mod fake_api;
+mod reflected;
 mod refs;
 mod runtime_classes;
 mod services;

@@ -23,6 +23,7 @@ use super::node_logs;
 use super::streaming;
 use super::streaming::routes::{Endpoint, Target};
 use crate::config::configz_json;
+use crate::metrics::text::CONTENT_TYPE as METRICS_CONTENT_TYPE;
 use crate::pod::StatusStore;
 
 pub use super::response::Body;
@@ -185,8 +186,6 @@ pub(crate) fn resolve(
 fn json(body: impl Into<Bytes>) -> Response<Body> {
     full(StatusCode::OK, "application/json", body)
 }
-
-const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 fn method_bucket(method: &Method) -> &'static str {
     match method.as_str() {
@@ -390,11 +389,7 @@ async fn serve(
                 .stats
                 .get()
                 .and_then(|s| s.resource_metrics())
-                .unwrap_or_else(|| {
-                    "# HELP resource_scrape_error [STABLE] 1 if there was an error while getting container metrics, 0 otherwise\n\
-                     # TYPE resource_scrape_error gauge\nresource_scrape_error 1\n"
-                        .to_string()
-                });
+                .unwrap_or_else(|| crate::stats::render_resource_metrics(None, true));
             full(StatusCode::OK, METRICS_CONTENT_TYPE, body)
         }
         Action::CadvisorMetrics => {

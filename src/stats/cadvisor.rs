@@ -21,13 +21,12 @@
 //! the snapshot's time as their timestamp; spec series carry none, as upstream.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
 
 use chrono::{DateTime, Utc};
 
 use super::parse::InterfaceCounters;
-use super::prometheus::go_float;
 use crate::cgroups::detail::CgroupDetail;
+use crate::metrics::text::{encode, Family, MetricType};
 
 /// Limits above this are "unlimited" and reported as 0 (cAdvisor's maxMemorySize).
 const UNLIMITED_ABOVE: u64 = 1 << 62;
@@ -105,13 +104,7 @@ pub struct CadvisorSnapshot {
 
 type Labels = Vec<(&'static str, String)>;
 
-struct Family {
-    help: &'static str,
-    kind: &'static str,
-    samples: Vec<(Labels, f64, Option<i64>)>,
-}
-
-/// Families by name, written sorted as Go's gatherer writes them.
+/// Families by name, each created by its first series.
 #[derive(Default)]
 struct Families(BTreeMap<&'static str, Family>);
 
@@ -119,7 +112,7 @@ impl Families {
     fn add(
         &mut self,
         name: &'static str,
-        kind: &'static str,
+        kind: MetricType,
         help: &'static str,
         labels: Labels,
         value: f64,
@@ -127,60 +120,13 @@ impl Families {
     ) {
         self.0
             .entry(name)
-            .or_insert_with(|| Family {
-                help,
-                kind,
-                samples: Vec::new(),
-            })
-            .samples
-            .push((labels, value, ts));
+            .or_insert_with(|| Family::new(name, kind, help))
+            .sample(labels, value, ts);
     }
 
-    fn render(mut self) -> String {
-        let mut out = String::new();
-        for (name, f) in self.0.iter_mut() {
-            for s in f.samples.iter_mut() {
-                s.0.sort_by(|a, b| a.0.cmp(b.0));
-            }
-            f.samples.sort_by(|a, b| {
-                let va = a.0.iter().map(|(_, v)| v.as_str());
-                let vb = b.0.iter().map(|(_, v)| v.as_str());
-                va.cmp(vb).then(a.2.cmp(&b.2))
-            });
-            let _ = writeln!(out, "# HELP {name} {}", escape_help(f.help));
-            let _ = writeln!(out, "# TYPE {name} {}", f.kind);
-            for (labels, value, ts) in &f.samples {
-                out.push_str(name);
-                if !labels.is_empty() {
-                    out.push('{');
-                    for (i, (k, v)) in labels.iter().enumerate() {
-                        if i > 0 {
-                            out.push(',');
-                        }
-                        let _ = write!(out, "{k}=\"{}\"", escape_label(v));
-                    }
-                    out.push('}');
-                }
-                out.push(' ');
-                out.push_str(&go_float(*value));
-                if let Some(ts) = ts {
-                    let _ = write!(out, " {ts}");
-                }
-                out.push('\n');
-            }
-        }
-        out
+    fn render(self) -> String {
+        encode(self.0.into_values())
     }
-}
-
-fn escape_label(v: &str) -> String {
-    v.replace('\\', r"\\")
-        .replace('"', "\\\"")
-        .replace('\n', r"\n")
-}
-
-fn escape_help(v: &str) -> String {
-    v.replace('\\', r"\\").replace('\n', r"\n")
 }
 
 fn spec_memory(v: u64) -> f64 {
@@ -191,8 +137,8 @@ fn spec_memory(v: u64) -> f64 {
     }
 }
 
-const GAUGE: &str = "gauge";
-const COUNTER: &str = "counter";
+const GAUGE: MetricType = MetricType::Gauge;
+const COUNTER: MetricType = MetricType::Counter;
 
 /// Renders `/metrics/cadvisor` from one snapshot; `None` (nothing collected yet) gives the
 /// scrape-error gauges at 1, as upstream does when cAdvisor cannot answer.

@@ -1,36 +1,12 @@
-//! `/metrics/resource` in the Prometheus text format, as the upstream kubelet renders it:
-//! families sorted by name, labels sorted by name, series sorted by label values, cpu and
-//! memory samples stamped with their stats time in milliseconds, values formatted like Go's
-//! `strconv.FormatFloat(v, 'g', -1, 64)` (what metrics-server and Prometheus parse).
-
-use std::fmt::Write;
+//! `/metrics/resource`, as the upstream kubelet renders it: cpu and memory samples stamped
+//! with their stats time in milliseconds (what metrics-server reads), written by the one
+//! Prometheus text writer ([`crate::metrics::text`]).
 
 use super::summary::{ContainerStats, PodStats, Summary, Time};
+use crate::metrics::text::{encode, Family, MetricType};
 
 /// The content type the kubelet answers /metrics/resource with.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-/// Label pairs sorted by name.
-type Labels = Vec<(&'static str, String)>;
-
-struct Family {
-    name: &'static str,
-    help: &'static str,
-    kind: &'static str,
-    /// (labels, value, timestamp in ms)
-    samples: Vec<(Labels, f64, Option<i64>)>,
-}
-
-impl Family {
-    fn new(name: &'static str, kind: &'static str, help: &'static str) -> Self {
-        Family {
-            name,
-            help,
-            kind,
-            samples: Vec::new(),
-        }
-    }
-}
+pub use crate::metrics::text::CONTENT_TYPE;
 
 fn millis(t: &Time) -> i64 {
     t.0.timestamp_millis()
@@ -41,47 +17,45 @@ fn millis(t: &Time) -> i64 {
 pub fn render_resource_metrics(summary: Option<&Summary>, scrape_error: bool) -> String {
     let mut container_cpu = Family::new(
         "container_cpu_usage_seconds_total",
-        "counter",
+        MetricType::Counter,
         "[STABLE] Cumulative cpu time consumed by the container in core-seconds",
     );
     let mut container_mem = Family::new(
         "container_memory_working_set_bytes",
-        "gauge",
+        MetricType::Gauge,
         "[STABLE] Current working set of the container in bytes",
     );
     let mut container_start = Family::new(
         "container_start_time_seconds",
-        "gauge",
+        MetricType::Gauge,
         "[STABLE] Start time of the container since unix epoch in seconds",
     );
     let mut node_cpu = Family::new(
         "node_cpu_usage_seconds_total",
-        "counter",
+        MetricType::Counter,
         "[STABLE] Cumulative cpu time consumed by the node in core-seconds",
     );
     let mut node_mem = Family::new(
         "node_memory_working_set_bytes",
-        "gauge",
+        MetricType::Gauge,
         "[STABLE] Current working set of the node in bytes",
     );
     let mut pod_cpu = Family::new(
         "pod_cpu_usage_seconds_total",
-        "counter",
+        MetricType::Counter,
         "[STABLE] Cumulative cpu time consumed by the pod in core-seconds",
     );
     let mut pod_mem = Family::new(
         "pod_memory_working_set_bytes",
-        "gauge",
+        MetricType::Gauge,
         "[STABLE] Current working set of the pod in bytes",
     );
     let mut scrape = Family::new(
         "resource_scrape_error",
-        "gauge",
+        MetricType::Gauge,
         "[STABLE] 1 if there was an error while getting container metrics, 0 otherwise",
     );
-    scrape
-        .samples
-        .push((vec![], if scrape_error { 1.0 } else { 0.0 }, None));
+    scrape.sample(vec![], if scrape_error { 1.0 } else { 0.0 }, None);
 
     if let Some(s) = summary {
         if let Some((t, v)) = s
@@ -90,7 +64,7 @@ pub fn render_resource_metrics(summary: Option<&Summary>, scrape_error: bool) ->
             .as_ref()
             .and_then(|c| Some((millis(&c.time), c.usage_core_nano_seconds?)))
         {
-            node_cpu.samples.push((vec![], v as f64 / 1e9, Some(t)));
+            node_cpu.sample(vec![], v as f64 / 1e9, Some(t));
         }
         if let Some((t, v)) = s
             .node
@@ -98,7 +72,7 @@ pub fn render_resource_metrics(summary: Option<&Summary>, scrape_error: bool) ->
             .as_ref()
             .and_then(|m| Some((millis(&m.time), m.working_set_bytes?)))
         {
-            node_mem.samples.push((vec![], v as f64, Some(t)));
+            node_mem.sample(vec![], v as f64, Some(t));
         }
         for pod in &s.pods {
             for c in &pod.containers {
@@ -121,20 +95,20 @@ pub fn render_resource_metrics(summary: Option<&Summary>, scrape_error: bool) ->
                 .as_ref()
                 .and_then(|c| Some((millis(&c.time), c.usage_core_nano_seconds?)))
             {
-                pod_cpu.samples.push((labels(), v as f64 / 1e9, Some(t)));
+                pod_cpu.sample(labels(), v as f64 / 1e9, Some(t));
             }
             if let Some((t, v)) = pod
                 .memory
                 .as_ref()
                 .and_then(|m| Some((millis(&m.time), m.working_set_bytes?)))
             {
-                pod_mem.samples.push((labels(), v as f64, Some(t)));
+                pod_mem.sample(labels(), v as f64, Some(t));
             }
         }
     }
 
-    let mut out = String::new();
-    for mut f in [
+    // Families without series are left out, as the Go client's gatherer does.
+    encode([
         container_cpu,
         container_mem,
         container_start,
@@ -143,39 +117,7 @@ pub fn render_resource_metrics(summary: Option<&Summary>, scrape_error: bool) ->
         pod_cpu,
         pod_mem,
         scrape,
-    ] {
-        // Families without series are left out, as the Go client's gatherer does.
-        if f.samples.is_empty() {
-            continue;
-        }
-        f.samples.sort_by(|a, b| {
-            let va = a.0.iter().map(|(_, v)| v.as_str());
-            let vb = b.0.iter().map(|(_, v)| v.as_str());
-            va.cmp(vb).then(a.2.cmp(&b.2))
-        });
-        let _ = writeln!(out, "# HELP {} {}", f.name, escape_help(f.help));
-        let _ = writeln!(out, "# TYPE {} {}", f.name, f.kind);
-        for (labels, value, ts) in &f.samples {
-            out.push_str(f.name);
-            if !labels.is_empty() {
-                out.push('{');
-                for (i, (k, v)) in labels.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    let _ = write!(out, "{k}=\"{}\"", escape_label(v));
-                }
-                out.push('}');
-            }
-            out.push(' ');
-            out.push_str(&go_float(*value));
-            if let Some(ts) = ts {
-                let _ = write!(out, " {ts}");
-            }
-            out.push('\n');
-        }
-    }
-    out
+    ])
 }
 
 fn container_series(
@@ -194,64 +136,21 @@ fn container_series(
     };
     let start_ns = c.start_time.0.timestamp_nanos_opt().unwrap_or(0);
     if start_ns > 0 {
-        start.samples.push((labels(), start_ns as f64 / 1e9, None));
+        start.sample(labels(), start_ns as f64 / 1e9, None);
     }
     if let Some((t, v)) = c
         .cpu
         .as_ref()
         .and_then(|x| Some((millis(&x.time), x.usage_core_nano_seconds?)))
     {
-        cpu.samples.push((labels(), v as f64 / 1e9, Some(t)));
+        cpu.sample(labels(), v as f64 / 1e9, Some(t));
     }
     if let Some((t, v)) = c
         .memory
         .as_ref()
         .and_then(|m| Some((millis(&m.time), m.working_set_bytes?)))
     {
-        mem.samples.push((labels(), v as f64, Some(t)));
-    }
-}
-
-fn escape_label(v: &str) -> String {
-    v.replace('\\', r"\\")
-        .replace('"', "\\\"")
-        .replace('\n', r"\n")
-}
-
-fn escape_help(v: &str) -> String {
-    v.replace('\\', r"\\").replace('\n', r"\n")
-}
-
-/// Go's `strconv.FormatFloat(f, 'g', -1, 64)`: shortest digits that round-trip; exponent
-/// form when the decimal exponent is < -4 or >= 6 (`4.206592e+06`), plain otherwise.
-pub fn go_float(f: f64) -> String {
-    if f.is_nan() {
-        return "NaN".into();
-    }
-    if f.is_infinite() {
-        return if f > 0.0 {
-            "+Inf".into()
-        } else {
-            "-Inf".into()
-        };
-    }
-    if f == 0.0 {
-        return if f.is_sign_negative() {
-            "-0".into()
-        } else {
-            "0".into()
-        };
-    }
-    let e = format!("{f:e}");
-    let (mantissa, exp) = e
-        .split_once('e')
-        .expect("LowerExp always writes an exponent");
-    let exp: i32 = exp.parse().expect("LowerExp exponent is an integer");
-    if !(-4..6).contains(&exp) {
-        let sign = if exp < 0 { '-' } else { '+' };
-        format!("{mantissa}e{sign}{:02}", exp.abs())
-    } else {
-        format!("{f}")
+        mem.sample(labels(), v as f64, Some(t));
     }
 }
 
@@ -260,23 +159,6 @@ mod tests {
     use super::*;
     use crate::stats::summary::*;
     use chrono::DateTime;
-
-    #[test]
-    fn floats_like_go() {
-        assert_eq!(go_float(4206592.0), "4.206592e+06");
-        assert_eq!(go_float(44.356054006), "44.356054006");
-        assert_eq!(go_float(1.7506079464872775e9), "1.7506079464872775e+09");
-        assert_eq!(go_float(6197.005020909), "6197.005020909");
-        assert_eq!(go_float(1.137475584e9), "1.137475584e+09");
-        assert_eq!(go_float(123456.0), "123456");
-        assert_eq!(go_float(1e6), "1e+06");
-        assert_eq!(go_float(0.0001), "0.0001");
-        assert_eq!(go_float(0.00001), "1e-05");
-        assert_eq!(go_float(1.0), "1");
-        assert_eq!(go_float(0.0), "0");
-        assert_eq!(go_float(1e21), "1e+21");
-        assert_eq!(go_float(f64::INFINITY), "+Inf");
-    }
 
     fn time(s: &str) -> Time {
         Time(
