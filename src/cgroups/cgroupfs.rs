@@ -243,6 +243,18 @@ mod tests {
     }
 
     #[test]
+    fn hybrid_v1_writes_cpu_cpuacct_memory_and_pids() {
+        let c = Cgroups::detect_from(&crate::cgroups::testdata("proc/mountinfo.hybrid")).unwrap();
+        let v1 = CgroupfsV1::new(c.clone()).unwrap();
+        assert_eq!(
+            v1.dirs("/kubepods"),
+            ["cpu", "cpuacct", "memory", "pids"]
+                .map(|c| PathBuf::from(format!("/sys/fs/cgroup/{c}/kubepods")))
+        );
+        assert_eq!(CgroupfsV2::new(c), None, "one manager per version");
+    }
+
+    #[test]
     fn the_manager_follows_the_hierarchy() {
         let v1 = manager_for(Cgroups::v1_at("/x"));
         assert_eq!(v1.version(), Version::V1);

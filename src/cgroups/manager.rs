@@ -80,9 +80,9 @@ pub trait Manager: std::fmt::Debug + Send + Sync {
 
 /// The cgroupfs manager for the hierarchies found (v1 or v2), chosen once.
 pub fn manager_for(cgroups: Cgroups) -> Arc<dyn Manager> {
-    match CgroupfsV1::new(cgroups.clone()) {
-        Some(v1) => Arc::new(v1),
-        None => Arc::new(CgroupfsV2::new(cgroups)),
+    match cgroups.version() {
+        Version::V1 => Arc::new(CgroupfsV1::new(cgroups).expect("a v1 layout")),
+        Version::V2 => Arc::new(CgroupfsV2::new(cgroups).expect("a v2 layout")),
     }
 }
 

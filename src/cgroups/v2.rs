@@ -26,19 +26,24 @@ pub struct CgroupfsV2 {
 }
 
 impl CgroupfsV2 {
-    /// The manager of a unified hierarchy. A v1 layout never reaches here (`manager_for`
-    /// picks v1 first); its memory hierarchy would stand in as the root.
-    pub fn new(cgroups: Cgroups) -> CgroupfsV2 {
-        let root = match &cgroups.layout {
-            Layout::V2 { root } => root.clone(),
-            Layout::V1(m) => m.memory.mount_point.clone(),
-        };
-        CgroupfsV2 { cgroups, root }
+    /// The manager of a unified hierarchy; None when `cgroups` is a v1 host.
+    pub fn new(cgroups: Cgroups) -> Option<CgroupfsV2> {
+        match &cgroups.layout {
+            Layout::V2 { root } => Some(CgroupfsV2 {
+                root: root.clone(),
+                cgroups,
+            }),
+            Layout::V1(_) => None,
+        }
     }
 
     /// A unified hierarchy at `root` (unit tests pass a temporary folder).
     pub fn at(root: impl AsRef<Path>) -> CgroupfsV2 {
-        CgroupfsV2::new(Cgroups::v2_at(root))
+        let root = root.as_ref().to_path_buf();
+        CgroupfsV2 {
+            cgroups: Cgroups::v2_at(&root),
+            root,
+        }
     }
 
     fn dir(&self, cgroup: &str) -> PathBuf {
