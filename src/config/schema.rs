@@ -17,7 +17,8 @@ use super::duration::parse_duration;
 /// A field's JSON type and the checks upstream's decoding and validation apply to it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Kind {
-    /// Read by file.rs; here only so the field is known.
+    /// Read by its declaration in settings.rs (or by file.rs); here only so the field is
+    /// known.
     Implemented,
     Bool,
     Int {

@@ -466,6 +466,27 @@ mod tests {
         assert_eq!(all.len(), count, "a flag declared and in the table");
     }
 
+    /// The schema table (upstream's fields, for what the agent does not read) must mark a
+    /// declared field as read, or a file setting it would also be warned about.
+    #[test]
+    fn every_declared_file_field_is_marked_read_in_the_schema() {
+        for file in DECLARED.iter().filter_map(|d| d.file) {
+            let mut fields = schema::FIELDS;
+            let mut parts = file.split('.').peekable();
+            while let Some(part) = parts.next() {
+                let field = fields
+                    .iter()
+                    .find(|f| f.name == part)
+                    .unwrap_or_else(|| panic!("{file}: no {part} in the schema"));
+                match (field.kind, parts.peek()) {
+                    (schema::Kind::Implemented, None) => {}
+                    (schema::Kind::Object(children), Some(_)) => fields = children,
+                    _ => panic!("{file} is not marked read (done) in the schema"),
+                }
+            }
+        }
+    }
+
     #[test]
     fn every_declared_flag_is_parsed_and_applied_by_its_declaration() {
         for d in DECLARED {
