@@ -4,52 +4,18 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{format_duration, Config};
-
-fn quantity(bytes: u64) -> String {
-    for (unit, size) in [("Gi", 1u64 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)] {
-        if bytes >= size && bytes.is_multiple_of(size) {
-            return format!("{}{unit}", bytes / size);
-        }
-    }
-    bytes.to_string()
-}
+use super::Config;
 
 /// The configz document for `config`.
 pub fn configz_json(config: &Config) -> Value {
     let mut c = Map::new();
+    config.declared_configz(&mut c);
     let mut put = |key: &str, value: Value| {
         c.insert(key.to_string(), value);
     };
-    put("enableServer", json!(config.enable_server));
-    if let Some(p) = &config.static_pod_path {
-        put("staticPodPath", json!(p.display().to_string()));
-    }
-    put(
-        "podLogsDir",
-        json!(config.pod_logs_dir.display().to_string()),
-    );
-    put(
-        "syncFrequency",
-        json!(format_duration(config.sync_frequency)),
-    );
-    put(
-        "fileCheckFrequency",
-        json!(format_duration(config.file_check_frequency)),
-    );
-    put(
-        "httpCheckFrequency",
-        json!(format_duration(config.http_check_frequency)),
-    );
-    if let Some(url) = &config.static_pod_url {
-        put("staticPodURL", json!(url));
-    }
     if !config.static_pod_url_header.is_empty() {
         put("staticPodURLHeader", json!(config.static_pod_url_header));
     }
-    put("address", json!(config.address.to_string()));
-    put("port", json!(config.port));
-    put("readOnlyPort", json!(config.read_only_port));
     // Upstream fills these in with the self-signed pair's paths when none were given.
     let (cert, key) = match (&config.tls_cert_file, &config.tls_private_key_file) {
         (Some(c), Some(k)) => (c.clone(), k.clone()),
@@ -60,61 +26,6 @@ pub fn configz_json(config: &Config) -> Value {
     };
     put("tlsCertFile", json!(cert.display().to_string()));
     put("tlsPrivateKeyFile", json!(key.display().to_string()));
-    if !config.allowed_unsafe_sysctls.is_empty() {
-        put("allowedUnsafeSysctls", json!(config.allowed_unsafe_sysctls));
-    }
-    if !config.tls_cipher_suites.is_empty() {
-        put("tlsCipherSuites", json!(config.tls_cipher_suites));
-    }
-    if let Some(v) = &config.tls_min_version {
-        put("tlsMinVersion", json!(v));
-    }
-    // omitempty bools upstream: shown only when on.
-    if config.rotate_certificates {
-        put("rotateCertificates", json!(true));
-    }
-    if config.server_tls_bootstrap {
-        put("serverTLSBootstrap", json!(true));
-    }
-    let mut x509 = Map::new();
-    if let Some(ca) = &config.client_ca_file {
-        x509.insert("clientCAFile".into(), json!(ca.display().to_string()));
-    }
-    put(
-        "authentication",
-        json!({
-            "x509": x509,
-            "webhook": {
-                "enabled": config.authentication_token_webhook,
-                "cacheTTL": format_duration(config.authentication_token_webhook_cache_ttl),
-            },
-            "anonymous": {"enabled": config.anonymous_auth},
-        }),
-    );
-    put(
-        "authorization",
-        json!({
-            "mode": config.authorization_mode.as_str(),
-            "webhook": {
-                "cacheAuthorizedTTL": format_duration(config.authorization_webhook_cache_authorized_ttl),
-                "cacheUnauthorizedTTL": format_duration(config.authorization_webhook_cache_unauthorized_ttl),
-            },
-        }),
-    );
-    put("healthzPort", json!(config.healthz_port));
-    put(
-        "healthzBindAddress",
-        json!(config.healthz_bind_address.to_string()),
-    );
-    put("maxPods", json!(config.max_pods));
-    put(
-        "containerLogMaxSize",
-        json!(quantity(config.container_log_max_size)),
-    );
-    put(
-        "containerLogMaxFiles",
-        json!(config.container_log_max_files),
-    );
     put(
         "containerRuntimeEndpoint",
         json!(format!(
@@ -122,73 +33,12 @@ pub fn configz_json(config: &Config) -> Value {
             config.container_runtime_endpoint.display()
         )),
     );
-    put(
-        "logging",
-        json!({"format": config.logging_format, "verbosity": config.verbosity}),
-    );
-    put(
-        "imageMinimumGCAge",
-        json!(format_duration(config.image_minimum_gc_age)),
-    );
-    put(
-        "imageMaximumGCAge",
-        json!(format_duration(config.image_maximum_gc_age)),
-    );
-    put(
-        "imageGCHighThresholdPercent",
-        json!(config.image_gc_high_threshold_percent),
-    );
-    put(
-        "imageGCLowThresholdPercent",
-        json!(config.image_gc_low_threshold_percent),
-    );
     put("serializeImagePulls", json!(config.serialize_image_pulls));
-    put("seccompDefault", json!(config.seccomp_default));
-    put(
-        "enableDebuggingHandlers",
-        json!(config.enable_debugging_handlers),
-    );
-    put(
-        "enableSystemLogHandler",
-        json!(config.enable_system_log_handler),
-    );
-    if config.enable_system_log_query {
-        put("enableSystemLogQuery", json!(true));
-    }
     if !config.feature_gates.explicit().is_empty() {
         put("featureGates", json!(config.feature_gates.explicit()));
     }
     if let Some(n) = config.max_parallel_image_pulls {
         put("maxParallelImagePulls", json!(n));
-    }
-    put(
-        "nodeStatusUpdateFrequency",
-        json!(format_duration(config.node_status_update_frequency)),
-    );
-    put(
-        "nodeStatusReportFrequency",
-        json!(format_duration(config.node_status_report_frequency)),
-    );
-    put(
-        "nodeLeaseDurationSeconds",
-        json!(config.node_lease_duration_seconds),
-    );
-    put("registerNode", json!(config.register_node));
-    put("failSwapOn", json!(config.fail_swap_on));
-    put(
-        "memorySwap",
-        json!({"swapBehavior": config.swap_behavior.as_str()}),
-    );
-    put(
-        "localStorageCapacityIsolation",
-        json!(config.local_storage_capacity_isolation),
-    );
-    put(
-        "volumeStatsAggPeriod",
-        json!(format_duration(config.volume_stats_agg_period)),
-    );
-    if !config.register_with_taints.is_empty() {
-        put("registerWithTaints", json!(config.register_with_taints));
     }
     for (key, list) in [
         ("kubeReserved", &config.kube_reserved),
@@ -228,48 +78,17 @@ pub fn configz_json(config: &Config) -> Value {
             .collect();
         put("evictionSoftGracePeriod", Value::Object(map));
     }
-    put(
-        "evictionPressureTransitionPeriod",
-        json!(super::format_duration(
-            config.eviction_pressure_transition_period
-        )),
-    );
-    put(
-        "evictionMaxPodGracePeriod",
-        json!(config.eviction_max_pod_grace_period),
-    );
     if !config.cluster_dns.is_empty() {
         let servers: Vec<String> = config.cluster_dns.iter().map(|ip| ip.to_string()).collect();
         put("clusterDNS", json!(servers));
     }
-    if !config.cluster_domain.is_empty() {
-        put("clusterDomain", json!(config.cluster_domain));
-    }
-    put(
-        "resolvConf",
-        json!(config
-            .resolv_conf
-            .as_ref()
-            .map_or(String::new(), |p| p.display().to_string())),
-    );
-    put("cgroupsPerQOS", json!(config.cgroups_per_qos));
     put("cgroupDriver", json!(config.cgroup_driver.as_str()));
-    // Shown even as "/": the agent always has a root (upstream's "" means the same), and
-    // the node e2e runner sets "/" and reads it back from here.
-    if !config.cgroup_root.is_empty() {
-        put("cgroupRoot", json!(config.cgroup_root));
+    // The x509 block is there even empty, as upstream shows it; the verbosity sits next to
+    // the declared logging.format.
+    if let Some(Value::Object(authentication)) = c.get_mut("authentication") {
+        authentication.entry("x509").or_insert_with(|| json!({}));
     }
-    put(
-        "enforceNodeAllocatable",
-        json!(config.enforce_node_allocatable),
-    );
-    put("podPidsLimit", json!(config.pod_pids_limit));
-    if !config.kube_reserved_cgroup.is_empty() {
-        put("kubeReservedCgroup", json!(config.kube_reserved_cgroup));
-    }
-    if !config.system_reserved_cgroup.is_empty() {
-        put("systemReservedCgroup", json!(config.system_reserved_cgroup));
-    }
+    super::declare::insert_at(&mut c, "logging.verbosity", json!(config.verbosity));
     // The fields the agent does not act on yet: what the files set, else upstream's
     // default, so a client reading them sees what upstream's kubelet would show.
     for (key, value) in super::schema::configz_defaults() {

@@ -14,9 +14,30 @@ const NANOS_PER_UNIT: &[(&str, u128)] = &[
     ("h", 3600 * 1_000_000_000),
 ];
 
+/// Why a text is not a Go duration, in a few words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    #[error("a negative duration is not allowed")]
+    Negative,
+    #[error("an empty duration; expected e.g. \"20s\", \"1m30s\", \"500ms\"")]
+    Empty,
+    #[error("expected a number before each unit (e.g. \"1h2m3.5s\")")]
+    NumberBeforeUnit,
+    #[error("missing unit (one of ns, us, ms, s, m, h)")]
+    MissingUnit,
+    #[error("unknown unit \"{0}\" (one of ns, us, ms, s, m, h)")]
+    UnknownUnit(String),
+    #[error("number too large")]
+    NumberTooLarge,
+    #[error("bad fraction")]
+    BadFraction,
+    #[error("duration too large")]
+    TooLarge,
+}
+
 /// Parses "20s", "1m0s", "1h2m3.5s", "500ms", "0". Negative durations are refused because no
 /// duration the agent reads may be negative; the error says why in a few words.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     let mut rest = text;
     if let Some(stripped) = rest.strip_prefix('+') {
         rest = stripped;
@@ -25,13 +46,13 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         if stripped.chars().all(|c| c == '0') && !stripped.is_empty() {
             return Ok(Duration::ZERO);
         }
-        return Err("a negative duration is not allowed".to_string());
+        return Err(DurationError::Negative);
     }
     if rest == "0" {
         return Ok(Duration::ZERO);
     }
     if rest.is_empty() {
-        return Err("an empty duration; expected e.g. \"20s\", \"1m30s\", \"500ms\"".to_string());
+        return Err(DurationError::Empty);
     }
     let mut total: u128 = 0;
     while !rest.is_empty() {
@@ -45,7 +66,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             rest = &after_dot[frac_len..];
         }
         if int_part.is_empty() && frac_part.is_empty() {
-            return Err("expected a number before each unit (e.g. \"1h2m3.5s\")".to_string());
+            return Err(DurationError::NumberBeforeUnit);
         }
         let unit_len = rest
             .char_indices()
@@ -59,9 +80,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             .map(|(_, n)| *n)
             .ok_or_else(|| {
                 if unit.is_empty() {
-                    "missing unit (one of ns, us, ms, s, m, h)".to_string()
+                    DurationError::MissingUnit
                 } else {
-                    format!("unknown unit \"{unit}\" (one of ns, us, ms, s, m, h)")
+                    DurationError::UnknownUnit(unit.to_string())
                 }
             })?;
         let whole: u128 = if int_part.is_empty() {
@@ -69,27 +90,23 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         } else {
             int_part
                 .parse()
-                .map_err(|_| "number too large".to_string())?
+                .map_err(|_| DurationError::NumberTooLarge)?
         };
-        let mut nanos = whole
-            .checked_mul(per_unit)
-            .ok_or_else(|| "duration too large".to_string())?;
+        let mut nanos = whole.checked_mul(per_unit).ok_or(DurationError::TooLarge)?;
         if !frac_part.is_empty() {
             // Go truncates the fractional part to whole nanoseconds; only its first digits matter.
             let digits = &frac_part[..frac_part.len().min(18)];
-            let frac: u128 = digits.parse().map_err(|_| "bad fraction".to_string())?;
+            let frac: u128 = digits.parse().map_err(|_| DurationError::BadFraction)?;
             // The whole part's nanoseconds may sit just below u128::MAX: checked, not `+=`.
             nanos = nanos
                 .checked_add(frac * per_unit / 10u128.pow(digits.len() as u32))
-                .ok_or_else(|| "duration too large".to_string())?;
+                .ok_or(DurationError::TooLarge)?;
         }
-        total = total
-            .checked_add(nanos)
-            .ok_or_else(|| "duration too large".to_string())?;
+        total = total.checked_add(nanos).ok_or(DurationError::TooLarge)?;
     }
     // Go's durations are signed 64-bit nanoseconds; keep the same ceiling.
     if total > i64::MAX as u128 {
-        return Err("duration too large".to_string());
+        return Err(DurationError::TooLarge);
     }
     Ok(Duration::from_nanos(total as u64))
 }
@@ -169,9 +186,13 @@ mod tests {
             assert!(parse_duration(bad).is_err(), "{bad:?} should be rejected");
         }
         assert!(parse_duration("1000000000h").is_err());
-        assert!(parse_duration("20").unwrap_err().contains("missing unit"));
+        assert!(parse_duration("20")
+            .unwrap_err()
+            .to_string()
+            .contains("missing unit"));
         assert!(parse_duration("3d")
             .unwrap_err()
+            .to_string()
             .contains("unknown unit \"d\""));
     }
 
@@ -231,7 +252,7 @@ mod tests {
             format!("{}.9h", u128::MAX / 3_600_000_000_000),
         ] {
             assert_eq!(
-                parse_duration(&text),
+                parse_duration(&text).map_err(|e| e.to_string()),
                 Err("duration too large".to_string()),
                 "{text}"
             );

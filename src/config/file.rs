@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
@@ -18,7 +18,7 @@ use super::duration::parse_duration;
 use super::error::ConfigError;
 use super::node::{self, EvictionThresholds};
 use super::schema;
-use super::{AuthorizationMode, SwapBehavior};
+use super::settings::DeclaredFile;
 use crate::vocabulary::quantity::Quantity;
 use k8s_openapi::api::core::v1::Taint;
 
@@ -28,24 +28,11 @@ pub(crate) const KIND: &str = "KubeletConfiguration";
 /// What the file sets. `None` means "not set, or set to its zero value": the default applies.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub(crate) struct FileSettings {
-    pub static_pod_path: Option<PathBuf>,
-    pub static_pod_url: Option<String>,
+    /// The settings declared in `settings.rs`, each read by its declaration.
+    pub declared: DeclaredFile,
     pub static_pod_url_header: Option<BTreeMap<String, Vec<String>>>,
-    pub file_check_frequency: Option<Duration>,
-    pub http_check_frequency: Option<Duration>,
-    pub sync_frequency: Option<Duration>,
-    pub max_pods: Option<u32>,
-    pub read_only_port: Option<u16>,
-    pub healthz_port: Option<u16>,
-    pub healthz_bind_address: Option<IpAddr>,
-    pub container_log_max_size: Option<u64>,
-    pub container_log_max_files: Option<u32>,
-    pub pod_logs_dir: Option<PathBuf>,
     /// Raw endpoint as written; mod.rs turns it into a socket path.
     pub container_runtime_endpoint: Option<String>,
-    pub address: Option<IpAddr>,
-    pub port: Option<u16>,
-    pub logging_format: Option<String>,
     pub verbosity: Option<u8>,
     /// Known upstream fields (dotted paths) set to a non-default value that the agent does
     /// not act on yet.
@@ -54,68 +41,19 @@ pub(crate) struct FileSettings {
     pub unimplemented_values: Map<String, Value>,
     /// Fields upstream does not have (dotted paths); dropped, as upstream's lenient decoding.
     pub unknown_fields: Vec<String>,
-    pub tls_cert_file: Option<PathBuf>,
-    pub tls_private_key_file: Option<PathBuf>,
-    pub tls_min_version: Option<String>,
-    pub tls_cipher_suites: Option<Vec<String>>,
-    pub allowed_unsafe_sysctls: Option<Vec<String>>,
-    pub rotate_certificates: Option<bool>,
-    pub server_tls_bootstrap: Option<bool>,
-    pub client_ca_file: Option<PathBuf>,
-    pub anonymous_auth: Option<bool>,
-    pub authentication_token_webhook: Option<bool>,
-    pub authentication_token_webhook_cache_ttl: Option<Duration>,
-    pub authorization_mode: Option<AuthorizationMode>,
-    pub authorization_webhook_cache_authorized_ttl: Option<Duration>,
-    pub authorization_webhook_cache_unauthorized_ttl: Option<Duration>,
-    /// Pointers upstream: an explicit 0 is kept. The range is checked with the flags' values.
-    pub image_gc_high_threshold_percent: Option<i32>,
-    pub image_gc_low_threshold_percent: Option<i32>,
-    pub image_minimum_gc_age: Option<Duration>,
-    pub image_maximum_gc_age: Option<Duration>,
+    pub feature_gates: Option<BTreeMap<String, bool>>,
     /// Pointers upstream: an explicit false (or 0) is kept, and 0 fails validation.
     pub serialize_image_pulls: Option<bool>,
-    pub seccomp_default: Option<bool>,
-    /// A pointer upstream: an explicit false is kept.
-    pub enable_debugging_handlers: Option<bool>,
-    pub enable_system_log_handler: Option<bool>,
-    pub enable_system_log_query: Option<bool>,
-    pub feature_gates: Option<BTreeMap<String, bool>>,
-    pub enable_server: Option<bool>,
     pub max_parallel_image_pulls: Option<i32>,
-    pub register_with_taints: Option<Vec<Taint>>,
-    /// A pointer upstream: an explicit false is kept.
-    pub register_node: Option<bool>,
     pub kube_reserved: Option<BTreeMap<String, Quantity>>,
     pub system_reserved: Option<BTreeMap<String, Quantity>>,
     pub eviction_hard: Option<EvictionThresholds>,
     pub eviction_soft: Option<EvictionThresholds>,
     pub eviction_soft_grace_period: Option<BTreeMap<String, Duration>>,
     pub eviction_minimum_reclaim: Option<EvictionThresholds>,
-    pub eviction_pressure_transition_period: Option<Duration>,
-    pub eviction_max_pod_grace_period: Option<i32>,
     pub cluster_dns: Option<Vec<IpAddr>>,
-    pub cluster_domain: Option<String>,
-    /// A pointer upstream: an explicit "" is kept (no host resolver).
-    pub resolv_conf: Option<String>,
-    pub node_status_update_frequency: Option<Duration>,
-    pub node_status_report_frequency: Option<Duration>,
-    pub node_lease_duration_seconds: Option<i32>,
-    /// A pointer upstream: an explicit false is kept.
-    pub cgroups_per_qos: Option<bool>,
     /// Checked where it is applied (mod.rs), so the error names the setting.
     pub cgroup_driver: Option<String>,
-    pub cgroup_root: Option<String>,
-    /// An explicit empty list is kept (nothing enforced), as upstream.
-    pub enforce_node_allocatable: Option<Vec<String>>,
-    pub pod_pids_limit: Option<i64>,
-    pub kube_reserved_cgroup: Option<String>,
-    pub system_reserved_cgroup: Option<String>,
-    pub fail_swap_on: Option<bool>,
-    /// memorySwap.swapBehavior ("" is upstream's NoSwap).
-    pub swap_behavior: Option<SwapBehavior>,
-    pub local_storage_capacity_isolation: Option<bool>,
-    pub volume_stats_agg_period: Option<Duration>,
 }
 
 #[cfg(test)]
@@ -176,169 +114,33 @@ pub(crate) fn parse_document(
     };
 
     let mut settings = FileSettings {
-        static_pod_path: reader.string("staticPodPath")?.map(PathBuf::from),
-        static_pod_url: reader.string("staticPodURL")?,
+        declared: DeclaredFile::read(&reader)?,
         static_pod_url_header: reader.header_map("staticPodURLHeader")?,
-        file_check_frequency: reader.duration("fileCheckFrequency")?,
-        http_check_frequency: reader.duration("httpCheckFrequency")?,
-        sync_frequency: reader.duration("syncFrequency")?,
-        max_pods: reader
-            .int_in("maxPods", 0, i32::MAX as i64)?
-            .map(|n| n as u32),
-        read_only_port: reader.int_in("readOnlyPort", 0, 65535)?.map(|n| n as u16),
-        healthz_port: reader.int_in("healthzPort", 0, 65535)?.map(|n| n as u16),
-        healthz_bind_address: reader.ip("healthzBindAddress")?,
-        container_log_max_size: reader.quantity("containerLogMaxSize")?,
-        container_log_max_files: reader
-            .int_in("containerLogMaxFiles", 0, i32::MAX as i64)?
-            .map(|n| n as u32),
-        pod_logs_dir: reader.string("podLogsDir")?.map(PathBuf::from),
         container_runtime_endpoint: reader.string("containerRuntimeEndpoint")?,
-        address: reader.ip("address")?,
-        port: reader.int_in("port", 0, 65535)?.map(|n| n as u16),
-        logging_format: None,
         verbosity: None,
         unimplemented_fields: survey.unimplemented,
         unimplemented_values: survey.values,
         unknown_fields: survey.unknown,
-        tls_cert_file: reader.string("tlsCertFile")?.map(PathBuf::from),
-        tls_private_key_file: reader.string("tlsPrivateKeyFile")?.map(PathBuf::from),
-        tls_min_version: reader.string("tlsMinVersion")?,
-        tls_cipher_suites: reader.string_list("tlsCipherSuites")?,
-        allowed_unsafe_sysctls: reader.string_list("allowedUnsafeSysctls")?,
-        rotate_certificates: reader.boolean("rotateCertificates")?,
-        server_tls_bootstrap: reader.boolean("serverTLSBootstrap")?,
-        image_gc_high_threshold_percent: reader.int32("imageGCHighThresholdPercent")?,
-        image_gc_low_threshold_percent: reader.int32("imageGCLowThresholdPercent")?,
-        image_minimum_gc_age: reader.duration("imageMinimumGCAge")?,
-        image_maximum_gc_age: reader.duration("imageMaximumGCAge")?,
-        serialize_image_pulls: reader.boolean("serializeImagePulls")?,
-        seccomp_default: reader.boolean("seccompDefault")?,
-        enable_debugging_handlers: reader.boolean("enableDebuggingHandlers")?,
-        enable_system_log_handler: reader.boolean("enableSystemLogHandler")?,
-        enable_system_log_query: reader.boolean("enableSystemLogQuery")?,
         feature_gates: reader.bool_map("featureGates")?,
-        enable_server: reader.boolean("enableServer")?,
+        serialize_image_pulls: reader.boolean("serializeImagePulls")?,
         max_parallel_image_pulls: reader.int32("maxParallelImagePulls")?,
-        register_with_taints: reader.taints("registerWithTaints")?,
-        register_node: reader.boolean("registerNode")?,
         kube_reserved: reader.resource_list("kubeReserved")?,
         system_reserved: reader.resource_list("systemReserved")?,
         eviction_hard: reader.eviction_thresholds("evictionHard")?,
         eviction_soft: reader.eviction_thresholds("evictionSoft")?,
         eviction_soft_grace_period: reader.grace_periods("evictionSoftGracePeriod")?,
         eviction_minimum_reclaim: reader.eviction_thresholds("evictionMinimumReclaim")?,
-        eviction_pressure_transition_period: reader.duration("evictionPressureTransitionPeriod")?,
-        // Not a pointer upstream: 0 is the default (no cap from the agent).
-        eviction_max_pod_grace_period: reader.int32("evictionMaxPodGracePeriod")?,
         cluster_dns: reader.ip_list("clusterDNS")?,
-        cluster_domain: reader.string("clusterDomain")?,
-        // A pointer upstream: an explicit "" is kept (no host resolver).
-        resolv_conf: match reader.get("resolvConf") {
-            None => None,
-            Some(Value::String(s)) => Some(s.clone()),
-            Some(other) => return Err(reader.bad("resolvConf", other, "expected a string")),
-        },
-        node_status_update_frequency: reader.duration("nodeStatusUpdateFrequency")?,
-        node_status_report_frequency: reader.duration("nodeStatusReportFrequency")?,
-        // Not a pointer upstream: 0 means the default.
-        node_lease_duration_seconds: reader
-            .int32("nodeLeaseDurationSeconds")?
-            .filter(|n| *n != 0),
-        cgroups_per_qos: reader.boolean("cgroupsPerQOS")?,
         cgroup_driver: reader.string("cgroupDriver")?.filter(|s| !s.is_empty()),
-        cgroup_root: reader.string("cgroupRoot")?.filter(|s| !s.is_empty()),
-        enforce_node_allocatable: match reader.get("enforceNodeAllocatable") {
-            None => None,
-            Some(v) => Some(
-                serde_json::from_value::<Vec<String>>(v.clone()).map_err(|_| {
-                    reader.bad("enforceNodeAllocatable", v, "expected a list of strings")
-                })?,
-            ),
-        },
-        // A pointer upstream: an explicit 0 is kept (and means no limit).
-        pod_pids_limit: reader.int_in("podPidsLimit", i64::MIN, i64::MAX)?,
-        kube_reserved_cgroup: reader.string("kubeReservedCgroup")?,
-        system_reserved_cgroup: reader.string("systemReservedCgroup")?,
-        fail_swap_on: reader.boolean("failSwapOn")?,
-        local_storage_capacity_isolation: reader.boolean("localStorageCapacityIsolation")?,
-        // Not a pointer upstream: 0 means the default.
-        volume_stats_agg_period: reader
-            .duration("volumeStatsAggPeriod")?
-            .filter(|d| !d.is_zero()),
-        ..FileSettings::default()
     };
-    if let Some(swap) = reader.block("memorySwap")? {
-        if let Some(text) = swap.string("swapBehavior")? {
-            settings.swap_behavior = Some(SwapBehavior::parse(&text).ok_or_else(|| {
-                swap.bad(
-                    "swapBehavior",
-                    &Value::String(text.clone()),
-                    "expected NoSwap or LimitedSwap",
-                )
-            })?);
-        }
-    }
-    read_authentication(&reader, &mut settings)?;
-    read_authorization(&reader, &mut settings)?;
-    // Non-pointer fields upstream: their zero value means "default". healthzPort and
-    // containerLogMaxFiles are pointers, so an explicit 0 there is kept (and 0 disables healthz).
-    settings.max_pods = settings.max_pods.filter(|n| *n != 0);
-    settings.port = settings.port.filter(|n| *n != 0);
-    settings.read_only_port = settings.read_only_port.filter(|n| *n != 0);
-
     if let Some(logging) = reader.block("logging")? {
-        settings.logging_format = logging.string("format")?;
         settings.verbosity = logging.int_in("verbosity", 0, 255)?.map(|n| n as u8);
     }
     Ok(settings)
 }
 
-/// `authentication: {x509: {clientCAFile}, webhook: {enabled, cacheTTL}, anonymous: {enabled}}`.
-fn read_authentication(
-    reader: &FieldReader<'_>,
-    settings: &mut FileSettings,
-) -> Result<(), ConfigError> {
-    let Some(auth) = reader.block("authentication")? else {
-        return Ok(());
-    };
-    if let Some(x509) = auth.block("x509")? {
-        settings.client_ca_file = x509.string("clientCAFile")?.map(PathBuf::from);
-    }
-    if let Some(webhook) = auth.block("webhook")? {
-        settings.authentication_token_webhook = webhook.boolean("enabled")?;
-        settings.authentication_token_webhook_cache_ttl = webhook.duration("cacheTTL")?;
-    }
-    if let Some(anonymous) = auth.block("anonymous")? {
-        settings.anonymous_auth = anonymous.boolean("enabled")?;
-    }
-    Ok(())
-}
-
-/// `authorization: {mode, webhook: {cacheAuthorizedTTL, cacheUnauthorizedTTL}}`.
-fn read_authorization(
-    reader: &FieldReader<'_>,
-    settings: &mut FileSettings,
-) -> Result<(), ConfigError> {
-    let Some(authz) = reader.block("authorization")? else {
-        return Ok(());
-    };
-    if let Some(mode) = authz.string("mode")? {
-        settings.authorization_mode = Some(
-            AuthorizationMode::parse(&mode)
-                .map_err(|reason| authz.bad("mode", &Value::String(mode.clone()), reason))?,
-        );
-    }
-    if let Some(webhook) = authz.block("webhook")? {
-        settings.authorization_webhook_cache_authorized_ttl =
-            webhook.duration("cacheAuthorizedTTL")?;
-        settings.authorization_webhook_cache_unauthorized_ttl =
-            webhook.duration("cacheUnauthorizedTTL")?;
-    }
-    Ok(())
-}
-
-struct FieldReader<'a> {
+#[derive(Clone)]
+pub(crate) struct FieldReader<'a> {
     path: &'a Path,
     obj: &'a Map<String, Value>,
     /// Dotted path of this block for messages ("authentication.webhook."), empty at the top.
@@ -346,17 +148,36 @@ struct FieldReader<'a> {
 }
 
 impl<'a> FieldReader<'a> {
-    fn bad(&self, field: &str, value: &Value, reason: impl Into<String>) -> ConfigError {
+    /// Reads the field at a dotted path (`authentication.webhook.cacheTTL`) with `read`; a
+    /// missing block on the way is a missing field.
+    pub(crate) fn read_at<T>(
+        &self,
+        path: &str,
+        read: impl Fn(&FieldReader<'a>, &str) -> Result<Option<T>, ConfigError>,
+    ) -> Result<Option<T>, ConfigError> {
+        let mut blocks: Vec<&str> = path.split('.').collect();
+        let field = blocks.pop().unwrap_or(path);
+        let mut current = self.clone();
+        for block in blocks {
+            match current.block(block)? {
+                Some(inner) => current = inner,
+                None => return Ok(None),
+            }
+        }
+        read(&current, field)
+    }
+
+    pub(crate) fn bad(&self, field: &str, value: &Value, reason: impl ToString) -> ConfigError {
         ConfigError::InvalidFileField {
             path: self.path.to_path_buf(),
             field: format!("{}{field}", self.prefix),
             value: value.to_string(),
-            reason: reason.into(),
+            reason: reason.to_string(),
         }
     }
 
     /// A nested mapping; keys it does not know were reported by `schema::survey`.
-    fn block(&self, field: &str) -> Result<Option<FieldReader<'a>>, ConfigError> {
+    pub(crate) fn block(&self, field: &str) -> Result<Option<FieldReader<'a>>, ConfigError> {
         let Some(value) = self.obj.get(field).filter(|v| !v.is_null()) else {
             return Ok(None);
         };
@@ -371,7 +192,7 @@ impl<'a> FieldReader<'a> {
         }))
     }
 
-    fn boolean(&self, field: &str) -> Result<Option<bool>, ConfigError> {
+    pub(crate) fn boolean(&self, field: &str) -> Result<Option<bool>, ConfigError> {
         match self.get(field) {
             None => Ok(None),
             Some(Value::Bool(b)) => Ok(Some(*b)),
@@ -379,7 +200,7 @@ impl<'a> FieldReader<'a> {
         }
     }
 
-    fn string_list(&self, field: &str) -> Result<Option<Vec<String>>, ConfigError> {
+    pub(crate) fn string_list(&self, field: &str) -> Result<Option<Vec<String>>, ConfigError> {
         let Some(value) = self.get(field) else {
             return Ok(None);
         };
@@ -388,12 +209,12 @@ impl<'a> FieldReader<'a> {
             .map_err(|_| self.bad(field, value, "expected a list of strings"))
     }
 
-    fn get(&self, field: &str) -> Option<&Value> {
+    pub(crate) fn get(&self, field: &str) -> Option<&Value> {
         self.obj.get(field).filter(|v| !v.is_null())
     }
 
     /// A string field; an empty string counts as unset, as upstream's defaulting treats it.
-    fn string(&self, field: &str) -> Result<Option<String>, ConfigError> {
+    pub(crate) fn string(&self, field: &str) -> Result<Option<String>, ConfigError> {
         match self.get(field) {
             None => Ok(None),
             Some(Value::String(s)) if s.is_empty() => Ok(None),
@@ -402,7 +223,12 @@ impl<'a> FieldReader<'a> {
         }
     }
 
-    fn int_in(&self, field: &str, min: i64, max: i64) -> Result<Option<i64>, ConfigError> {
+    pub(crate) fn int_in(
+        &self,
+        field: &str,
+        min: i64,
+        max: i64,
+    ) -> Result<Option<i64>, ConfigError> {
         let Some(value) = self.get(field) else {
             return Ok(None);
         };
@@ -415,13 +241,13 @@ impl<'a> FieldReader<'a> {
         Ok(Some(n))
     }
 
-    fn int32(&self, field: &str) -> Result<Option<i32>, ConfigError> {
+    pub(crate) fn int32(&self, field: &str) -> Result<Option<i32>, ConfigError> {
         Ok(self
             .int_in(field, i32::MIN as i64, i32::MAX as i64)?
             .map(|n| n as i32))
     }
 
-    fn duration(&self, field: &str) -> Result<Option<Duration>, ConfigError> {
+    pub(crate) fn duration(&self, field: &str) -> Result<Option<Duration>, ConfigError> {
         let Some(text) = self.string(field)? else {
             return Ok(None);
         };
@@ -430,7 +256,7 @@ impl<'a> FieldReader<'a> {
         Ok(Some(d).filter(|d| !d.is_zero()))
     }
 
-    fn quantity(&self, field: &str) -> Result<Option<u64>, ConfigError> {
+    pub(crate) fn quantity(&self, field: &str) -> Result<Option<u64>, ConfigError> {
         let Some(text) = self.string(field)? else {
             return Ok(None);
         };
@@ -439,7 +265,7 @@ impl<'a> FieldReader<'a> {
             .map_err(|e| self.bad(field, &Value::String(text.clone()), e.to_string()))
     }
 
-    fn ip(&self, field: &str) -> Result<Option<IpAddr>, ConfigError> {
+    pub(crate) fn ip(&self, field: &str) -> Result<Option<IpAddr>, ConfigError> {
         let Some(text) = self.string(field)? else {
             return Ok(None);
         };
@@ -522,7 +348,7 @@ impl<'a> FieldReader<'a> {
     }
 
     /// A list of core/v1 Taints, each checked as the flag's are.
-    fn taints(&self, field: &str) -> Result<Option<Vec<Taint>>, ConfigError> {
+    pub(crate) fn taints(&self, field: &str) -> Result<Option<Vec<Taint>>, ConfigError> {
         let Some(value) = self.get(field) else {
             return Ok(None);
         };
@@ -565,6 +391,8 @@ impl<'a> FieldReader<'a> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::config::AuthorizationMode;
+    use std::path::PathBuf;
 
     fn parse(text: &str) -> Result<FileSettings, ConfigError> {
         parse_text(Path::new("/etc/kubelet.yaml"), text)
@@ -595,31 +423,43 @@ pub(crate) mod tests {
         )
         .unwrap();
         assert_eq!(
-            s.static_pod_path,
-            Some(PathBuf::from("/etc/kubernetes/manifests"))
+            s.declared.static_pod_path,
+            Some(Some(PathBuf::from("/etc/kubernetes/manifests")))
         );
-        assert_eq!(s.static_pod_url.as_deref(), Some("http://127.0.0.1/pods"));
+        assert_eq!(
+            s.declared.static_pod_url,
+            Some(Some("http://127.0.0.1/pods".to_string()))
+        );
         assert_eq!(
             s.static_pod_url_header.unwrap()["X-A"],
             vec!["one".to_string(), "two".to_string()]
         );
-        assert_eq!(s.file_check_frequency, Some(Duration::from_secs(5)));
-        assert_eq!(s.http_check_frequency, Some(Duration::from_secs(90)));
-        assert_eq!(s.sync_frequency, Some(Duration::from_secs(120)));
-        assert_eq!(s.max_pods, Some(30));
-        assert_eq!(s.read_only_port, Some(10255));
-        assert_eq!(s.healthz_port, Some(0));
-        assert_eq!(s.healthz_bind_address, Some("0.0.0.0".parse().unwrap()));
-        assert_eq!(s.container_log_max_size, Some(20 << 20));
-        assert_eq!(s.container_log_max_files, Some(3));
-        assert_eq!(s.pod_logs_dir, Some(PathBuf::from("/logs")));
+        assert_eq!(
+            s.declared.file_check_frequency,
+            Some(Duration::from_secs(5))
+        );
+        assert_eq!(
+            s.declared.http_check_frequency,
+            Some(Duration::from_secs(90))
+        );
+        assert_eq!(s.declared.sync_frequency, Some(Duration::from_secs(120)));
+        assert_eq!(s.declared.max_pods, Some(30));
+        assert_eq!(s.declared.read_only_port, Some(10255));
+        assert_eq!(s.declared.healthz_port, Some(0));
+        assert_eq!(
+            s.declared.healthz_bind_address,
+            Some("0.0.0.0".parse().unwrap())
+        );
+        assert_eq!(s.declared.container_log_max_size, Some(20 << 20));
+        assert_eq!(s.declared.container_log_max_files, Some(3));
+        assert_eq!(s.declared.pod_logs_dir, Some(PathBuf::from("/logs")));
         assert_eq!(
             s.container_runtime_endpoint.as_deref(),
             Some("unix:///run/c.sock")
         );
-        assert_eq!(s.address, Some("127.0.0.1".parse().unwrap()));
-        assert_eq!(s.port, Some(11250));
-        assert_eq!(s.logging_format.as_deref(), Some("json"));
+        assert_eq!(s.declared.address, Some("127.0.0.1".parse().unwrap()));
+        assert_eq!(s.declared.port, Some(11250));
+        assert_eq!(s.declared.logging_format.as_deref(), Some("json"));
         assert_eq!(s.verbosity, Some(4));
         assert!(s.unimplemented_fields.is_empty());
         assert!(s.unknown_fields.is_empty());
@@ -629,7 +469,7 @@ pub(crate) mod tests {
     fn reads_json() {
         let s = parse(r#"{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration","maxPods":7}"#)
             .unwrap();
-        assert_eq!(s.max_pods, Some(7));
+        assert_eq!(s.declared.max_pods, Some(7));
     }
 
     #[test]
@@ -662,7 +502,7 @@ pub(crate) mod tests {
              memorySwap:\n  swapLimit: 1\n",
         )
         .unwrap();
-        assert_eq!(s.max_pods, Some(4));
+        assert_eq!(s.declared.max_pods, Some(4));
         assert_eq!(
             s.unknown_fields,
             vec![
@@ -804,11 +644,11 @@ pub(crate) mod tests {
     fn loads_a_kubeadm_written_config() {
         let s = parse(KUBEADM_CONFIG).unwrap();
         assert_eq!(
-            s.static_pod_path,
-            Some(PathBuf::from("/etc/kubernetes/manifests"))
+            s.declared.static_pod_path,
+            Some(Some(PathBuf::from("/etc/kubernetes/manifests")))
         );
-        assert_eq!(s.healthz_port, Some(10248));
-        assert_eq!(s.file_check_frequency, None);
+        assert_eq!(s.declared.healthz_port, Some(10248));
+        assert_eq!(s.declared.file_check_frequency, None);
         assert_eq!(s.verbosity, Some(0));
         // What kubeadm sets that the agent does not act on yet; its zero durations ("0s")
         // mean the defaults and are not listed.
@@ -820,17 +660,20 @@ pub(crate) mod tests {
         assert!(s.unknown_fields.is_empty());
         assert_eq!(s.cgroup_driver.as_deref(), Some("systemd"));
         assert_eq!(
-            s.client_ca_file,
-            Some(PathBuf::from("/etc/kubernetes/pki/ca.crt"))
+            s.declared.client_ca_file,
+            Some(Some(PathBuf::from("/etc/kubernetes/pki/ca.crt")))
         );
-        assert_eq!(s.anonymous_auth, Some(false));
-        assert_eq!(s.authentication_token_webhook, Some(true));
+        assert_eq!(s.declared.anonymous_auth, Some(false));
+        assert_eq!(s.declared.authentication_token_webhook, Some(true));
         assert_eq!(
-            s.authentication_token_webhook_cache_ttl, None,
+            s.declared.authentication_token_webhook_cache_ttl, None,
             "0s = default"
         );
-        assert_eq!(s.authorization_mode, Some(AuthorizationMode::Webhook));
-        assert_eq!(s.authorization_webhook_cache_authorized_ttl, None);
+        assert_eq!(
+            s.declared.authorization_mode,
+            Some(AuthorizationMode::Webhook)
+        );
+        assert_eq!(s.declared.authorization_webhook_cache_authorized_ttl, None);
     }
 
     /// The shape `kubeadm init` writes to /var/lib/kubelet/config.yaml.

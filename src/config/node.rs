@@ -8,7 +8,93 @@ use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::Taint;
 
-use crate::vocabulary::quantity::Quantity;
+use super::duration::DurationError;
+use crate::vocabulary::quantity::{Quantity, QuantityError};
+
+/// Why a node setting (labels, taints, reservations, eviction thresholds, node IP) was
+/// refused, in upstream's words.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum NodeSettingError {
+    #[error("malformed pair, expect string{0}string")]
+    MalformedPair(char),
+    #[error(
+        "unknown 'kubernetes.io' or 'k8s.io' labels specified with --node-labels: [{}]\n\
+         --node-labels in the 'kubernetes.io' namespace must begin with an allowed prefix ({}) \
+         or be in the specifically allowed set ({})",
+        .0.join(" "),
+        KUBELET_LABEL_NAMESPACES.join(", "),
+        KUBELET_LABELS.join(", ")
+    )]
+    RestrictedLabels(Vec<String>),
+    /// Each entry is `key: reason` or `value: reason`.
+    #[error("invalid node labels: {}", .0.join("; "))]
+    InvalidLabels(Vec<String>),
+    #[error("{0} must be no more than 63 characters")]
+    NamePartTooLong(&'static str),
+    #[error(
+        "{0} must consist of alphanumeric characters, '-', '_' or '.', and must start \
+         and end with an alphanumeric character"
+    )]
+    NamePartCharacters(&'static str),
+    #[error("prefix part must be no more than 253 characters")]
+    PrefixTooLong,
+    #[error(
+        "prefix part a lowercase RFC 1123 subdomain must consist of lower case \
+         alphanumeric characters, '-' or '.', and must start and end with an alphanumeric \
+         character"
+    )]
+    PrefixCharacters,
+    #[error("prefix part must be non-empty")]
+    PrefixEmpty,
+    #[error(
+        "a qualified name must consist of alphanumeric characters, '-', '_' or '.', and \
+         must start and end with an alphanumeric character, with an optional DNS subdomain \
+         prefix and '/'"
+    )]
+    QualifiedName,
+    #[error("invalid taint spec: {0}")]
+    TaintSpec(String),
+    #[error("invalid taint spec: {spec}, {source}")]
+    InvalidTaint {
+        spec: String,
+        #[source]
+        source: Box<NodeSettingError>,
+    },
+    #[error("invalid taint effect: {0}, unsupported taint effect")]
+    TaintEffect(String),
+    #[error("duplicated taints with the same key and effect: {key}:{effect}")]
+    DuplicateTaint { key: String, effect: String },
+    #[error("cannot reserve {0:?} resource")]
+    NotReservable(String),
+    #[error("{0}")]
+    Quantity(#[source] QuantityError),
+    #[error("resource quantity for {name:?} cannot be negative: {text}")]
+    NegativeReservation { name: String, text: String },
+    #[error("invalid percentage: {0}")]
+    Percentage(String),
+    #[error("eviction percentage threshold must be >= 0% and <= 100%: {0}")]
+    PercentageRange(String),
+    #[error("eviction threshold must be positive: {0}")]
+    NegativeThreshold(String),
+    #[error("unsupported eviction signal {0}")]
+    UnknownSignal(String),
+    #[error("{signal}: {source}")]
+    GracePeriod {
+        signal: String,
+        #[source]
+        source: DurationError,
+    },
+    #[error("nodeIP can't be loopback address")]
+    LoopbackIp,
+    #[error("nodeIP can't be a multicast address")]
+    MulticastIp,
+    #[error("nodeIP can't be a link-local unicast address")]
+    LinkLocalIp,
+    #[error("nodeIP can't be an all zeros address")]
+    UnspecifiedIp,
+}
+
+type Checked<T = ()> = Result<T, NodeSettingError>;
 
 /// Label keys in the kubernetes.io / k8s.io namespaces a kubelet may set on its own Node
 /// (upstream's kubeletLabels); the NodeRestriction admission plugin refuses the others.
@@ -106,14 +192,14 @@ pub(crate) fn parse_key_value_list(
     text: &str,
     separator: char,
     into: &mut BTreeMap<String, String>,
-) -> Result<(), String> {
+) -> Checked {
     for pair in text.split(',') {
         if pair.trim().is_empty() {
             continue;
         }
         let (key, value) = pair
             .split_once(separator)
-            .ok_or_else(|| format!("malformed pair, expect string{separator}string"))?;
+            .ok_or(NodeSettingError::MalformedPair(separator))?;
         into.insert(key.trim().to_string(), value.trim().to_string());
     }
     Ok(())
@@ -141,21 +227,14 @@ fn is_kubelet_label(key: &str) -> bool {
 
 /// Upstream's --node-labels rule: keys in the kubernetes.io / k8s.io namespaces only from the
 /// allowed set, every key a qualified name, every value a label value.
-pub fn validate_node_labels(labels: &BTreeMap<String, String>) -> Result<(), String> {
-    let unknown: Vec<&str> = labels
+pub fn validate_node_labels(labels: &BTreeMap<String, String>) -> Checked {
+    let unknown: Vec<String> = labels
         .keys()
         .filter(|k| is_kubernetes_label(k) && !is_kubelet_label(k))
-        .map(String::as_str)
+        .cloned()
         .collect();
     if !unknown.is_empty() {
-        return Err(format!(
-            "unknown 'kubernetes.io' or 'k8s.io' labels specified with --node-labels: [{}]\n\
-             --node-labels in the 'kubernetes.io' namespace must begin with an allowed prefix ({}) \
-             or be in the specifically allowed set ({})",
-            unknown.join(" "),
-            KUBELET_LABEL_NAMESPACES.join(", "),
-            KUBELET_LABELS.join(", ")
-        ));
+        return Err(NodeSettingError::RestrictedLabels(unknown));
     }
     let mut invalid = Vec::new();
     for (key, value) in labels {
@@ -169,14 +248,14 @@ pub fn validate_node_labels(labels: &BTreeMap<String, String>) -> Result<(), Str
     if invalid.is_empty() {
         Ok(())
     } else {
-        Err(format!("invalid node labels: {}", invalid.join("; ")))
+        Err(NodeSettingError::InvalidLabels(invalid))
     }
 }
 
 /// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`, at most 63 characters.
-fn check_name_part(name: &str, what: &str) -> Result<(), String> {
+fn check_name_part(name: &str, what: &'static str) -> Checked {
     if name.len() > 63 {
-        return Err(format!("{what} must be no more than 63 characters"));
+        return Err(NodeSettingError::NamePartTooLong(what));
     }
     let bytes = name.as_bytes();
     let edge_ok = |b: u8| b.is_ascii_alphanumeric();
@@ -189,16 +268,13 @@ fn check_name_part(name: &str, what: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "{what} must consist of alphanumeric characters, '-', '_' or '.', and must start \
-             and end with an alphanumeric character"
-        ))
+        Err(NodeSettingError::NamePartCharacters(what))
     }
 }
 
 /// A DNS-1123 subdomain: lower-case labels of `[a-z0-9]([-a-z0-9]*[a-z0-9])?` joined by
 /// dots, at most 253 characters.
-fn check_dns_subdomain(name: &str) -> Result<(), String> {
+fn check_dns_subdomain(name: &str) -> Checked {
     let label_ok = |l: &str| {
         let b = l.as_bytes();
         !b.is_empty()
@@ -208,40 +284,30 @@ fn check_dns_subdomain(name: &str) -> Result<(), String> {
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
     };
     if name.len() > 253 {
-        return Err("prefix part must be no more than 253 characters".into());
+        return Err(NodeSettingError::PrefixTooLong);
     }
     if name.split('.').all(label_ok) {
         Ok(())
     } else {
-        Err(
-            "prefix part a lowercase RFC 1123 subdomain must consist of lower case \
-             alphanumeric characters, '-' or '.', and must start and end with an alphanumeric \
-             character"
-                .into(),
-        )
+        Err(NodeSettingError::PrefixCharacters)
     }
 }
 
 /// Upstream's IsQualifiedName: `[prefix/]name`.
-pub fn check_qualified_name(key: &str) -> Result<(), String> {
+pub fn check_qualified_name(key: &str) -> Checked {
     match key.split('/').collect::<Vec<_>>().as_slice() {
         [name] => check_name_part(name, "name part"),
         [prefix, name] if !prefix.is_empty() => {
             check_dns_subdomain(prefix)?;
             check_name_part(name, "name part")
         }
-        [_, _] => Err("prefix part must be non-empty".into()),
-        _ => Err(
-            "a qualified name must consist of alphanumeric characters, '-', '_' or '.', and \
-             must start and end with an alphanumeric character, with an optional DNS subdomain \
-             prefix and '/'"
-                .into(),
-        ),
+        [_, _] => Err(NodeSettingError::PrefixEmpty),
+        _ => Err(NodeSettingError::QualifiedName),
     }
 }
 
 /// Upstream's IsValidLabelValue: empty, or a name part.
-pub fn check_label_value(value: &str) -> Result<(), String> {
+pub fn check_label_value(value: &str) -> Checked {
     if value.is_empty() {
         return Ok(());
     }
@@ -251,10 +317,10 @@ pub fn check_label_value(value: &str) -> Result<(), String> {
 const TAINT_EFFECTS: &[&str] = &["NoSchedule", "PreferNoSchedule", "NoExecute"];
 
 /// One taint as `key=value:Effect` or `key:Effect` (upstream's parseTaint).
-pub fn parse_taint(spec: &str) -> Result<Taint, String> {
+pub fn parse_taint(spec: &str) -> Checked<Taint> {
     let (key_value, effect) = spec
         .rsplit_once(':')
-        .ok_or_else(|| format!("invalid taint spec: {spec}"))?;
+        .ok_or_else(|| NodeSettingError::TaintSpec(spec.to_string()))?;
     let (key, value) = match key_value.split_once('=') {
         Some((k, v)) => (k, Some(v)),
         None => (key_value, None),
@@ -265,25 +331,25 @@ pub fn parse_taint(spec: &str) -> Result<Taint, String> {
         effect: effect.to_string(),
         time_added: None,
     };
-    validate_taint(&taint).map_err(|e| format!("invalid taint spec: {spec}, {e}"))?;
+    validate_taint(&taint).map_err(|e| NodeSettingError::InvalidTaint {
+        spec: spec.to_string(),
+        source: Box::new(e),
+    })?;
     Ok(taint)
 }
 
 /// Key a qualified name, value a label value, effect one of upstream's three.
-pub fn validate_taint(taint: &Taint) -> Result<(), String> {
+pub fn validate_taint(taint: &Taint) -> Checked {
     check_qualified_name(&taint.key)?;
     check_label_value(taint.value.as_deref().unwrap_or(""))?;
     if !TAINT_EFFECTS.contains(&taint.effect.as_str()) {
-        return Err(format!(
-            "invalid taint effect: {}, unsupported taint effect",
-            taint.effect
-        ));
+        return Err(NodeSettingError::TaintEffect(taint.effect.clone()));
     }
     Ok(())
 }
 
 /// A comma-separated list of taints; a second taint with the same key and effect is refused.
-pub fn parse_taints(text: &str) -> Result<Vec<Taint>, String> {
+pub fn parse_taints(text: &str) -> Checked<Vec<Taint>> {
     let mut taints: Vec<Taint> = Vec::new();
     for spec in text.split(',').filter(|s| !s.is_empty()) {
         let taint = parse_taint(spec)?;
@@ -293,15 +359,15 @@ pub fn parse_taints(text: &str) -> Result<Vec<Taint>, String> {
     Ok(taints)
 }
 
-pub(crate) fn check_unique_taint(taints: &[Taint], taint: &Taint) -> Result<(), String> {
+pub(crate) fn check_unique_taint(taints: &[Taint], taint: &Taint) -> Checked {
     if taints
         .iter()
         .any(|t| t.key == taint.key && t.effect == taint.effect)
     {
-        return Err(format!(
-            "duplicated taints with the same key and effect: {}:{}",
-            taint.key, taint.effect
-        ));
+        return Err(NodeSettingError::DuplicateTaint {
+            key: taint.key.clone(),
+            effect: taint.effect.clone(),
+        });
     }
     Ok(())
 }
@@ -310,17 +376,18 @@ pub(crate) fn check_unique_taint(taints: &[Taint], taint: &Taint) -> Result<(), 
 /// ephemeral-storage or pid, never negative.
 pub fn parse_resource_list(
     entries: &BTreeMap<String, String>,
-) -> Result<BTreeMap<String, Quantity>, String> {
+) -> Checked<BTreeMap<String, Quantity>> {
     let mut out = BTreeMap::new();
     for (name, text) in entries {
         if !RESERVABLE.contains(&name.as_str()) {
-            return Err(format!("cannot reserve {name:?} resource"));
+            return Err(NodeSettingError::NotReservable(name.clone()));
         }
-        let q = Quantity::parse(text.trim()).map_err(|e| e.to_string())?;
+        let q = Quantity::parse(text.trim()).map_err(NodeSettingError::Quantity)?;
         if q.is_negative() {
-            return Err(format!(
-                "resource quantity for {name:?} cannot be negative: {text}"
-            ));
+            return Err(NodeSettingError::NegativeReservation {
+                name: name.clone(),
+                text: text.clone(),
+            });
         }
         out.insert(name.clone(), q);
     }
@@ -328,21 +395,19 @@ pub fn parse_resource_list(
 }
 
 /// `10%` or a quantity (upstream's parseThresholdStatement, value half).
-pub fn parse_threshold_value(text: &str) -> Result<ThresholdValue, String> {
+pub fn parse_threshold_value(text: &str) -> Checked<ThresholdValue> {
     if let Some(number) = text.strip_suffix('%') {
         let percent: f32 = number
             .parse()
-            .map_err(|_| format!("invalid percentage: {text}"))?;
+            .map_err(|_| NodeSettingError::Percentage(text.to_string()))?;
         if !(0.0..=100.0).contains(&percent) || percent.is_nan() {
-            return Err(format!(
-                "eviction percentage threshold must be >= 0% and <= 100%: {text}"
-            ));
+            return Err(NodeSettingError::PercentageRange(text.to_string()));
         }
         return Ok(ThresholdValue::Percentage(percent / 100.0));
     }
-    let q = Quantity::parse(text).map_err(|e| e.to_string())?;
+    let q = Quantity::parse(text).map_err(NodeSettingError::Quantity)?;
     if q.is_negative() {
-        return Err(format!("eviction threshold must be positive: {text}"));
+        return Err(NodeSettingError::NegativeThreshold(text.to_string()));
     }
     Ok(ThresholdValue::Quantity(q))
 }
@@ -351,11 +416,11 @@ pub fn parse_threshold_value(text: &str) -> Result<ThresholdValue, String> {
 /// thresholds of zero ("0%" or "0") as "not set"; so does this.
 pub fn parse_eviction_thresholds(
     entries: &BTreeMap<String, String>,
-) -> Result<EvictionThresholds, String> {
+) -> Checked<EvictionThresholds> {
     let mut out = EvictionThresholds::new();
     for (signal, text) in entries {
         if !EVICTION_SIGNALS.contains(&signal.as_str()) {
-            return Err(format!("unsupported eviction signal {signal}"));
+            return Err(NodeSettingError::UnknownSignal(signal.clone()));
         }
         let value = parse_threshold_value(text.trim())?;
         let zero = match value {
@@ -373,13 +438,17 @@ pub fn parse_eviction_thresholds(
 /// negative (upstream's parseGracePeriods).
 pub fn parse_grace_periods(
     entries: &BTreeMap<String, String>,
-) -> Result<BTreeMap<String, std::time::Duration>, String> {
+) -> Checked<BTreeMap<String, std::time::Duration>> {
     let mut out = BTreeMap::new();
     for (signal, text) in entries {
         if !EVICTION_SIGNALS.contains(&signal.as_str()) {
-            return Err(format!("unsupported eviction signal {signal}"));
+            return Err(NodeSettingError::UnknownSignal(signal.clone()));
         }
-        let period = super::parse_duration(text.trim()).map_err(|r| format!("{signal}: {r}"))?;
+        let period =
+            super::parse_duration(text.trim()).map_err(|source| NodeSettingError::GracePeriod {
+                signal: signal.clone(),
+                source,
+            })?;
         out.insert(signal.clone(), period);
     }
     Ok(out)
@@ -387,19 +456,19 @@ pub fn parse_grace_periods(
 
 /// Upstream's validateNodeIP, minus the interface check (done when the status is built,
 /// where a missing address is reported rather than fatal).
-pub fn check_node_ip(ip: IpAddr) -> Result<(), String> {
+pub fn check_node_ip(ip: IpAddr) -> Checked {
     let link_local = match ip {
         IpAddr::V4(v4) => v4.is_link_local(),
         IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
     };
     if ip.is_loopback() {
-        Err("nodeIP can't be loopback address".into())
+        Err(NodeSettingError::LoopbackIp)
     } else if ip.is_multicast() {
-        Err("nodeIP can't be a multicast address".into())
+        Err(NodeSettingError::MulticastIp)
     } else if link_local {
-        Err("nodeIP can't be a link-local unicast address".into())
+        Err(NodeSettingError::LinkLocalIp)
     } else if ip.is_unspecified() {
-        Err("nodeIP can't be an all zeros address".into())
+        Err(NodeSettingError::UnspecifiedIp)
     } else {
         Ok(())
     }
@@ -444,14 +513,17 @@ mod tests {
             ("topology.kubernetes.io/zone", "z1"),
         ]))
         .unwrap();
-        let err =
-            validate_node_labels(&map(&[("node-role.kubernetes.io/master", "")])).unwrap_err();
+        let err = validate_node_labels(&map(&[("node-role.kubernetes.io/master", "")]))
+            .unwrap_err()
+            .to_string();
         assert!(
             err.starts_with("unknown 'kubernetes.io' or 'k8s.io' labels specified with --node-labels: [node-role.kubernetes.io/master]"),
             "{err}"
         );
         assert!(validate_node_labels(&map(&[("foo.k8s.io/bar", "1")])).is_err());
-        let err = validate_node_labels(&map(&[("bad key", "v")])).unwrap_err();
+        let err = validate_node_labels(&map(&[("bad key", "v")]))
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("invalid node labels: bad key:"), "{err}");
         assert!(validate_node_labels(&map(&[("k", "-bad")])).is_err());
         assert!(validate_node_labels(&map(&[("UPPER.example/k", "v")])).is_err());
@@ -479,12 +551,15 @@ mod tests {
         );
         assert!(parse_taint("k=v")
             .unwrap_err()
+            .to_string()
             .starts_with("invalid taint spec: k=v"));
         assert!(parse_taint("k=v:Sometimes")
             .unwrap_err()
+            .to_string()
             .contains("unsupported taint effect"));
         assert!(parse_taints("k=a:NoSchedule,k=b:NoSchedule")
             .unwrap_err()
+            .to_string()
             .starts_with("duplicated taints with the same key and effect"));
         assert_eq!(
             parse_taints("k=a:NoSchedule,k=b:NoExecute").unwrap().len(),
@@ -498,11 +573,14 @@ mod tests {
         assert_eq!(r["cpu"].milli_value(), 200);
         assert_eq!(r["memory"].value(), 1 << 30);
         assert_eq!(
-            parse_resource_list(&map(&[("gpu", "1")])).unwrap_err(),
+            parse_resource_list(&map(&[("gpu", "1")]))
+                .unwrap_err()
+                .to_string(),
             "cannot reserve \"gpu\" resource"
         );
         assert!(parse_resource_list(&map(&[("memory", "-1")]))
             .unwrap_err()
+            .to_string()
             .contains("cannot be negative"));
     }
 
@@ -531,7 +609,9 @@ mod tests {
     fn node_ip_refuses_what_upstream_refuses() {
         assert!(check_node_ip("10.0.0.5".parse().unwrap()).is_ok());
         assert_eq!(
-            check_node_ip("127.0.0.1".parse().unwrap()).unwrap_err(),
+            check_node_ip("127.0.0.1".parse().unwrap())
+                .unwrap_err()
+                .to_string(),
             "nodeIP can't be loopback address"
         );
         assert!(check_node_ip("::1".parse().unwrap()).is_err());

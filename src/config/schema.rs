@@ -17,7 +17,8 @@ use super::duration::parse_duration;
 /// A field's JSON type and the checks upstream's decoding and validation apply to it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Kind {
-    /// Read by file.rs; here only so the field is known.
+    /// Read by its declaration in settings.rs (or by file.rs); here only so the field is
+    /// known.
     Implemented,
     Bool,
     Int {
@@ -603,19 +604,51 @@ fn check_together(obj: &Map<String, Value>) -> Result<(), FieldProblem> {
     Ok(())
 }
 
+/// Why a text is not a Linux CPU list.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum CpuSetError {
+    #[error("{0:?} is not a CPU number or range")]
+    NotACpu(String),
+    #[error("invalid range {0:?}: start exceeds end")]
+    Reversed(String),
+}
+
+/// Why a field's value does not have the shape its type needs.
+#[derive(Debug, thiserror::Error)]
+enum ShapeError {
+    #[error("expected a mapping")]
+    NotAMapping,
+    #[error("expected a string")]
+    NotAString,
+    #[error("expected a quantity string")]
+    NotAQuantityString,
+    #[error("expected a duration string")]
+    NotADurationString,
+    #[error("{key}: {source}")]
+    Entry {
+        key: String,
+        #[source]
+        source: Box<ShapeError>,
+    },
+    #[error(transparent)]
+    Quantity(#[from] crate::vocabulary::quantity::QuantityError),
+    #[error(transparent)]
+    Duration(#[from] super::DurationError),
+}
+
 /// Linux's CPU list syntax as upstream's cpuset.Parse takes it: `N` or `N-M` (N <= M),
 /// comma-separated; "" is the empty set.
-pub(crate) fn check_cpu_set(text: &str) -> Result<(), String> {
+pub(crate) fn check_cpu_set(text: &str) -> Result<(), CpuSetError> {
     for part in text.split(',').filter(|p| !p.trim().is_empty()) {
         let number = |n: &str| {
             n.trim()
                 .parse::<u32>()
-                .map_err(|_| format!("{part:?} is not a CPU number or range"))
+                .map_err(|_| CpuSetError::NotACpu(part.to_string()))
         };
         match part.split_once('-') {
             Some((from, to)) => {
                 if number(from)? > number(to)? {
-                    return Err(format!("invalid range {part:?}: start exceeds end"));
+                    return Err(CpuSetError::Reversed(part.to_string()));
                 }
             }
             None => {
@@ -685,7 +718,7 @@ fn check(
             Ok(())
         }
         Kind::Duration { min, max } => {
-            let d = duration_of(value).map_err(|r| bad(&r))?;
+            let d = duration_of(value).map_err(|r| bad(&r.to_string()))?;
             // Zero means "the default" for a non-pointer duration.
             if d.is_zero() && !field.pointer {
                 return Ok(());
@@ -705,7 +738,9 @@ fn check(
         }
         Kind::DurationOrNanos => match value {
             Value::Number(n) if n.as_i64().is_some_and(|n| n >= 0) => Ok(()),
-            Value::String(_) => duration_of(value).map(|_| ()).map_err(|r| bad(&r)),
+            Value::String(_) => duration_of(value)
+                .map(|_| ())
+                .map_err(|r| bad(&r.to_string())),
             _ => Err(bad("expected a duration or a number of nanoseconds")),
         },
         Kind::Str => value
@@ -731,7 +766,7 @@ fn check(
         }
         Kind::CpuSet => {
             let s = value.as_str().ok_or_else(|| bad("expected a string"))?;
-            check_cpu_set(s).map_err(|r| bad(&r))
+            check_cpu_set(s).map_err(|r| bad(&r.to_string()))
         }
         Kind::StringList => list_of(value, |v| v.is_string())
             .then_some(())
@@ -742,18 +777,14 @@ fn check(
         .then_some(())
         .ok_or_else(|| bad("expected a list of 32-bit integers")),
         Kind::StringMap => map_of(value, |_, v| {
-            v.is_string()
-                .then_some(())
-                .ok_or_else(|| "expected a string".to_string())
+            v.is_string().then_some(()).ok_or(ShapeError::NotAString)
         })
-        .map_err(|r| bad(&r)),
+        .map_err(|r| bad(&r.to_string())),
         Kind::QuantityMap => map_of(value, |_, v| {
-            let text = v.as_str().ok_or("expected a quantity string")?;
-            crate::vocabulary::quantity::Quantity::parse(text)
-                .map(|_| ())
-                .map_err(|e| e.to_string())
+            let text = v.as_str().ok_or(ShapeError::NotAQuantityString)?;
+            Ok(crate::vocabulary::quantity::Quantity::parse(text).map(|_| ())?)
         })
-        .map_err(|r| bad(&r)),
+        .map_err(|r| bad(&r.to_string())),
         Kind::Object(children) => {
             let map = value.as_object().ok_or_else(|| bad("expected a mapping"))?;
             check_object(map, children, path, unknown)
@@ -798,18 +829,21 @@ fn list_of(value: &Value, item_ok: impl Fn(&Value) -> bool) -> bool {
 
 fn map_of(
     value: &Value,
-    entry_ok: impl Fn(&str, &Value) -> Result<(), String>,
-) -> Result<(), String> {
-    let map = value.as_object().ok_or("expected a mapping")?;
+    entry_ok: impl Fn(&str, &Value) -> Result<(), ShapeError>,
+) -> Result<(), ShapeError> {
+    let map = value.as_object().ok_or(ShapeError::NotAMapping)?;
     for (k, v) in map {
-        entry_ok(k, v).map_err(|r| format!("{k}: {r}"))?;
+        entry_ok(k, v).map_err(|source| ShapeError::Entry {
+            key: k.clone(),
+            source: Box::new(source),
+        })?;
     }
     Ok(())
 }
 
-fn duration_of(value: &Value) -> Result<Duration, String> {
-    let text = value.as_str().ok_or("expected a duration string")?;
-    parse_duration(text)
+fn duration_of(value: &Value) -> Result<Duration, ShapeError> {
+    let text = value.as_str().ok_or(ShapeError::NotADurationString)?;
+    Ok(parse_duration(text)?)
 }
 
 /// Whether `value` leaves the field at upstream's default: absent or null, the zero value of

@@ -1,5 +1,6 @@
 use super::*;
 use std::io::Write;
+use std::net::Ipv4Addr;
 
 fn load(args: &[&str]) -> Result<Config, ConfigError> {
     let mut argv = vec!["kubelet-rs", "--hostname-override=Node-1"];
