@@ -109,6 +109,7 @@ impl SetUp<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::volume::{plugin_of_spec, set_up_before, VolumeKind};
 
     #[test]
     fn each_field_has_one_type() {
@@ -119,5 +120,50 @@ mod tests {
         assert_eq!(fields.len(), all, "a field served twice: {fields:?}");
         assert!(source_of("emptyDir").is_some());
         assert!(source_of("nfs").is_none());
+    }
+
+    fn volume(v: serde_json::Value) -> Volume {
+        serde_json::from_value(v).unwrap()
+    }
+
+    /// Only the atomic writer's volumes go on with their last content, and only once the
+    /// writer has made their `..data` link.
+    #[test]
+    fn only_written_volumes_are_found_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cm = volume(serde_json::json!({"name": "cfg", "configMap": {"name": "x"}}));
+        let ed = volume(serde_json::json!({"name": "scratch", "emptyDir": {}}));
+        assert_eq!(set_up_before(&cm, tmp.path()), None);
+        let dir = tmp.path().join("volumes/kubernetes.io~configmap/cfg");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::os::unix::fs::symlink("..2026", dir.join("..data")).unwrap();
+        assert_eq!(
+            set_up_before(&cm, tmp.path()),
+            Some(HostVolume {
+                path: dir,
+                read_only: true,
+                kind: VolumeKind::ConfigMap,
+            })
+        );
+        std::fs::create_dir_all(
+            tmp.path()
+                .join("volumes/kubernetes.io~empty-dir/scratch/..data"),
+        )
+        .unwrap();
+        assert_eq!(set_up_before(&ed, tmp.path()), None);
+    }
+
+    #[test]
+    fn a_volume_that_sets_several_fields_is_named_by_its_driver_first() {
+        let both = volume(serde_json::json!({
+            "name": "v", "emptyDir": {}, "csi": {"driver": "d.example.com"}
+        }));
+        assert_eq!(plugin_of_spec(&both), "kubernetes.io/csi:d.example.com");
+        let claim = volume(serde_json::json!({
+            "name": "v", "persistentVolumeClaim": {"claimName": "c"}
+        }));
+        assert_eq!(plugin_of_spec(&claim), "<n/a>");
+        let none = volume(serde_json::json!({"name": "v"}));
+        assert_eq!(plugin_of_spec(&none), "<n/a>");
     }
 }
