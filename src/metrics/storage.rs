@@ -38,51 +38,6 @@ fn state() -> &'static Mutex<State> {
     STATE.get_or_init(Default::default)
 }
 
-/// Upstream's plugin name of a set-up volume (`kubernetes.io/empty-dir`, ...).
-fn plugin_of_volume(hv: &HostVolume) -> &'static str {
-    match hv.kind {
-        VolumeKind::EmptyDir | VolumeKind::EmptyDirMemory => "kubernetes.io/empty-dir",
-        VolumeKind::HostPath => "kubernetes.io/host-path",
-        VolumeKind::ConfigMap => "kubernetes.io/configmap",
-        VolumeKind::Secret => "kubernetes.io/secret",
-        VolumeKind::DownwardApi => "kubernetes.io/downward-api",
-        VolumeKind::Projected => "kubernetes.io/projected",
-        VolumeKind::Local | VolumeKind::LocalBlock => "kubernetes.io/local-volume",
-        VolumeKind::Csi | VolumeKind::CsiBlock => "kubernetes.io/csi",
-    }
-}
-
-/// The plugin of a volume from its spec, for a set-up that failed before saying its kind;
-/// claims name theirs only once followed to their volume.
-fn plugin_of_spec(vol: &Volume) -> String {
-    let named = [
-        (vol.empty_dir.is_some(), "kubernetes.io/empty-dir"),
-        (vol.host_path.is_some(), "kubernetes.io/host-path"),
-        (vol.config_map.is_some(), "kubernetes.io/configmap"),
-        (vol.secret.is_some(), "kubernetes.io/secret"),
-        (vol.downward_api.is_some(), "kubernetes.io/downward-api"),
-        (vol.projected.is_some(), "kubernetes.io/projected"),
-    ];
-    if let Some(csi) = &vol.csi {
-        return format!("kubernetes.io/csi:{}", csi.driver);
-    }
-    named
-        .iter()
-        .find(|(set, _)| *set)
-        .map(|(_, name)| name.to_string())
-        .unwrap_or_else(|| "<n/a>".to_string())
-}
-
-fn remounts(kind: VolumeKind) -> bool {
-    matches!(
-        kind,
-        VolumeKind::ConfigMap
-            | VolumeKind::Secret
-            | VolumeKind::DownwardApi
-            | VolumeKind::Projected
-    )
-}
-
 fn observe(plugin: &str, operation: &str, started: Instant, ok: bool) {
     kubelet().storage_operation_duration.observe(
         &[
@@ -110,15 +65,15 @@ pub fn mount<E>(
         (Some(VolumeKind::Csi), Some(csi)) => format!("kubernetes.io/csi:{}", csi.driver),
         (Some(_), _) => result
             .as_ref()
-            .map(|hv| plugin_of_volume(hv).to_string())
+            .map(|hv| hv.kind.plugin_name().to_string())
             .unwrap_or_default(),
-        (None, _) => plugin_of_spec(vol),
+        (None, _) => crate::volume::plugin_of_spec(vol),
     };
     let mut s = state().lock().unwrap_or_else(|p| p.into_inner());
     let key = (uid.clone(), vol.name.clone());
     let counted = match kind {
         Some(VolumeKind::Csi) => false,
-        Some(k) if remounts(k) => true,
+        Some(k) if k.remounts() => true,
         Some(_) => !s.mounted_once.contains(&key),
         None => vol.csi.is_none() && !s.mounted_once.contains(&key),
     };
@@ -224,15 +179,15 @@ mod tests {
     #[test]
     fn a_block_volume_is_named_by_its_plugin() {
         assert_eq!(
-            plugin_of_volume(&host(VolumeKind::CsiBlock)),
+            host(VolumeKind::CsiBlock).kind.plugin_name(),
             "kubernetes.io/csi"
         );
         assert_eq!(
-            plugin_of_volume(&host(VolumeKind::LocalBlock)),
+            host(VolumeKind::LocalBlock).kind.plugin_name(),
             "kubernetes.io/local-volume"
         );
         assert_eq!(
-            plugin_of_volume(&host(VolumeKind::Local)),
+            host(VolumeKind::Local).kind.plugin_name(),
             "kubernetes.io/local-volume"
         );
     }

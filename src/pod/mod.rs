@@ -17,6 +17,7 @@ pub mod dns;
 pub(crate) mod ephemeral;
 pub mod evictions;
 pub mod files;
+mod lifecycle;
 pub mod mirror;
 pub mod qos;
 pub(crate) mod sidecar;
@@ -39,6 +40,7 @@ use crate::events::{EventType, Recorder};
 use crate::node::NodeView;
 use crate::runtime::labels::PodRef;
 use crate::source::{SourceKind, SourceUpdate};
+use lifecycle::{PodState, Pods};
 use worker::{pod_ref, Cleanup, Shared, Worker};
 
 /// The latest known pods with their statuses, by UID; the HTTP server reads it.
@@ -63,21 +65,11 @@ struct WorkerHandle {
 
 pub struct PodManager {
     shared: Arc<Shared>,
-    workers: HashMap<String, WorkerHandle>,
+    /// Each pod's state, by UID: found on the node, running, refused, finished or ended.
+    pods: Pods,
     /// Per source, the pods it wants (SET semantics).
     sources: HashMap<String, Vec<Pod>>,
     expected_sources: HashSet<String>,
-    /// UIDs seen in containerd or the root dir at start, not yet claimed by a source.
-    orphans: HashMap<String, PodRef>,
-    /// Pods refused at admission; they stay refused (phase Failed) until their source drops them.
-    rejected: HashSet<String>,
-    /// Deleted pods whose worker finished while the API server still lists them (until the
-    /// status sync removes them there): no worker starts for them again. Forgotten once
-    /// their source drops them.
-    finished: HashSet<String>,
-    /// Pods the API server already reports as ended (Succeeded or Failed) when they first
-    /// came, with nothing of them on the node: not started, until they are deleted.
-    ended: HashSet<String>,
     /// This node's Node object (cluster mode), for admission.
     node: Option<NodeView>,
     /// The node's pressure conditions, for admission (none without an eviction manager).
@@ -104,13 +96,9 @@ impl PodManager {
         });
         PodManager {
             shared,
-            workers: HashMap::new(),
+            pods: Pods::default(),
             sources: HashMap::new(),
             expected_sources: expected_sources.iter().map(|s| s.to_string()).collect(),
-            orphans: HashMap::new(),
-            rejected: HashSet::new(),
-            finished: HashSet::new(),
-            ended: HashSet::new(),
             node: None,
             pressure: None,
             events: Recorder::disabled(),
@@ -149,13 +137,15 @@ impl PodManager {
                         warn!(container_id = %r.id, uid = %r.pod.uid, "container left alone: its pod's labels: {problem}");
                         continue;
                     }
-                    self.orphans.entry(r.pod.uid.clone()).or_insert(r.pod);
+                    if self.pods.get(&r.pod.uid).is_none() {
+                        self.pods.set(r.pod.uid.clone(), PodState::Orphan(r.pod));
+                    }
                 }
             }
             Err(e) => warn!(error = %e, "cannot list containers to recover state"),
         }
         let root_dir = self.shared.cfg.root_dir.clone();
-        let known: HashSet<String> = self.orphans.keys().cloned().collect();
+        let known: HashSet<String> = self.pods.iter().map(|(uid, _)| uid.to_string()).collect();
         // Reading pod directories is file-system work: off the async runtime.
         let found = tokio::task::spawn_blocking(move || {
             let mut found = Vec::new();
@@ -189,9 +179,12 @@ impl PodManager {
         })
         .await
         .unwrap_or_default();
-        self.orphans.extend(found);
-        if !self.orphans.is_empty() {
-            info!(pods = self.orphans.len(), "found pods from an earlier run");
+        for (uid, r) in found {
+            self.pods.set(uid, PodState::Orphan(r));
+        }
+        let orphans = self.pods.orphans().count();
+        if orphans > 0 {
+            info!(pods = orphans, "found pods from an earlier run");
         }
     }
 
@@ -212,9 +205,9 @@ impl PodManager {
                     None => break,
                 },
                 Some(uid) = events.recv() => {
-                    match self.workers.get(&uid) {
+                    match self.pods.worker(&uid) {
                         Some(w) => w.wake.notify_one(),
-                        None if uid.is_empty() => self.workers.values().for_each(|w| w.wake.notify_one()),
+                        None if uid.is_empty() => self.pods.workers().for_each(|(_, w)| w.wake.notify_one()),
                         None => {}
                     }
                 }
@@ -233,14 +226,13 @@ impl PodManager {
     /// meanwhile, is followed by a worker that removes them.
     fn worker_done(&mut self, done: WorkerDone) {
         let uid = done.pod.uid.clone();
-        let Some(w) = self.workers.get(&uid) else {
+        let Some(w) = self.pods.worker(&uid) else {
             return;
         };
         let desired = w.desired.borrow().clone();
         let deleting = match desired {
             None if done.cleanup == Cleanup::Kept => {
                 info!(pod = %done.pod.display(), "pod no longer wanted after all; removing what it kept");
-                self.workers.remove(&uid);
                 self.spawn(done.pod, None);
                 return;
             }
@@ -249,14 +241,14 @@ impl PodManager {
             Some(p) => {
                 info!(pod = %pod_ref(&p).display(), "pod wanted again after it stopped; starting it again");
                 crate::metrics::pod_restarted(crate::source::static_pod::is_static_pod(&p));
-                self.workers.remove(&uid);
                 self.spawn(pod_ref(&p), Some(p));
                 return;
             }
         };
-        self.workers.remove(&uid);
         if deleting {
-            self.finished.insert(uid);
+            self.pods.set(uid, PodState::Finished);
+        } else {
+            self.pods.forget(&uid);
         }
         self.record_counts();
     }
@@ -285,14 +277,11 @@ impl PodManager {
             }
             let i = usize::from(is_static_pod(p));
             counts.desired[i] += 1;
-            if !(self.rejected.contains(uid)
-                || self.finished.contains(uid)
-                || self.ended.contains(uid))
-            {
+            if !self.pods.is(uid, PodState::held_back) {
                 counts.active[i] += 1;
             }
         }
-        for w in self.workers.values() {
+        for (_, w) in self.pods.workers() {
             let desired = w.desired.borrow();
             let key = match (desired.as_deref(), w.static_pod) {
                 (Some(p), _) => (
@@ -309,7 +298,7 @@ impl PodManager {
             };
             counts.working.push((key, 1));
         }
-        for _ in &self.finished {
+        for _ in 0..self.pods.count(|s| matches!(s, PodState::Finished)) {
             counts.working.push((("terminated", "desired", ""), 1));
         }
         counts
@@ -336,30 +325,40 @@ impl PodManager {
         }
         // Pods already running keep their place (also those found on the node at start);
         // new ones are admitted against them.
-        self.finished.retain(|uid| desired.contains_key(uid));
-        self.ended.retain(|uid| desired.contains_key(uid));
-        let on_node: HashSet<String> = self.orphans.keys().cloned().collect();
+        // (A refused pod's status goes at the end of the pass, with the refused ones.)
+        self.pods.retain(|uid, s| {
+            s.forgotten_when_unlisted() != Some(false) || desired.contains_key(uid)
+        });
+        let on_node: HashSet<String> = self.pods.orphans().map(|(u, _)| u.to_string()).collect();
         let mut admitted: Vec<Pod> = Vec::new();
         for (uid, pod) in &desired {
             if pod.metadata.deletion_timestamp.is_some() {
                 // A refused or ended pod being deleted gets a worker after all: its finish
                 // is what tells the status sync to remove it from the API server.
-                self.ended.remove(uid);
-                self.rejected.remove(uid);
+                if self.pods.is(uid, |s| {
+                    matches!(s, PodState::Rejected | PodState::Ended { .. })
+                }) {
+                    self.pods.forget(uid);
+                }
             }
-            if self.finished.contains(uid) || self.ended.contains(uid) {
+            if self.pods.is(uid, |s| {
+                matches!(s, PodState::Finished | PodState::Ended { .. })
+            }) {
                 continue;
             }
-            if has_ended(pod) && !self.workers.contains_key(uid) && !on_node.contains(uid) {
+            if has_ended(pod) && self.pods.worker(uid).is_none() && !on_node.contains(uid) {
                 // Refused or ended under an earlier run, with nothing left on the node:
                 // starting it would undo the end the API server already shows. (One found on
                 // the node gets its worker, which keeps its dead containers for their logs.)
                 info!(pod = %pod_ref(pod).display(), "pod has already ended; not starting it");
-                self.ended.insert(uid.clone());
+                let refused = self.pods.is(uid, |s| matches!(s, PodState::Rejected));
+                self.pods.set(uid.clone(), PodState::Ended { refused });
                 continue;
             }
-            self.orphans.remove(uid);
-            if let Some(w) = self.workers.get(uid) {
+            if self.pods.orphan(uid).is_some() {
+                self.pods.forget(uid);
+            }
+            if let Some(w) = self.pods.worker(uid) {
                 admitted.push(self.as_allocated(pod));
                 if w.desired.borrow().as_deref() != Some(pod) {
                     w.desired.send_replace(Some(Arc::new(pod.clone())));
@@ -376,11 +375,7 @@ impl PodManager {
         let (found, new): (Vec<_>, Vec<_>) =
             desired.iter().partition(|(u, _)| on_node.contains(*u));
         for (uid, pod) in found.into_iter().chain(new) {
-            if self.workers.contains_key(uid)
-                || self.rejected.contains(uid)
-                || self.finished.contains(uid)
-                || self.ended.contains(uid)
-            {
+            if self.pods.is(uid, |s| !matches!(s, PodState::Orphan(_))) {
                 continue;
             }
             let refs: Vec<&Pod> = admitted.iter().collect();
@@ -413,7 +408,7 @@ impl PodManager {
                         &rejection.reason,
                         rejection.message.clone(),
                     );
-                    self.rejected.insert(uid.clone());
+                    self.pods.set(uid.clone(), PodState::Rejected);
                     let mut shown = pod.clone();
                     shown.status = Some(admission::rejected_status(pod, &rejection));
                     self.shared.statuses.set(shown);
@@ -421,16 +416,16 @@ impl PodManager {
             }
         }
         let gone: Vec<String> = self
-            .rejected
+            .pods
             .iter()
-            .filter(|u| !desired.contains_key(*u))
-            .cloned()
+            .filter(|(u, s)| s.forgotten_when_unlisted() == Some(true) && !desired.contains_key(*u))
+            .map(|(u, _)| u.to_string())
             .collect();
         for uid in gone {
-            self.rejected.remove(&uid);
+            self.pods.forget(&uid);
             self.shared.statuses.remove(&uid);
         }
-        for (uid, w) in &self.workers {
+        for (uid, w) in self.pods.workers() {
             if !desired.contains_key(uid) && w.desired.borrow().is_some() {
                 w.removals.fetch_add(1, Ordering::AcqRel);
                 w.desired.send_replace(None);
@@ -440,12 +435,10 @@ impl PodManager {
             .expected_sources
             .iter()
             .all(|s| self.sources.contains_key(s));
-        if all_reported && !self.orphans.is_empty() {
-            for (uid, r) in std::mem::take(&mut self.orphans) {
-                if !self.workers.contains_key(&uid) {
-                    info!(pod = %r.display(), "pod is no longer wanted by any source; removing it");
-                    self.spawn(r, None);
-                }
+        if all_reported {
+            for r in self.pods.take_orphans() {
+                info!(pod = %r.display(), "pod is no longer wanted by any source; removing it");
+                self.spawn(r, None);
             }
         }
         self.record_counts();
@@ -473,14 +466,14 @@ impl PodManager {
             let cleanup = worker.run(rx, w).await;
             let _ = done.send(WorkerDone { pod, cleanup });
         });
-        self.workers.insert(
+        self.pods.set(
             uid,
-            WorkerHandle {
+            PodState::Working(WorkerHandle {
                 desired: tx,
                 wake,
                 removals,
                 static_pod,
-            },
+            }),
         );
     }
 }

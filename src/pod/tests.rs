@@ -63,14 +63,14 @@ fn api_update(pods: &[&Pod]) -> SourceUpdate {
 fn hold_worker(m: &mut PodManager, pod: &Pod) -> watch::Receiver<Option<Arc<Pod>>> {
     let (tx, rx) = watch::channel(Some(Arc::new(pod.clone())));
     let uid = pod.metadata.uid.clone().unwrap();
-    m.workers.insert(
+    m.pods.set(
         uid,
-        WorkerHandle {
+        PodState::Working(WorkerHandle {
             desired: tx,
             wake: Arc::new(Notify::new()),
             removals: Default::default(),
             static_pod: Some(false),
-        },
+        }),
     );
     rx
 }
@@ -101,8 +101,8 @@ async fn a_pod_gone_again_after_its_worker_kept_it_gets_a_worker_that_removes_it
         "the finished worker's handle is dropped"
     );
     let new = m
-        .workers
-        .get("uid-a")
+        .pods
+        .worker("uid-a")
         .expect("a worker to remove what was kept");
     assert!(
         new.desired.borrow().is_none(),
@@ -110,10 +110,10 @@ async fn a_pod_gone_again_after_its_worker_kept_it_gets_a_worker_that_removes_it
     );
 
     // A worker that removed everything is not followed by another.
-    m.workers.get("uid-a").unwrap().desired.send_replace(None);
+    m.pods.worker("uid-a").unwrap().desired.send_replace(None);
     m.worker_done(done(&pod, Cleanup::Removed));
-    assert!(!m.workers.contains_key("uid-a"));
-    assert!(m.finished.is_empty());
+    assert!(m.pods.worker("uid-a").is_none());
+    assert!(m.pods.count(|s| matches!(s, PodState::Finished)) == 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -132,17 +132,17 @@ async fn a_deleted_pod_whose_worker_finished_is_not_started_again_while_listed()
     // The worker stopped the pod and finished; the API still lists it until the status sync
     // deletes it, and any update meanwhile (here, the same set again) starts nothing.
     m.worker_done(done(&pod, Cleanup::Removed));
-    assert!(!m.workers.contains_key("uid-a"));
+    assert!(m.pods.worker("uid-a").is_none());
     m.apply(api_update(&[&gone])).await;
     assert!(
-        !m.workers.contains_key("uid-a"),
+        m.pods.worker("uid-a").is_none(),
         "no new worker for a finished deleted pod"
     );
-    assert!(m.finished.contains("uid-a"));
+    assert!(m.pods.is("uid-a", |s| matches!(s, PodState::Finished)));
 
     // Once the API drops it, the UID is forgotten.
     m.apply(api_update(&[])).await;
-    assert!(m.finished.is_empty());
+    assert!(m.pods.count(|s| matches!(s, PodState::Finished)) == 0);
 }
 
 /// A pod removed from its source and added back (same UID) while its worker was stopping
@@ -170,9 +170,9 @@ async fn a_pod_wanted_again_when_its_worker_finishes_gets_a_new_worker() {
         old.has_changed().is_err(),
         "the finished worker's handle is dropped"
     );
-    let new = m.workers.get("uid-a").expect("a new worker for the pod");
+    let new = m.pods.worker("uid-a").expect("a new worker for the pod");
     assert_eq!(new.desired.borrow().as_deref(), Some(&pod));
-    assert!(m.finished.is_empty());
+    assert!(m.pods.count(|s| matches!(s, PodState::Finished)) == 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -189,7 +189,7 @@ async fn admission_refuses_against_the_node_and_reports_the_pod_failed() {
     pod.spec.as_mut().unwrap().node_selector =
         Some(BTreeMap::from([("disk".to_string(), "ssd".to_string())]));
     m.apply(api_update(&[&pod])).await;
-    assert!(!m.workers.contains_key("uid-a"));
+    assert!(m.pods.worker("uid-a").is_none());
     let shown = m
         .shared
         .statuses
@@ -205,7 +205,7 @@ async fn admission_refuses_against_the_node_and_reports_the_pod_failed() {
 
     // It stays refused on later updates, and its status goes when the API drops it.
     m.apply(api_update(&[&pod])).await;
-    assert!(!m.workers.contains_key("uid-a"));
+    assert!(m.pods.worker("uid-a").is_none());
     m.apply(api_update(&[])).await;
     assert!(m.shared.statuses.get("uid-a").is_none());
 }
@@ -217,23 +217,23 @@ async fn a_pod_that_already_ended_is_not_started() {
     let mut done = api_pod("uid-done");
     done.status.as_mut().unwrap().phase = Some("Succeeded".into());
     m.apply(api_update(&[&done])).await;
-    assert!(!m.workers.contains_key("uid-done"));
+    assert!(m.pods.worker("uid-done").is_none());
     assert!(m.shared.statuses.get("uid-done").is_none());
     m.apply(api_update(&[&done])).await;
-    assert!(!m.workers.contains_key("uid-done"));
+    assert!(m.pods.worker("uid-done").is_none());
 }
 
 #[tokio::test(start_paused = true)]
 async fn orphans_wait_for_the_api_sources_first_set() {
     let dir = tempfile::tempdir().unwrap();
     let mut m = PodManager::new(shared(dir.path()), &[SourceKind::File, SourceKind::Api]);
-    m.orphans.insert(
+    m.pods.set(
         "orphan-uid".into(),
-        PodRef {
+        PodState::Orphan(PodRef {
             uid: "orphan-uid".into(),
             name: "old".into(),
             namespace: "default".into(),
-        },
+        }),
     );
     m.apply(SourceUpdate {
         source: SourceKind::File,
@@ -241,15 +241,21 @@ async fn orphans_wait_for_the_api_sources_first_set() {
     })
     .await;
     assert!(
-        m.orphans.contains_key("orphan-uid"),
+        m.pods.orphan("orphan-uid").is_some(),
         "the API has not reported yet"
     );
-    assert!(!m.workers.contains_key("orphan-uid"));
+    assert!(m.pods.worker("orphan-uid").is_none());
     // The API's first set claims nothing: the orphan is stopped now.
     m.apply(api_update(&[])).await;
-    assert!(m.orphans.is_empty());
-    assert!(m.workers.contains_key("orphan-uid"));
-    assert!(m.workers["orphan-uid"].desired.borrow().is_none());
+    assert!(m.pods.orphans().next().is_none());
+    assert!(m.pods.worker("orphan-uid").is_some());
+    assert!(m
+        .pods
+        .worker("orphan-uid")
+        .unwrap()
+        .desired
+        .borrow()
+        .is_none());
 }
 
 #[tokio::test(start_paused = true)]
@@ -271,15 +277,15 @@ async fn refused_or_ended_pods_that_get_deleted_get_a_worker() {
             .and_then(|s| s.reason),
         Some("OutOfpods".into())
     );
-    assert!(!m.workers.contains_key("uid-refused"));
-    assert!(!m.workers.contains_key("uid-ended"));
+    assert!(m.pods.worker("uid-refused").is_none());
+    assert!(m.pods.worker("uid-ended").is_none());
 
     // Deleted now: each gets a worker (admission lets deleted pods in) so that its finish
     // reaches the status sync, which removes it from the API server.
     m.apply(api_update(&[&first, &deleting(refused), &deleting(ended)]))
         .await;
-    assert!(m.workers.contains_key("uid-refused"));
-    assert!(m.workers.contains_key("uid-ended"));
+    assert!(m.pods.worker("uid-refused").is_some());
+    assert!(m.pods.worker("uid-ended").is_some());
 }
 
 /// A pod whose UID is not a plain name (it would name a folder the pod's clean-up removes)
@@ -293,9 +299,9 @@ async fn a_pod_whose_uid_is_not_a_plain_name_gets_no_worker() {
     let escape = api_pod("../../victim");
     let empty = api_pod("");
     m.apply(api_update(&[&good, &escape, &empty])).await;
-    assert!(m.workers.contains_key("uid-good"));
-    assert!(!m.workers.contains_key("../../victim"));
-    assert!(!m.workers.contains_key(""));
+    assert!(m.pods.worker("uid-good").is_some());
+    assert!(m.pods.worker("../../victim").is_none());
+    assert!(m.pods.worker("").is_none());
     assert!(m.shared.statuses.get("../../victim").is_none());
 }
 
@@ -339,11 +345,11 @@ async fn recovery_takes_no_orphan_whose_uid_is_not_a_plain_name() {
     std::fs::write(saved.join("pod.json"), serde_json::to_vec(&other).unwrap()).unwrap();
     let mut m = PodManager::new(shared, &[SourceKind::Api]);
     m.recover().await;
-    let mut uids: Vec<&str> = m.orphans.keys().map(String::as_str).collect();
+    let mut uids: Vec<&str> = m.pods.orphans().map(|(uid, _)| uid).collect();
     uids.sort();
     assert_eq!(uids, vec!["uid-on-disk", "uid-plain", "uid-saved"]);
-    assert_eq!(m.orphans["uid-saved"].uid, "uid-saved");
-    assert_eq!(m.orphans["uid-saved"].namespace, "");
+    assert_eq!(m.pods.orphan("uid-saved").unwrap().uid, "uid-saved");
+    assert_eq!(m.pods.orphan("uid-saved").unwrap().namespace, "");
 }
 
 /// A pod found on the node after a restart whose spec asks for a resize the node can never
@@ -373,11 +379,12 @@ async fn a_found_pod_is_admitted_with_its_allocation_not_a_pending_resize() {
         .set(&with_cpu("uid-running", "1500m"))
         .unwrap();
     let asked = with_cpu("uid-running", "1000");
-    m.orphans.insert("uid-running".into(), pod_ref(&asked));
+    m.pods
+        .set("uid-running".into(), PodState::Orphan(pod_ref(&asked)));
     let newcomer = with_cpu("uid-new", "1");
     m.apply(api_update(&[&asked, &newcomer])).await;
     assert!(
-        m.workers.contains_key("uid-running"),
+        m.pods.worker("uid-running").is_some(),
         "status: {:?}",
         m.shared
             .statuses
@@ -391,7 +398,7 @@ async fn a_found_pod_is_admitted_with_its_allocation_not_a_pending_resize() {
         .and_then(|v| v.pod.status.clone())
         .expect("the newcomer is weighed against the allocation and refused");
     assert_eq!(refused.reason.as_deref(), Some("OutOfcpu"));
-    assert!(!m.workers.contains_key("uid-new"));
+    assert!(m.pods.worker("uid-new").is_none());
 }
 
 /// kubelet_desired_pods, kubelet_active_pods and kubelet_working_pods as the manager counts
@@ -412,14 +419,14 @@ async fn the_pod_counts_follow_the_workers_and_the_sources() {
     hold_worker(&mut m, &pod);
     hold_worker(&mut m, &gone);
     let (tx, _rx) = watch::channel(Some(Arc::new(stat.clone())));
-    m.workers.insert(
+    m.pods.set(
         "uid-count-s".into(),
-        WorkerHandle {
+        PodState::Working(WorkerHandle {
             desired: tx,
             wake: Arc::new(Notify::new()),
             removals: Default::default(),
             static_pod: Some(true),
-        },
+        }),
     );
     m.sources.insert(
         SourceKind::Api.to_string(),
@@ -449,14 +456,14 @@ async fn the_pod_counts_follow_the_workers_and_the_sources() {
 
     // A worker with no pod (found on the node, wanted by no source) is runtime only.
     let (tx, _rx2) = watch::channel(None);
-    m.workers.insert(
+    m.pods.set(
         "uid-count-orphan".into(),
-        WorkerHandle {
+        PodState::Working(WorkerHandle {
             desired: tx,
             wake: Arc::new(Notify::new()),
             removals: Default::default(),
             static_pod: None,
-        },
+        }),
     );
     assert!(working(&m).contains(&(("terminating", "runtime_only", "unknown"), 1)));
 
@@ -470,4 +477,87 @@ async fn the_pod_counts_follow_the_workers_and_the_sources() {
     let before = restarts();
     m.worker_done(done(&pod, Cleanup::Removed));
     assert!(restarts() >= before + 1.0);
+}
+
+/// The states a pod goes through, one at a time: refused, then reported Failed by the API
+/// (the refusal it shows is withdrawn with it once its source drops it), and a pod found on
+/// the node that a source claims is worked on, not an orphan too.
+#[tokio::test(start_paused = true)]
+async fn a_refused_pod_the_api_reports_failed_keeps_its_refusal_until_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = shared_with(dir.path(), |cfg| cfg.max_pods = 1);
+    let mut m = PodManager::new(shared, &[SourceKind::Api]);
+    let first = api_pod("uid-first");
+    let _held = hold_worker(&mut m, &first);
+    let refused = api_pod("uid-refused");
+    m.apply(api_update(&[&first, &refused])).await;
+    assert!(m
+        .pods
+        .is("uid-refused", |s| matches!(s, PodState::Rejected)));
+
+    // The status sync wrote the refusal: the API now lists the pod as Failed.
+    let mut failed = refused.clone();
+    failed.status.as_mut().unwrap().phase = Some("Failed".into());
+    m.apply(api_update(&[&first, &failed])).await;
+    assert!(m.pods.is("uid-refused", |s| matches!(
+        s,
+        PodState::Ended { refused: true }
+    )));
+    assert_eq!(m.pod_counts().active, [1, 0]);
+    assert!(m.shared.statuses.get("uid-refused").is_some());
+
+    m.apply(api_update(&[&first])).await;
+    assert!(m.pods.get("uid-refused").is_none());
+    assert!(m.shared.statuses.get("uid-refused").is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_found_pod_its_source_claims_is_worked_on_and_no_longer_an_orphan() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = PodManager::new(shared(dir.path()), &[SourceKind::Api]);
+    let pod = api_pod("uid-found");
+    m.pods
+        .set("uid-found".into(), PodState::Orphan(pod_ref(&pod)));
+    m.apply(api_update(&[&pod])).await;
+    assert!(m.pods.orphan("uid-found").is_none());
+    let w = m.pods.worker("uid-found").expect("its worker");
+    assert!(w.desired.borrow().is_some());
+
+    // Its worker finishes once it is deleted: finished while listed, forgotten when not.
+    let gone = deleting(pod.clone());
+    m.apply(api_update(&[&gone])).await;
+    m.worker_done(done(&gone, Cleanup::Removed));
+    assert!(m.pods.is("uid-found", |s| matches!(s, PodState::Finished)));
+    m.apply(api_update(&[&gone])).await;
+    assert!(m.pods.worker("uid-found").is_none());
+    m.apply(api_update(&[])).await;
+    assert!(m.pods.get("uid-found").is_none());
+}
+
+#[test]
+fn only_refused_finished_and_ended_pods_are_held_back() {
+    let (tx, _rx) = watch::channel(None);
+    let working = PodState::Working(WorkerHandle {
+        desired: tx,
+        wake: Arc::new(Notify::new()),
+        removals: Default::default(),
+        static_pod: None,
+    });
+    let orphan = PodState::Orphan(PodRef {
+        uid: "u".into(),
+        name: String::new(),
+        namespace: String::new(),
+    });
+    let cases = [
+        (working, false, None),
+        (orphan, false, None),
+        (PodState::Rejected, true, Some(true)),
+        (PodState::Finished, true, Some(false)),
+        (PodState::Ended { refused: false }, true, Some(false)),
+        (PodState::Ended { refused: true }, true, Some(true)),
+    ];
+    for (state, held, unlisted) in cases {
+        assert_eq!(state.held_back(), held);
+        assert_eq!(state.forgotten_when_unlisted(), unlisted);
+    }
 }

@@ -128,25 +128,66 @@ pub(super) fn pod_device_link(pod_dir: &Path, plugin: &str, name: &str) -> PathB
     pod_dir.join(VOLUME_DEVICES_DIR).join(plugin).join(name)
 }
 
+/// Why a raw block volume could not be mapped for a pod, in upstream's words; the caller
+/// names the operation, pod and volume.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum MapError {
+    #[error("{0}")]
+    Folder(#[source] crate::data_dirs::DataDirError),
+    #[error("failed to remove file {}: {source}", link.display())]
+    RemoveLink {
+        link: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("failed to link {} to {}: {source}", link.display(), device.display())]
+    Link {
+        link: PathBuf,
+        device: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("failed to open file {}: {source}", map_file.display())]
+    OpenMapFile {
+        map_file: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("failed to bind mount devicePath: {} to linkPath {}: {source}", device.display(), map_file.display())]
+    Bind {
+        device: PathBuf,
+        map_file: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("blkUtil.AttachFileDevice failed. globalMapPath:{}, podUID: {pod_uid}: {source}", global.display())]
+    Lock {
+        global: PathBuf,
+        pod_uid: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
 /// Makes (or re-points) the pod's `link` to `device`, with its folders closed to others as
 /// `volumes` is. Idempotent.
-pub(super) fn link(device: &Path, link: &Path) -> Result<(), String> {
+pub(super) fn link(device: &Path, link: &Path) -> Result<(), MapError> {
     let link_dir = link.parent().unwrap_or(link);
     if let Some(pod_devices) = link_dir.parent() {
-        crate::data_dirs::ensure_private_dir(pod_devices).map_err(|e| e.to_string())?;
+        crate::data_dirs::ensure_private_dir(pod_devices).map_err(MapError::Folder)?;
     }
-    crate::data_dirs::ensure_private_dir(link_dir).map_err(|e| e.to_string())?;
+    crate::data_dirs::ensure_private_dir(link_dir).map_err(MapError::Folder)?;
     if fs::read_link(link).ok().as_deref() == Some(device) {
         return Ok(());
     }
-    ignore_missing(fs::remove_file(link))
-        .map_err(|e| format!("failed to remove file {}: {e}", link.display()))?;
-    std::os::unix::fs::symlink(device, link).map_err(|e| {
-        format!(
-            "failed to link {} to {}: {e}",
-            link.display(),
-            device.display()
-        )
+    ignore_missing(fs::remove_file(link)).map_err(|source| MapError::RemoveLink {
+        link: link.to_path_buf(),
+        source,
+    })?;
+    std::os::unix::fs::symlink(device, link).map_err(|source| MapError::Link {
+        link: link.to_path_buf(),
+        device: device.to_path_buf(),
+        source,
     })
 }
 
@@ -166,9 +207,9 @@ pub(super) fn map(
     pod_uid: &str,
     link_path: &Path,
     m: &dyn Mounter,
-) -> Result<(), String> {
+) -> Result<(), MapError> {
     link(device, link_path)?;
-    crate::data_dirs::ensure_private_dir(global).map_err(|e| e.to_string())?;
+    crate::data_dirs::ensure_private_dir(global).map_err(MapError::Folder)?;
     let map_file = global.join(pod_uid);
     if !is_mapped(global, pod_uid, m) {
         fs::OpenOptions::new()
@@ -177,25 +218,27 @@ pub(super) fn map(
             .truncate(false)
             .mode(0o750)
             .open(&map_file)
-            .map_err(|e| format!("failed to open file {}: {e}", map_file.display()))?;
-        m.bind(device, &map_file).map_err(|e| {
-            format!(
-                "failed to bind mount devicePath: {} to linkPath {}: {e}",
-                device.display(),
-                map_file.display()
-            )
+            .map_err(|source| MapError::OpenMapFile {
+                map_file: map_file.clone(),
+                source,
+            })?;
+        m.bind(device, &map_file).map_err(|source| MapError::Bind {
+            device: device.to_path_buf(),
+            map_file: map_file.clone(),
+            source,
         })?;
     }
     m.lock_device(&map_file)
-        .map_err(|e| lock_failed(global, pod_uid, &e))
+        .map_err(|source| lock_failed(global, pod_uid, source))
 }
 
 /// Upstream's words for a descriptor lock that could not be taken.
-pub(super) fn lock_failed(global: &Path, pod_uid: &str, e: &io::Error) -> String {
-    format!(
-        "blkUtil.AttachFileDevice failed. globalMapPath:{}, podUID: {pod_uid}: {e}",
-        global.display()
-    )
+pub(super) fn lock_failed(global: &Path, pod_uid: &str, source: io::Error) -> MapError {
+    MapError::Lock {
+        global: global.to_path_buf(),
+        pod_uid: pod_uid.to_string(),
+        source,
+    }
 }
 
 /// The bind on `<global>/<pod uid>` unmounted and its file removed. Idempotent.
@@ -251,7 +294,7 @@ pub(super) fn set_up_local(
     m: &dyn Mounter,
 ) -> Result<HostVolume, VolumeError> {
     super::host_path::check_path(path)
-        .map_err(|r| blame.invalid("persistentVolume local.path", r))?;
+        .map_err(|r| blame.invalid("persistentVolume local.path", r.to_string()))?;
     let failed = |reason: String| VolumeError::Map {
         pod: blame.pod.to_string(),
         volume: blame.volume.to_string(),
@@ -269,11 +312,11 @@ pub(super) fn set_up_local(
     let global = plugin_devices_dir(root_dir, LOCAL_VOLUME_PLUGIN).join(pv_name);
     let link = pod_device_link(pod_dir, LOCAL_VOLUME_PLUGIN, pv_name);
     let fresh = fs::symlink_metadata(&link).is_err();
-    map(&device, &global, pod_uid, &link, m).map_err(|reason| VolumeError::Map {
+    map(&device, &global, pod_uid, &link, m).map_err(|e| VolumeError::Map {
         pod: blame.pod.to_string(),
         volume: blame.volume.to_string(),
         op: "MapBlockVolume",
-        reason,
+        reason: e.to_string(),
     })?;
     if fresh {
         info!(pod = blame.pod, volume = pv_name, device = %device.display(), read_only, "mapped local block volume");

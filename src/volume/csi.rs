@@ -52,6 +52,7 @@ use tracing::{info, warn};
 
 use super::fetch::Fetched;
 use super::mounter::Mounter;
+use super::source::{self, VolumeSource};
 use super::{Blame, HostVolume, VolumeError, VolumeKind};
 use crate::csi::client::{CsiError, DriverClient, NodeCapabilities};
 use crate::csi::proto::csi::{self as pb, volume_capability};
@@ -254,7 +255,7 @@ async fn service_account_tokens(
     pod: &Pod,
     requests: &[k8s_openapi::api::storage::v1::TokenRequest],
     objects: &dyn ClusterObjects,
-) -> Result<String, String> {
+) -> Result<String, DriverInputError> {
     let service_account = super::fetch::service_account(pod);
     let mut out = serde_json::Map::new();
     for r in requests {
@@ -269,7 +270,7 @@ async fn service_account_tokens(
         let t = objects
             .service_account_token(pod, &spec)
             .await
-            .map_err(|e| format!("{LOG_PREFIX}mounter.SetUpAt failed to get service account token attributes: {e}"))?;
+            .map_err(DriverInputError::Token)?;
         out.insert(
             r.audience.clone(),
             serde_json::json!({
@@ -381,7 +382,7 @@ async fn credentials(
     objects: &dyn ClusterObjects,
     field: &str,
     secret: &Option<(String, String)>,
-) -> Result<HashMap<String, String>, String> {
+) -> Result<HashMap<String, String>, DriverInputError> {
     let Some((ns, name)) = secret else {
         return Ok(HashMap::new());
     };
@@ -392,10 +393,28 @@ async fn credentials(
             .flatten()
             .map(|(k, v)| (k.clone(), String::from_utf8_lossy(&v.0).into_owned()))
             .collect()),
-        Err(e) => Err(format!(
-            "fetching {field} {ns}/{name} failed: {LOG_PREFIX}failed to find the secret {name} in the namespace {ns} with error: {e}"
-        )),
+        Err(source) => Err(DriverInputError::Secret {
+            field: field.to_string(),
+            namespace: ns.clone(),
+            name: name.clone(),
+            source,
+        }),
     }
+}
+
+/// An object a driver's call carries that could not be read, in upstream's words.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DriverInputError {
+    #[error("{LOG_PREFIX}mounter.SetUpAt failed to get service account token attributes: {0}")]
+    Token(#[source] crate::objects::ObjectError),
+    #[error("fetching {field} {namespace}/{name} failed: {LOG_PREFIX}failed to find the secret {name} in the namespace {namespace} with error: {source}")]
+    Secret {
+        field: String,
+        namespace: String,
+        name: String,
+        #[source]
+        source: crate::objects::ObjectError,
+    },
 }
 
 /// Kubernetes access modes as CSI ones (upstream's asCSIAccessModeV1 and its
@@ -651,7 +670,7 @@ async fn set_up_one(
                 // A Secret that cannot be read may be a moment away (upstream: transient).
                 let secrets = credentials(objects, "NodeStageSecretRef", &v.stage_secret)
                     .await
-                    .map_err(|e| (mount_device_failed(e), true))?;
+                    .map_err(|e| (mount_device_failed(e.to_string()), true))?;
                 let req = pb::NodeStageVolumeRequest {
                     volume_id: v.handle.clone(),
                     publish_context: publish_context.clone(),
@@ -706,12 +725,12 @@ async fn set_up_one(
         {
             let tokens = service_account_tokens(pod, requests, objects)
                 .await
-                .map_err(|e| (set_up_failed(e), true))?;
+                .map_err(|e| (set_up_failed(e.to_string()), true))?;
             context.insert(TOKENS_KEY.into(), tokens);
         }
         let secrets = credentials(objects, "NodePublishSecretRef", &v.publish_secret)
             .await
-            .map_err(|e| (set_up_failed(e), true))?;
+            .map_err(|e| (set_up_failed(e.to_string()), true))?;
         let req = pb::NodePublishVolumeRequest {
             volume_id: v.handle.clone(),
             publish_context,
@@ -1128,5 +1147,29 @@ async fn remove_staging(staging: &Path) {
 }
 
 mod block;
+
+/// Inline `csi` volumes: published by their driver before the blocking pass (`set_up`), which
+/// reads the outcome.
+pub(super) struct Inline;
+
+impl VolumeSource for Inline {
+    fn field(&self) -> &'static str {
+        "csi"
+    }
+
+    fn set_up(&self, cx: &source::SetUp<'_>, vol: &Volume) -> Result<HostVolume, VolumeError> {
+        cx.fetched.csi_outcome(&vol.name).unwrap_or_else(|| {
+            Err(cx
+                .blame
+                .failed("the CSI volume was not set up before this pass".into()))
+        })
+    }
+
+    fn plugin_of_spec(&self, vol: &Volume) -> Option<String> {
+        let driver = &vol.csi.as_ref()?.driver;
+        Some(format!("{}:{driver}", VolumeKind::Csi.plugin_name()))
+    }
+}
+
 #[cfg(test)]
 mod tests;

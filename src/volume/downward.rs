@@ -5,12 +5,17 @@
 //! divisor and rounded up).
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
-use k8s_openapi::api::core::v1::{Container, DownwardAPIVolumeFile, Pod};
+use k8s_openapi::api::core::v1::{Container, DownwardAPIVolumeFile, Pod, Volume};
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 
-use super::Allocatable;
+use super::source::{SetUp, VolumeSource};
+use super::{
+    write_files, written_before, Allocatable, HostVolume, VolumeError, VolumeKind,
+    DOWNWARD_API_PLUGIN,
+};
 use crate::vocabulary::quantity::Quantity;
 
 /// Upstream's default file mode for downwardAPI and projected volumes.
@@ -30,6 +35,36 @@ pub type Payload = BTreeMap<String, FileProjection>;
 /// A field at fault (relative to the volume, e.g. `items[1].path`) and why.
 pub type FieldError = (String, String);
 
+/// Why a file of a downwardAPI, configMap, secret or projected volume cannot be written as
+/// asked (a mode, an item's path, a field a volume cannot show).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ItemError {
+    #[error("{0:#o} is not a valid file mode (must be between 0 and 0777)")]
+    Mode(i32),
+    #[error("must not be empty")]
+    EmptyPath,
+    #[error("{0:?} must be a relative path")]
+    NotRelative(String),
+    #[error("{0:?} is longer than 4096 bytes")]
+    PathTooLong(String),
+    #[error("{0:?} must not contain '..'")]
+    DotDot(String),
+    #[error("{0:?} has an element longer than 255 bytes")]
+    ElementTooLong(String),
+    #[error("{0:?} names no file")]
+    NoFile(String),
+    #[error("{0:?} must not start with '..'")]
+    StartsWithDotDot(String),
+    #[error("path {parent:?} is a file but {path:?} needs it to be a directory")]
+    Nesting { parent: String, path: String },
+    #[error(
+        "field path {0:?} is not supported in a volume (supported: metadata.name, \
+         metadata.namespace, metadata.uid, metadata.labels, metadata.annotations, \
+         and metadata.labels['KEY'] / metadata.annotations['KEY'])"
+    )]
+    UnsupportedField(String),
+}
+
 /// Renders `items` into files. `field` prefixes each error's field name.
 pub fn collect(
     pod: &Pod,
@@ -40,12 +75,12 @@ pub fn collect(
     out: &mut Payload,
 ) -> Result<(), FieldError> {
     let default_mode = check_mode(default_mode.unwrap_or(DEFAULT_MODE))
-        .map_err(|r| (format!("{field}.defaultMode"), r))?;
+        .map_err(|r| (format!("{field}.defaultMode"), r.to_string()))?;
     for (i, item) in items.iter().enumerate() {
         let f = format!("{field}.items[{i}]");
-        let path = clean_path(&item.path).map_err(|r| (format!("{f}.path"), r))?;
+        let path = clean_path(&item.path).map_err(|r| (format!("{f}.path"), r.to_string()))?;
         let mode = match item.mode {
-            Some(m) => check_mode(m).map_err(|r| (format!("{f}.mode"), r))?,
+            Some(m) => check_mode(m).map_err(|r| (format!("{f}.mode"), r.to_string()))?,
             None => default_mode,
         };
         let value = match (&item.field_ref, &item.resource_field_ref) {
@@ -61,7 +96,7 @@ pub fn collect(
                     ));
                 }
                 field_value(pod, &fr.field_path)
-                    .map_err(|r| (format!("{f}.fieldRef.fieldPath"), r))?
+                    .map_err(|r| (format!("{f}.fieldRef.fieldPath"), r.to_string()))?
             }
             (None, Some(rr)) => {
                 let container = rr.container_name.as_deref().unwrap_or("");
@@ -96,57 +131,56 @@ pub fn collect(
             },
         );
     }
-    check_nesting(out).map_err(|r| (format!("{field}.items"), r))
+    check_nesting(out).map_err(|r| (format!("{field}.items"), r.to_string()))
 }
 
-pub(super) fn check_mode(m: i32) -> Result<u32, String> {
+pub(super) fn check_mode(m: i32) -> Result<u32, ItemError> {
     if (0..=0o777).contains(&m) {
         Ok(m as u32)
     } else {
-        Err(format!(
-            "{m:#o} is not a valid file mode (must be between 0 and 0777)"
-        ))
+        Err(ItemError::Mode(m))
     }
 }
 
 /// Validates an item path as upstream does (relative, no `..` element, not starting with
 /// `..`, which the atomic writer reserves) and cleans it (`./a//b` → `a/b`).
-pub fn clean_path(p: &str) -> Result<String, String> {
+pub fn clean_path(p: &str) -> Result<String, ItemError> {
     if p.is_empty() {
-        return Err("must not be empty".into());
+        return Err(ItemError::EmptyPath);
     }
     if p.starts_with('/') {
-        return Err(format!("{p:?} must be a relative path"));
+        return Err(ItemError::NotRelative(p.to_string()));
     }
     if p.len() > 4096 {
-        return Err(format!("{p:?} is longer than 4096 bytes"));
+        return Err(ItemError::PathTooLong(p.to_string()));
     }
     let parts: Vec<&str> = p
         .split('/')
         .filter(|s| !s.is_empty() && *s != ".")
         .collect();
     if parts.contains(&"..") {
-        return Err(format!("{p:?} must not contain '..'"));
+        return Err(ItemError::DotDot(p.to_string()));
     }
     if parts.iter().any(|s| s.len() > 255) {
-        return Err(format!("{p:?} has an element longer than 255 bytes"));
+        return Err(ItemError::ElementTooLong(p.to_string()));
     }
     match parts.first() {
-        None => Err(format!("{p:?} names no file")),
-        Some(first) if first.starts_with("..") => Err(format!("{p:?} must not start with '..'")),
+        None => Err(ItemError::NoFile(p.to_string())),
+        Some(first) if first.starts_with("..") => Err(ItemError::StartsWithDotDot(p.to_string())),
         Some(_) => Ok(parts.join("/")),
     }
 }
 
 /// A file cannot also be a directory of another item's path.
-pub(super) fn check_nesting(payload: &Payload) -> Result<(), String> {
+pub(super) fn check_nesting(payload: &Payload) -> Result<(), ItemError> {
     for p in payload.keys() {
         let mut prefix = p.as_str();
         while let Some((parent, _)) = prefix.rsplit_once('/') {
             if payload.contains_key(parent) {
-                return Err(format!(
-                    "path {parent:?} is a file but {p:?} needs it to be a directory"
-                ));
+                return Err(ItemError::Nesting {
+                    parent: parent.to_string(),
+                    path: p.clone(),
+                });
             }
             prefix = parent;
         }
@@ -162,7 +196,7 @@ fn sort_lines(v: &str) -> String {
 }
 
 /// The fields a downwardAPI volume may show (upstream's volume field set).
-pub fn field_value(pod: &Pod, path: &str) -> Result<String, String> {
+pub fn field_value(pod: &Pod, path: &str) -> Result<String, ItemError> {
     let meta = &pod.metadata;
     let subscript = |prefix: &str| {
         path.strip_prefix(prefix)
@@ -184,11 +218,7 @@ pub fn field_value(pod: &Pod, path: &str) -> Result<String, String> {
             } else if let Some(k) = subscript("metadata.annotations") {
                 annotations.get(k).cloned().unwrap_or_default()
             } else {
-                return Err(format!(
-                    "field path {path:?} is not supported in a volume (supported: metadata.name, \
-                     metadata.namespace, metadata.uid, metadata.labels, metadata.annotations, \
-                     and metadata.labels['KEY'] / metadata.annotations['KEY'])"
-                ));
+                return Err(ItemError::UnsupportedField(path.to_string()));
             }
         }
     })
@@ -377,6 +407,47 @@ fn divisor_of(
         .ok_or_else(|| bad(&d.0))
 }
 
+/// downwardAPI volumes: the pod's own fields as files, on a tmpfs.
+pub(super) struct DownwardApi;
+
+impl VolumeSource for DownwardApi {
+    fn field(&self) -> &'static str {
+        "downwardAPI"
+    }
+
+    fn set_up(&self, cx: &SetUp<'_>, vol: &Volume) -> Result<HostVolume, VolumeError> {
+        let blame = cx.blame;
+        let src = vol.downward_api.clone().unwrap_or_default();
+        let mut payload = Payload::new();
+        collect(
+            cx.pod,
+            src.items.as_deref().unwrap_or(&[]),
+            src.default_mode,
+            &cx.ctx.allocatable,
+            "downwardAPI",
+            &mut payload,
+        )
+        .map_err(|(f, r)| blame.invalid(&f, r))?;
+        let own = cx.ownership()?;
+        let dir = cx.volume_dir(DOWNWARD_API_PLUGIN)?;
+        cx.memory(&dir)?;
+        write_files(&dir, &payload, own, blame)?;
+        Ok(HostVolume {
+            path: dir,
+            read_only: true,
+            kind: VolumeKind::DownwardApi,
+        })
+    }
+
+    fn set_up_before(&self, vol: &Volume, pod_dir: &Path) -> Option<HostVolume> {
+        written_before(vol, pod_dir, DOWNWARD_API_PLUGIN, VolumeKind::DownwardApi)
+    }
+
+    fn plugin_of_spec(&self, _vol: &Volume) -> Option<String> {
+        Some(VolumeKind::DownwardApi.plugin_name().to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -421,7 +492,7 @@ mod tests {
         );
         assert_eq!(field_value(&p, "metadata.labels['b']").unwrap(), "2");
         assert_eq!(field_value(&p, "metadata.labels['zz']").unwrap(), "");
-        let e = field_value(&p, "status.podIP").unwrap_err();
+        let e = field_value(&p, "status.podIP").unwrap_err().to_string();
         assert!(e.contains("not supported in a volume"), "{e}");
     }
 

@@ -7,11 +7,15 @@ use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, Volume};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
+use tracing::warn;
 
 use super::mounter::Mounter;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
-
+use super::source::{SetUp, VolumeSource};
+use super::{
+    fs_group, mount_memory, ownership, Blame, HostVolume, VolumeError, VolumeKind, EMPTY_DIR_PLUGIN,
+};
 use crate::vocabulary::quantity::{self, Quantity};
 
 /// The directory, world-writable as upstream makes it (containers run as any user).
@@ -123,6 +127,71 @@ pub fn pod_memory_limit(pod: &Pod) -> Option<i64> {
             .max(init_peak)
             .saturating_add(overhead),
     )
+}
+
+/// emptyDir: a folder on the node's disk, or a tmpfs with medium Memory.
+pub(super) struct EmptyDir;
+
+impl VolumeSource for EmptyDir {
+    fn field(&self) -> &'static str {
+        "emptyDir"
+    }
+
+    fn set_up(&self, cx: &SetUp<'_>, vol: &Volume) -> Result<HostVolume, VolumeError> {
+        let blame = cx.blame;
+        let ed = vol.empty_dir.clone().unwrap_or_default();
+        let dir = cx.volume_dir(EMPTY_DIR_PLUGIN)?;
+        let group = ownership::fs_group(cx.pod)
+            .map_err(|r| blame.invalid("securityContext.fsGroup", r.to_string()))?;
+        match ed.medium.as_deref().unwrap_or("") {
+            "" => {
+                let new = fs::symlink_metadata(&dir).is_err();
+                setup_dir(&dir)
+                    .map_err(|e| blame.failed(format!("cannot create {}: {e}", dir.display())))?;
+                if new {
+                    empty_dir_group(&dir, group, blame);
+                }
+                Ok(HostVolume {
+                    path: dir,
+                    read_only: false,
+                    kind: VolumeKind::EmptyDir,
+                })
+            }
+            "Memory" => {
+                let size = memory_size(
+                    cx.pod,
+                    ed.size_limit.as_ref().map(|q| q.0.as_str()),
+                    cx.ctx.allocatable.memory_bytes,
+                );
+                let new = mount_memory(&dir, size, cx.m, blame.pod, blame.volume)
+                    .map_err(|r| blame.failed(r.to_string()))?;
+                if new {
+                    empty_dir_group(&dir, group, blame);
+                }
+                Ok(HostVolume {
+                    path: dir,
+                    read_only: false,
+                    kind: VolumeKind::EmptyDirMemory,
+                })
+            }
+            other => Err(blame.unsupported(&format!("emptyDir medium {other:?}"))),
+        }
+    }
+
+    fn plugin_of_spec(&self, _vol: &Volume) -> Option<String> {
+        Some(VolumeKind::EmptyDir.plugin_name().to_string())
+    }
+}
+
+/// The pod's fsGroup on an emptyDir it just got, as upstream's emptyDir SetUpAt: once, when
+/// the folder is made (or its tmpfs mounted), whatever the pod's fsGroupChangePolicy (upstream
+/// passes none), so what the containers later write keeps the modes they give it. A failure
+/// is logged and the volume used as it is, as upstream ignores it too.
+fn empty_dir_group(dir: &Path, group: Option<u32>, blame: &Blame<'_>) {
+    let Some(group) = group else { return };
+    if let Err(e) = fs_group::apply(dir, group, fs_group::ChangePolicy::Always) {
+        warn!(pod = blame.pod, volume = blame.volume, group, error = %e, "cannot apply fsGroup to emptyDir");
+    }
 }
 
 #[cfg(test)]

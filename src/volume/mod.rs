@@ -38,6 +38,7 @@ mod error;
 mod fetch;
 mod fs_group;
 mod host_path;
+mod kind;
 mod loop_lock;
 mod mounter;
 mod mounts;
@@ -45,6 +46,7 @@ mod object_files;
 mod ownership;
 mod persistent;
 mod projected;
+mod source;
 mod subpath;
 mod teardown;
 
@@ -53,13 +55,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, Volume};
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use crate::objects::{ClusterObjects, ObjectError, ObjectKind};
 
 pub use block::container_devices;
 pub use downward::{format_map, go_quote, resource_value};
 pub use error::VolumeError;
+pub use kind::{Usage, VolumeKind};
 pub use mounts::container_mounts;
 
 use mounter::{Mounter, SysMounter};
@@ -89,35 +92,6 @@ pub struct Allocatable {
     pub cpu_millis: Option<i64>,
     pub memory_bytes: Option<i64>,
     pub ephemeral_storage_bytes: Option<i64>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VolumeKind {
-    EmptyDir,
-    /// emptyDir with medium Memory: a tmpfs.
-    EmptyDirMemory,
-    HostPath,
-    ConfigMap,
-    Secret,
-    DownwardApi,
-    Projected,
-    /// A `local` PersistentVolume, bind-mounted into the pod's dir.
-    Local,
-    /// A CSI volume, published by its driver into the pod's dir.
-    Csi,
-    /// A raw block volume of an in-tree `local` PV (volumeMode Block): `path` is the pod's
-    /// link to the device, `<pod>/volumeDevices/kubernetes.io~local-volume/<pv>`.
-    LocalBlock,
-    /// A raw block volume of a CSI PV: `path` is the pod's link to the device,
-    /// `<pod>/volumeDevices/kubernetes.io~csi/<pv>`.
-    CsiBlock,
-}
-
-impl VolumeKind {
-    /// A raw block volume, for containers' volumeDevices.
-    pub fn is_block(self) -> bool {
-        matches!(self, VolumeKind::LocalBlock | VolumeKind::CsiBlock)
-    }
 }
 
 /// One volume as it exists on the host.
@@ -249,7 +223,7 @@ fn pod_display(pod: &Pod) -> String {
 
 /// Upstream requires volume names to be DNS-1123 labels; here it also keeps a name from
 /// escaping the pod dir, since the name is a path element.
-fn check_volume_name(name: &str) -> Result<(), String> {
+fn check_volume_name(name: &str) -> Result<(), InvalidName> {
     let ok_chars = name
         .bytes()
         .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
@@ -261,11 +235,25 @@ fn check_volume_name(name: &str) -> Result<(), String> {
     if name.len() <= 63 && ok_chars && ok_ends {
         Ok(())
     } else {
-        Err(format!(
-            "{name:?} is not a valid volume name (a DNS-1123 label: lowercase letters, digits \
-             and '-', at most 63, starting and ending with a letter or digit)"
-        ))
+        Err(InvalidName(name.to_string()))
     }
+}
+
+/// A volume name that is not a DNS-1123 label.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{0:?} is not a valid volume name (a DNS-1123 label: lowercase letters, digits \
+     and '-', at most 63, starting and ending with a letter or digit)"
+)]
+struct InvalidName(String);
+
+/// A tmpfs that could not be mounted for a volume.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot mount a tmpfs at {}: {source}", dir.display())]
+struct TmpfsError {
+    dir: PathBuf,
+    #[source]
+    source: std::io::Error,
 }
 
 /// The source fields set on a volume (or a projection), by their API names.
@@ -362,7 +350,7 @@ pub(crate) fn setup(
             volume: &vol.name,
         };
         check_volume_name(&vol.name)
-            .map_err(|r| blame.invalid(&format!("volumes[{i}].name"), r))?;
+            .map_err(|r| blame.invalid(&format!("volumes[{i}].name"), r.to_string()))?;
         if !seen.insert(vol.name.clone()) {
             return Err(blame.invalid(
                 &format!("volumes[{i}].name"),
@@ -397,20 +385,20 @@ pub(crate) fn setup(
     Ok(out)
 }
 
-/// A volume the atomic writer filled on an earlier pass (or before an agent restart): its
-/// `..data` link exists. Only those can go on with their last content.
+/// The volume as an earlier pass (or run) left it, where its type lets it go on with that.
 fn set_up_before(vol: &Volume, pod_dir: &Path) -> Option<HostVolume> {
-    let (plugin, kind) = if vol.config_map.is_some() {
-        (CONFIG_MAP_PLUGIN, VolumeKind::ConfigMap)
-    } else if vol.secret.is_some() {
-        (SECRET_PLUGIN, VolumeKind::Secret)
-    } else if vol.projected.is_some() {
-        (PROJECTED_PLUGIN, VolumeKind::Projected)
-    } else if vol.downward_api.is_some() {
-        (DOWNWARD_API_PLUGIN, VolumeKind::DownwardApi)
-    } else {
-        return None;
-    };
+    let field = set_fields(vol).into_iter().next()?;
+    source::source_of(&field)?.set_up_before(vol, pod_dir)
+}
+
+/// The volume written by the atomic writer under `plugin` on an earlier pass (or before an
+/// agent restart): its `..data` link exists. Only those can go on with their last content.
+fn written_before(
+    vol: &Volume,
+    pod_dir: &Path,
+    plugin: &str,
+    kind: VolumeKind,
+) -> Option<HostVolume> {
     let path = pod_dir.join("volumes").join(plugin).join(&vol.name);
     std::fs::symlink_metadata(path.join(atomic_writer::DATA_LINK)).ok()?;
     Some(HostVolume {
@@ -418,6 +406,17 @@ fn set_up_before(vol: &Volume, pod_dir: &Path) -> Option<HostVolume> {
         read_only: true,
         kind,
     })
+}
+
+/// Upstream's plugin name of a volume from its spec, for a set-up that failed before saying
+/// its kind; `<n/a>` for claims (named only once followed to their volume) and unknown kinds.
+pub fn plugin_of_spec(vol: &Volume) -> String {
+    let fields = set_fields(vol);
+    source::SOURCES
+        .iter()
+        .filter(|s| fields.iter().any(|f| f == s.field()))
+        .find_map(|s| s.plugin_of_spec(vol))
+        .unwrap_or_else(|| "<n/a>".to_string())
 }
 
 fn setup_volume(
@@ -429,7 +428,6 @@ fn setup_volume(
     vol: &Volume,
     m: &dyn Mounter,
 ) -> Result<HostVolume, VolumeError> {
-    let name = vol.name.as_str();
     let kinds = set_fields(vol);
     if kinds.len() > 1 {
         return Err(blame.invalid(
@@ -437,188 +435,20 @@ fn setup_volume(
             format!("more than one source set: {}", kinds.join(", ")),
         ));
     }
-    let volumes_dir = pod_dir.join("volumes");
-    // `<pod>/volumes/<plugin>`, closed to other users as upstream makes them (0750): the
-    // volume folders below are 0777 or hold world-readable secret files.
-    let plugin_dir = |plugin: &str| -> Result<PathBuf, VolumeError> {
-        let dir = volumes_dir.join(plugin);
-        crate::data_dirs::ensure_private_dir(&volumes_dir)
-            .and_then(|()| crate::data_dirs::ensure_private_dir(&dir))
-            .map_err(|e| blame.failed(e.to_string()))?;
-        Ok(dir)
-    };
-    let ownership = || {
-        ownership::fs_group(pod)
-            .map(|fs_group| ownership::Ownership { fs_group })
-            .map_err(|r| blame.invalid("securityContext.fsGroup", r))
-    };
-    let default_mode = |field: &str, mode: Option<i32>| {
-        downward::check_mode(mode.unwrap_or(downward::DEFAULT_MODE))
-            .map_err(|r| blame.invalid(&format!("{field}.defaultMode"), r))
-    };
-    let memory = |dir: &Path| {
-        let size = empty_dir::memory_size(pod, None, ctx.allocatable.memory_bytes);
-        mount_memory(dir, size, m, blame.pod, name)
-            .map(drop)
-            .map_err(|r| blame.failed(r))
-    };
-    let read_only = |path: PathBuf, kind: VolumeKind| HostVolume {
-        path,
-        read_only: true,
-        kind,
-    };
     // A volume with no source is an emptyDir, as the API defaults it.
-    match kinds.first().map(String::as_str).unwrap_or("emptyDir") {
-        "emptyDir" => {
-            let ed = vol.empty_dir.clone().unwrap_or_default();
-            let dir = plugin_dir(EMPTY_DIR_PLUGIN)?.join(name);
-            let group = ownership::fs_group(pod)
-                .map_err(|r| blame.invalid("securityContext.fsGroup", r))?;
-            match ed.medium.as_deref().unwrap_or("") {
-                "" => {
-                    let new = std::fs::symlink_metadata(&dir).is_err();
-                    empty_dir::setup_dir(&dir).map_err(|e| {
-                        blame.failed(format!("cannot create {}: {e}", dir.display()))
-                    })?;
-                    if new {
-                        empty_dir_group(&dir, group, blame);
-                    }
-                    Ok(HostVolume {
-                        path: dir,
-                        read_only: false,
-                        kind: VolumeKind::EmptyDir,
-                    })
-                }
-                "Memory" => {
-                    let size = empty_dir::memory_size(
-                        pod,
-                        ed.size_limit.as_ref().map(|q| q.0.as_str()),
-                        ctx.allocatable.memory_bytes,
-                    );
-                    let new = mount_memory(&dir, size, m, blame.pod, name)
-                        .map_err(|r| blame.failed(r))?;
-                    if new {
-                        empty_dir_group(&dir, group, blame);
-                    }
-                    Ok(HostVolume {
-                        path: dir,
-                        read_only: false,
-                        kind: VolumeKind::EmptyDirMemory,
-                    })
-                }
-                other => Err(blame.unsupported(&format!("emptyDir medium {other:?}"))),
-            }
-        }
-        "hostPath" => {
-            let hp = vol.host_path.clone().unwrap_or_default();
-            host_path::check_path(&hp.path).map_err(|r| blame.invalid("hostPath.path", r))?;
-            let path = PathBuf::from(&hp.path);
-            host_path::check_type(&path, hp.type_.as_deref().unwrap_or(""))
-                .map_err(|r| blame.failed(r))?;
-            Ok(HostVolume {
-                path,
-                read_only: false,
-                kind: VolumeKind::HostPath,
-            })
-        }
-        "configMap" => {
-            let src = vol.config_map.clone().unwrap_or_default();
-            if src.name.is_empty() {
-                return Err(blame.invalid("configMap.name", "is required".into()));
-            }
-            let optional = src.optional.unwrap_or(false);
-            let mode = default_mode("configMap", src.default_mode)?;
-            // The object first, as upstream: a missing one leaves no directory behind.
-            let cm = fetched
-                .config_map(&src.name, optional)
-                .ok_or_else(|| blame.not_read(ObjectKind::ConfigMap, &src.name))?
-                .map_err(|e| blame.object(e))?;
-            let keys = cm.as_deref().map(object_files::config_map_keys);
-            let mut payload = downward::Payload::new();
-            object_files::collect(
-                ObjectKind::ConfigMap,
-                src.items.as_deref(),
-                &keys.unwrap_or_default(),
-                mode,
-                optional,
-                "configMap",
-                &mut payload,
-            )
-            .map_err(|e| blame.files(e))?;
-            downward::check_nesting(&payload).map_err(|r| blame.invalid("configMap.items", r))?;
-            let own = ownership()?;
-            let dir = plugin_dir(CONFIG_MAP_PLUGIN)?.join(name);
-            empty_dir::setup_dir(&dir)
-                .map_err(|e| blame.failed(format!("cannot create {}: {e}", dir.display())))?;
-            write_files(&dir, &payload, own, blame)?;
-            Ok(read_only(dir, VolumeKind::ConfigMap))
-        }
-        "secret" => {
-            let src = vol.secret.clone().unwrap_or_default();
-            let Some(secret_name) = src.secret_name.as_deref().filter(|n| !n.is_empty()) else {
-                return Err(blame.invalid("secret.secretName", "is required".into()));
-            };
-            let optional = src.optional.unwrap_or(false);
-            let mode = default_mode("secret", src.default_mode)?;
-            let secret = fetched
-                .secret(secret_name, optional)
-                .ok_or_else(|| blame.not_read(ObjectKind::Secret, secret_name))?
-                .map_err(|e| blame.object(e))?;
-            let keys = secret.as_deref().map(object_files::secret_keys);
-            let mut payload = downward::Payload::new();
-            object_files::collect(
-                ObjectKind::Secret,
-                src.items.as_deref(),
-                &keys.unwrap_or_default(),
-                mode,
-                optional,
-                "secret",
-                &mut payload,
-            )
-            .map_err(|e| blame.files(e))?;
-            downward::check_nesting(&payload).map_err(|r| blame.invalid("secret.items", r))?;
-            let own = ownership()?;
-            let dir = plugin_dir(SECRET_PLUGIN)?.join(name);
-            memory(&dir)?;
-            write_files(&dir, &payload, own, blame)?;
-            Ok(read_only(dir, VolumeKind::Secret))
-        }
-        "downwardAPI" => {
-            let src = vol.downward_api.clone().unwrap_or_default();
-            let mut payload = downward::Payload::new();
-            downward::collect(
-                pod,
-                src.items.as_deref().unwrap_or(&[]),
-                src.default_mode,
-                &ctx.allocatable,
-                "downwardAPI",
-                &mut payload,
-            )
-            .map_err(|(f, r)| blame.invalid(&f, r))?;
-            let own = ownership()?;
-            let dir = plugin_dir(DOWNWARD_API_PLUGIN)?.join(name);
-            memory(&dir)?;
-            write_files(&dir, &payload, own, blame)?;
-            Ok(read_only(dir, VolumeKind::DownwardApi))
-        }
-        "projected" => {
-            let src = vol.projected.clone().unwrap_or_default();
-            let mode = default_mode("projected", src.default_mode)?;
-            let own = ownership()?;
-            let payload = projected::collect(pod, &src, mode, own, ctx, fetched, blame)?;
-            let dir = plugin_dir(PROJECTED_PLUGIN)?.join(name);
-            memory(&dir)?;
-            write_files(&dir, &payload, own, blame)?;
-            Ok(read_only(dir, VolumeKind::Projected))
-        }
-        "persistentVolumeClaim" | "ephemeral" => {
-            persistent::setup(pod, vol, pod_dir, fetched, blame, m)
-        }
-        "csi" => fetched.csi_outcome(name).unwrap_or_else(|| {
-            Err(blame.failed("the CSI volume was not set up before this pass".into()))
-        }),
-        other => Err(blame.unsupported(other)),
-    }
+    let field = kinds.first().map(String::as_str).unwrap_or("emptyDir");
+    let Some(source) = source::source_of(field) else {
+        return Err(blame.unsupported(field));
+    };
+    let cx = source::SetUp {
+        pod,
+        blame,
+        pod_dir,
+        ctx,
+        fetched,
+        m,
+    };
+    source.set_up(&cx, vol)
 }
 
 /// A tmpfs at `dir`; true when it was mounted now (false: it was there from an earlier pass
@@ -629,24 +459,15 @@ fn mount_memory(
     m: &dyn Mounter,
     pod: &str,
     volume: &str,
-) -> Result<bool, String> {
-    let mounted = empty_dir::setup_tmpfs(dir, size, m)
-        .map_err(|e| format!("cannot mount a tmpfs at {}: {e}", dir.display()))?;
+) -> Result<bool, TmpfsError> {
+    let mounted = empty_dir::setup_tmpfs(dir, size, m).map_err(|source| TmpfsError {
+        dir: dir.to_path_buf(),
+        source,
+    })?;
     if mounted {
         info!(pod, volume, size, path = %dir.display(), "mounted tmpfs volume");
     }
     Ok(mounted)
-}
-
-/// The pod's fsGroup on an emptyDir it just got, as upstream's emptyDir SetUpAt: once, when
-/// the folder is made (or its tmpfs mounted), whatever the pod's fsGroupChangePolicy (upstream
-/// passes none), so what the containers later write keeps the modes they give it. A failure
-/// is logged and the volume used as it is, as upstream ignores it too.
-fn empty_dir_group(dir: &Path, group: Option<u32>, blame: &Blame<'_>) {
-    let Some(group) = group else { return };
-    if let Err(e) = fs_group::apply(dir, group, fs_group::ChangePolicy::Always) {
-        warn!(pod = blame.pod, volume = blame.volume, group, error = %e, "cannot apply fsGroup to emptyDir");
-    }
 }
 
 /// The files of a configMap, secret, downwardAPI or projected volume, written by the atomic

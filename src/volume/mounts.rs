@@ -129,7 +129,9 @@ fn one_mount(
             ))
         }
         (Some(s), None) => Some(s.to_string()),
-        (None, Some(e)) => Some(expand_sub_path(e, env).map_err(|r| ("subPathExpr", r))?),
+        (None, Some(e)) => {
+            Some(expand_sub_path(e, env).map_err(|r| ("subPathExpr", r.to_string()))?)
+        }
         (None, None) => None,
     };
     let field = if m.sub_path_expr.as_deref().is_some_and(|s| !s.is_empty()) {
@@ -219,7 +221,7 @@ fn one_mount(
 
 /// `$(VAR)` expansion of subPathExpr; like upstream, a variable that is unset or empty is an
 /// error naming every such variable.
-fn expand_sub_path(expr: &str, env: &[(String, String)]) -> Result<String, String> {
+fn expand_sub_path(expr: &str, env: &[(String, String)]) -> Result<String, MissingValues> {
     let missing = RefCell::new(BTreeSet::new());
     let out = expand(
         expr,
@@ -235,12 +237,14 @@ fn expand_sub_path(expr: &str, env: &[(String, String)]) -> Result<String, Strin
     if missing.is_empty() {
         Ok(out)
     } else {
-        Err(format!(
-            "missing value for {}",
-            missing.into_iter().collect::<Vec<_>>().join(", ")
-        ))
+        Err(MissingValues(missing.into_iter().collect()))
     }
 }
+
+/// The variables a subPathExpr names that are unset or empty.
+#[derive(Debug, thiserror::Error)]
+#[error("missing value for {}", .0.join(", "))]
+struct MissingValues(Vec<String>);
 
 #[cfg(test)]
 mod tests {

@@ -4,10 +4,16 @@
 //! with upstream's words.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
-use k8s_openapi::api::core::v1::{ConfigMap, KeyToPath, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, KeyToPath, Secret, Volume};
 
 use super::downward::{check_mode, clean_path, FileProjection, Payload};
+use super::source::{SetUp, VolumeSource};
+use super::{
+    downward, empty_dir, write_files, written_before, HostVolume, VolumeError, VolumeKind,
+    CONFIG_MAP_PLUGIN, SECRET_PLUGIN,
+};
 use crate::objects::ObjectKind;
 
 /// Why the files cannot be made.
@@ -64,16 +70,20 @@ pub fn collect(
         for (k, v) in keys {
             // The API validates keys as file names; a bad one is still refused here
             // rather than written outside the volume.
-            let path = clean_path(k).map_err(|r| FilesError::Field(format!("{field} key"), r))?;
+            let path = clean_path(k)
+                .map_err(|r| FilesError::Field(format!("{field} key"), r.to_string()))?;
             out.insert(path, file(v, default_mode));
         }
         return Ok(());
     };
     for (i, ktp) in items.iter().enumerate() {
         let f = format!("{field}.items[{i}]");
-        let path = clean_path(&ktp.path).map_err(|r| FilesError::Field(format!("{f}.path"), r))?;
+        let path = clean_path(&ktp.path)
+            .map_err(|r| FilesError::Field(format!("{f}.path"), r.to_string()))?;
         let mode = match ktp.mode {
-            Some(m) => check_mode(m).map_err(|r| FilesError::Field(format!("{f}.mode"), r))?,
+            Some(m) => {
+                check_mode(m).map_err(|r| FilesError::Field(format!("{f}.mode"), r.to_string()))?
+            }
             None => default_mode,
         };
         let Some(data) = keys.get(ktp.key.as_str()) else {
@@ -90,6 +100,118 @@ pub fn collect(
         out.insert(path, file(data, mode));
     }
     Ok(())
+}
+
+/// configMap volumes: the ConfigMap's keys as files, on the node's disk.
+pub(super) struct ConfigMapSource;
+
+impl VolumeSource for ConfigMapSource {
+    fn field(&self) -> &'static str {
+        "configMap"
+    }
+
+    fn set_up(&self, cx: &SetUp<'_>, vol: &Volume) -> Result<HostVolume, VolumeError> {
+        let blame = cx.blame;
+        let src = vol.config_map.clone().unwrap_or_default();
+        if src.name.is_empty() {
+            return Err(blame.invalid("configMap.name", "is required".into()));
+        }
+        let optional = src.optional.unwrap_or(false);
+        let mode = cx.default_mode("configMap", src.default_mode)?;
+        // The object first, as upstream: a missing one leaves no directory behind.
+        let cm = cx
+            .fetched
+            .config_map(&src.name, optional)
+            .ok_or_else(|| blame.not_read(ObjectKind::ConfigMap, &src.name))?
+            .map_err(|e| blame.object(e))?;
+        let keys = cm.as_deref().map(config_map_keys);
+        let mut payload = Payload::new();
+        collect(
+            ObjectKind::ConfigMap,
+            src.items.as_deref(),
+            &keys.unwrap_or_default(),
+            mode,
+            optional,
+            "configMap",
+            &mut payload,
+        )
+        .map_err(|e| blame.files(e))?;
+        downward::check_nesting(&payload)
+            .map_err(|r| blame.invalid("configMap.items", r.to_string()))?;
+        let own = cx.ownership()?;
+        let dir = cx.volume_dir(CONFIG_MAP_PLUGIN)?;
+        empty_dir::setup_dir(&dir)
+            .map_err(|e| blame.failed(format!("cannot create {}: {e}", dir.display())))?;
+        write_files(&dir, &payload, own, blame)?;
+        Ok(HostVolume {
+            path: dir,
+            read_only: true,
+            kind: VolumeKind::ConfigMap,
+        })
+    }
+
+    fn set_up_before(&self, vol: &Volume, pod_dir: &Path) -> Option<HostVolume> {
+        written_before(vol, pod_dir, CONFIG_MAP_PLUGIN, VolumeKind::ConfigMap)
+    }
+
+    fn plugin_of_spec(&self, _vol: &Volume) -> Option<String> {
+        Some(VolumeKind::ConfigMap.plugin_name().to_string())
+    }
+}
+
+/// secret volumes: the Secret's keys as files, on a tmpfs.
+pub(super) struct SecretSource;
+
+impl VolumeSource for SecretSource {
+    fn field(&self) -> &'static str {
+        "secret"
+    }
+
+    fn set_up(&self, cx: &SetUp<'_>, vol: &Volume) -> Result<HostVolume, VolumeError> {
+        let blame = cx.blame;
+        let src = vol.secret.clone().unwrap_or_default();
+        let Some(secret_name) = src.secret_name.as_deref().filter(|n| !n.is_empty()) else {
+            return Err(blame.invalid("secret.secretName", "is required".into()));
+        };
+        let optional = src.optional.unwrap_or(false);
+        let mode = cx.default_mode("secret", src.default_mode)?;
+        let secret = cx
+            .fetched
+            .secret(secret_name, optional)
+            .ok_or_else(|| blame.not_read(ObjectKind::Secret, secret_name))?
+            .map_err(|e| blame.object(e))?;
+        let keys = secret.as_deref().map(secret_keys);
+        let mut payload = Payload::new();
+        collect(
+            ObjectKind::Secret,
+            src.items.as_deref(),
+            &keys.unwrap_or_default(),
+            mode,
+            optional,
+            "secret",
+            &mut payload,
+        )
+        .map_err(|e| blame.files(e))?;
+        downward::check_nesting(&payload)
+            .map_err(|r| blame.invalid("secret.items", r.to_string()))?;
+        let own = cx.ownership()?;
+        let dir = cx.volume_dir(SECRET_PLUGIN)?;
+        cx.memory(&dir)?;
+        write_files(&dir, &payload, own, blame)?;
+        Ok(HostVolume {
+            path: dir,
+            read_only: true,
+            kind: VolumeKind::Secret,
+        })
+    }
+
+    fn set_up_before(&self, vol: &Volume, pod_dir: &Path) -> Option<HostVolume> {
+        written_before(vol, pod_dir, SECRET_PLUGIN, VolumeKind::Secret)
+    }
+
+    fn plugin_of_spec(&self, _vol: &Volume) -> Option<String> {
+        Some(VolumeKind::Secret.plugin_name().to_string())
+    }
 }
 
 #[cfg(test)]

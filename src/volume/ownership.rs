@@ -56,7 +56,7 @@ impl Ownership {
 
 /// The pod's fsGroup, when it has one the kernel can take (a gid is 32 bits; the API
 /// already refuses negative ones).
-pub fn fs_group(pod: &Pod) -> Result<Option<u32>, String> {
+pub fn fs_group(pod: &Pod) -> Result<Option<u32>, InvalidGroup> {
     let Some(g) = pod
         .spec
         .as_ref()
@@ -67,7 +67,16 @@ pub fn fs_group(pod: &Pod) -> Result<Option<u32>, String> {
     };
     u32::try_from(g)
         .map(Some)
-        .map_err(|_| format!("{g} is not a valid group id"))
+        .map_err(|source| InvalidGroup { group: g, source })
+}
+
+/// An fsGroup the kernel cannot take.
+#[derive(Debug, thiserror::Error)]
+#[error("{group} is not a valid group id")]
+pub struct InvalidGroup {
+    group: i64,
+    #[source]
+    source: std::num::TryFromIntError,
 }
 
 /// Upstream's FsUserFrom: the runAsUser every init and app container runs with (its own, or

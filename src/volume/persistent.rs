@@ -28,23 +28,61 @@ use tracing::info;
 
 use super::fetch::{claim_name, Fetched};
 use super::mounter::Mounter;
+use super::source::{SetUp, VolumeSource};
 use super::{fs_group, host_path, Blame, HostVolume, VolumeError, VolumeKind};
 use crate::objects::ObjectError;
 
 pub const LOCAL_VOLUME_PLUGIN: &str = "kubernetes.io~local-volume";
 
 /// Why a pod's claim cannot be used yet, in upstream's words.
+#[derive(Debug, thiserror::Error)]
+enum ClaimError {
+    #[error("failed to fetch PVC from API server: {0}")]
+    FetchClaim(#[source] Arc<ObjectError>),
+    #[error("the claim was not read before the set-up")]
+    ClaimNotRead,
+    #[error(
+        "PVC {namespace}/{claim} was not created for pod {namespace}/{pod} (pod is not owner)"
+    )]
+    NotOwner {
+        namespace: String,
+        claim: String,
+        pod: String,
+    },
+    #[error("PVC is being deleted")]
+    Deleting,
+    #[error("PVC is not bound")]
+    NotBound,
+    #[error("failed to fetch PV {pv} from API server: {source}")]
+    FetchVolume {
+        pv: String,
+        #[source]
+        source: Arc<ObjectError>,
+    },
+    #[error("PV {0} was not read before the set-up")]
+    VolumeNotRead(String),
+    #[error("found PV object {0} but it has a nil pv.Spec.ClaimRef indicating it is not yet bound to the claim")]
+    NoClaimRef(String),
+    #[error("found PV object {pv} but its pv.Spec.ClaimRef.UID {have} does not point to claim.UID {want}")]
+    OtherClaim {
+        pv: String,
+        have: String,
+        want: String,
+    },
+}
+
+/// The claim and its volume, or why the claim cannot be used yet.
 fn claim_reason(
     pod: &Pod,
     vol: &Volume,
     claim: &str,
     read: Option<Result<Arc<PersistentVolumeClaim>, Arc<ObjectError>>>,
     fetched: &Fetched,
-) -> Result<(Arc<PersistentVolumeClaim>, Arc<PersistentVolume>), String> {
+) -> Result<(Arc<PersistentVolumeClaim>, Arc<PersistentVolume>), ClaimError> {
     let pvc = match read {
         Some(Ok(c)) => c,
-        Some(Err(e)) => return Err(format!("failed to fetch PVC from API server: {e}")),
-        None => return Err("the claim was not read before the set-up".into()),
+        Some(Err(e)) => return Err(ClaimError::FetchClaim(e)),
+        None => return Err(ClaimError::ClaimNotRead),
     };
     if vol.ephemeral.is_some() {
         let pod_uid = pod.metadata.uid.as_deref().unwrap_or_default();
@@ -57,13 +95,15 @@ fn claim_reason(
         if !owned {
             let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
             let name = pod.metadata.name.as_deref().unwrap_or_default();
-            return Err(format!(
-                "PVC {ns}/{claim} was not created for pod {ns}/{name} (pod is not owner)"
-            ));
+            return Err(ClaimError::NotOwner {
+                namespace: ns.to_string(),
+                claim: claim.to_string(),
+                pod: name.to_string(),
+            });
         }
     }
     if pvc.metadata.deletion_timestamp.is_some() {
-        return Err("PVC is being deleted".into());
+        return Err(ClaimError::Deleting);
     }
     let phase = pvc.status.as_ref().and_then(|s| s.phase.as_deref());
     let pv_name = pvc
@@ -72,25 +112,30 @@ fn claim_reason(
         .and_then(|s| s.volume_name.as_deref())
         .unwrap_or_default();
     if phase != Some("Bound") || pv_name.is_empty() {
-        return Err("PVC is not bound".into());
+        return Err(ClaimError::NotBound);
     }
     let pv = match fetched.persistent_volume(pv_name) {
         Some(Ok(pv)) => pv,
-        Some(Err(e)) => return Err(format!("failed to fetch PV {pv_name} from API server: {e}")),
-        None => return Err(format!("PV {pv_name} was not read before the set-up")),
+        Some(Err(source)) => {
+            return Err(ClaimError::FetchVolume {
+                pv: pv_name.to_string(),
+                source,
+            })
+        }
+        None => return Err(ClaimError::VolumeNotRead(pv_name.to_string())),
     };
     let claim_ref = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
     let Some(claim_ref) = claim_ref else {
-        return Err(format!(
-            "found PV object {pv_name} but it has a nil pv.Spec.ClaimRef indicating it is not yet bound to the claim"
-        ));
+        return Err(ClaimError::NoClaimRef(pv_name.to_string()));
     };
     let want = pvc.metadata.uid.as_deref().unwrap_or_default();
     let have = claim_ref.uid.as_deref().unwrap_or_default();
     if have != want {
-        return Err(format!(
-            "found PV object {pv_name} but its pv.Spec.ClaimRef.UID {have} does not point to claim.UID {want}"
-        ));
+        return Err(ClaimError::OtherClaim {
+            pv: pv_name.to_string(),
+            have: have.to_string(),
+            want: want.to_string(),
+        });
     }
     Ok((pvc, pv))
 }
@@ -113,11 +158,11 @@ pub(super) fn resolve(
         .as_ref()
         .is_some_and(|r| r.as_ref().is_err_and(|e| !e.is_not_found()));
     let (_, pv) =
-        claim_reason(pod, vol, &claim, read, fetched).map_err(|reason| VolumeError::Claim {
+        claim_reason(pod, vol, &claim, read, fetched).map_err(|e| VolumeError::Claim {
             pod: blame.pod.to_string(),
             volume: blame.volume.to_string(),
             claim: format!("{namespace}/{claim}"),
-            reason,
+            reason: e.to_string(),
             transient,
         })?;
     let read_only = vol
@@ -182,10 +227,10 @@ pub(super) fn setup(
     }
     if let Some(hp) = &spec.host_path {
         host_path::check_path(&hp.path)
-            .map_err(|r| pv_blame.invalid("persistentVolume hostPath.path", r))?;
+            .map_err(|r| pv_blame.invalid("persistentVolume hostPath.path", r.to_string()))?;
         let path = PathBuf::from(&hp.path);
         host_path::check_type(&path, hp.type_.as_deref().unwrap_or(""))
-            .map_err(|r| pv_blame.failed(r))?;
+            .map_err(|r| pv_blame.failed(r.to_string()))?;
         return Ok(HostVolume {
             path,
             read_only,
@@ -253,7 +298,8 @@ fn setup_local(
     blame: &Blame<'_>,
     m: &dyn Mounter,
 ) -> Result<HostVolume, VolumeError> {
-    host_path::check_path(path).map_err(|r| blame.invalid("persistentVolume local.path", r))?;
+    host_path::check_path(path)
+        .map_err(|r| blame.invalid("persistentVolume local.path", r.to_string()))?;
     let source = PathBuf::from(path);
     if std::fs::metadata(&source).is_err() {
         return Err(blame.failed(format!(
@@ -270,7 +316,7 @@ fn setup_local(
         .map_err(|e| blame.failed(format!("cannot create {}: {e}", dir.display())))?;
     // Read before the bind, so a spec error leaves no mount behind.
     let group = match super::ownership::fs_group(pod)
-        .map_err(|r| blame.invalid("securityContext.fsGroup", r))?
+        .map_err(|r| blame.invalid("securityContext.fsGroup", r.to_string()))?
     {
         Some(g) if !read_only => {
             let policy = fs_group::change_policy(pod)
@@ -320,4 +366,18 @@ fn setup_local(
         read_only,
         kind: VolumeKind::Local,
     })
+}
+
+/// persistentVolumeClaim and generic `ephemeral` volumes (the field each serves): followed to
+/// their bound PersistentVolume, which names its plugin.
+pub(super) struct Claim(pub(super) &'static str);
+
+impl VolumeSource for Claim {
+    fn field(&self) -> &'static str {
+        self.0
+    }
+
+    fn set_up(&self, cx: &SetUp<'_>, vol: &Volume) -> Result<HostVolume, VolumeError> {
+        setup(cx.pod, vol, cx.pod_dir, cx.fetched, cx.blame, cx.m)
+    }
 }

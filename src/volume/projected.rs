@@ -4,15 +4,20 @@
 //! together (upstream's aggregate: one error as it is, several as `[a, b]`), so one event
 //! shows everything the pod waits for.
 
+use std::path::Path;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Pod, ProjectedVolumeSource};
+use k8s_openapi::api::core::v1::{Pod, ProjectedVolumeSource, Volume};
 
 use super::downward::{self, FileProjection, Payload};
 use super::fetch::{token_spec, Fetched};
 use super::object_files::{self, FilesError};
 use super::ownership::{self, Ownership, PRIVATE_TOKEN_MODE};
-use super::{set_fields, Blame, DownwardContext, VolumeError};
+use super::source::{SetUp, VolumeSource};
+use super::{
+    set_fields, write_files, written_before, Blame, DownwardContext, HostVolume, VolumeError,
+    VolumeKind, PROJECTED_PLUGIN,
+};
 use crate::objects::{ObjectError, ObjectKind};
 
 /// What stops one source from giving its files, kept typed so a lone object error reaches
@@ -137,7 +142,7 @@ pub(super) fn collect(
             "serviceAccountToken" => {
                 let tp = s.service_account_token.clone().unwrap_or_default();
                 let path = downward::clean_path(&tp.path)
-                    .map_err(|r| blame.invalid(&format!("{field}.path"), r))?;
+                    .map_err(|r| blame.invalid(&format!("{field}.path"), r.to_string()))?;
                 let spec = token_spec(pod, &tp);
                 let read = fetched.token(&spec).ok_or_else(|| {
                     blame.failed(format!(
@@ -175,6 +180,39 @@ pub(super) fn collect(
             return Err(blame.failed(format!("[{}]", all.join(", "))));
         }
     }
-    downward::check_nesting(&payload).map_err(|r| blame.invalid("projected.sources", r))?;
+    downward::check_nesting(&payload)
+        .map_err(|r| blame.invalid("projected.sources", r.to_string()))?;
     Ok(payload)
+}
+
+/// projected volumes: several sources' files in one folder, on a tmpfs.
+pub(super) struct Projected;
+
+impl VolumeSource for Projected {
+    fn field(&self) -> &'static str {
+        "projected"
+    }
+
+    fn set_up(&self, cx: &SetUp<'_>, vol: &Volume) -> Result<HostVolume, VolumeError> {
+        let src = vol.projected.clone().unwrap_or_default();
+        let mode = cx.default_mode("projected", src.default_mode)?;
+        let own = cx.ownership()?;
+        let payload = collect(cx.pod, &src, mode, own, cx.ctx, cx.fetched, cx.blame)?;
+        let dir = cx.volume_dir(PROJECTED_PLUGIN)?;
+        cx.memory(&dir)?;
+        write_files(&dir, &payload, own, cx.blame)?;
+        Ok(HostVolume {
+            path: dir,
+            read_only: true,
+            kind: VolumeKind::Projected,
+        })
+    }
+
+    fn set_up_before(&self, vol: &Volume, pod_dir: &Path) -> Option<HostVolume> {
+        written_before(vol, pod_dir, PROJECTED_PLUGIN, VolumeKind::Projected)
+    }
+
+    fn plugin_of_spec(&self, _vol: &Volume) -> Option<String> {
+        Some(VolumeKind::Projected.plugin_name().to_string())
+    }
 }

@@ -16,7 +16,7 @@ use crate::runtime::containers::{ContainerRecord, State};
 use crate::runtime::labels::{self, Kind};
 use crate::stats::summary::PvcReference;
 use crate::stats::{Measure, VolumeInfo};
-use crate::volume::{PodVolumes, VolumeKind};
+use crate::volume::{PodVolumes, Usage};
 
 impl Worker {
     /// Computes the pod's status from the pass's view and hands it to the status manager.
@@ -176,21 +176,17 @@ pub(super) fn stats_volumes(pod: &Pod, volumes: &PodVolumes, root_dir: &Path) ->
         .iter()
         .filter_map(|(name, v)| {
             let mut path = v.path.clone();
-            let (measure, ephemeral) = match v.kind {
-                VolumeKind::EmptyDir | VolumeKind::ConfigMap => (Measure::Walk, true),
-                VolumeKind::EmptyDirMemory
-                | VolumeKind::Secret
-                | VolumeKind::DownwardApi
-                | VolumeKind::Projected => (Measure::Walk, false),
-                VolumeKind::Local => (Measure::StatFs, false),
-                VolumeKind::Csi => (Measure::Reported, false),
-                VolumeKind::LocalBlock => (Measure::DeviceSize, false),
-                VolumeKind::CsiBlock => {
+            let (measure, ephemeral) = match v.kind.usage() {
+                Usage::Walk { node_disk } => (Measure::Walk, node_disk),
+                Usage::StatFs => (Measure::StatFs, false),
+                Usage::Reported => (Measure::Reported, false),
+                Usage::DeviceSize => (Measure::DeviceSize, false),
+                Usage::ReportedForMapFile => {
                     let folder = v.path.file_name()?.to_string_lossy();
                     path = crate::volume::csi::block_map_file(root_dir, &folder, uid);
                     (Measure::Reported, false)
                 }
-                VolumeKind::HostPath => return None,
+                Usage::NotMeasured => return None,
             };
             let source = spec.iter().find(|s| s.name == name);
             let claim = source.and_then(|s| {
@@ -222,6 +218,7 @@ fn is_terminal(phase: Option<&str>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::volume::VolumeKind;
 
     #[test]
     fn volumes_are_measured_as_upstreams_plugins_measure_them() {

@@ -146,7 +146,7 @@ pub(super) async fn set_up(
         match mapped {
             Some(Ok(())) => return Ok(done),
             Some(Err(e)) => {
-                let reason = block::lock_failed(&paths.dev, &uid, &e);
+                let reason = block::lock_failed(&paths.dev, &uid, e);
                 return Err((
                     format!(
                         "MapVolume.MapBlockVolume failed for volume {:?} : {reason}",
@@ -168,12 +168,12 @@ pub(super) async fn set_up(
     };
     {
         let (d, l, p) = (paths.data.clone(), link.clone(), publish.clone());
-        blocking(move || -> Result<(), String> {
-            write_json(&d, &data).map_err(|e| e.to_string())?;
-            block::link(&p, &l)
+        blocking(move || -> Result<(), SaveError> {
+            write_json(&d, &data).map_err(SaveError::Data)?;
+            block::link(&p, &l).map_err(SaveError::Link)
         })
         .await
-        .unwrap_or_else(|| Err("the blocking thread was lost".into()))
+        .unwrap_or(Err(SaveError::ThreadLost))
         .map_err(|e| {
             (
                 format!(
@@ -220,7 +220,7 @@ pub(super) async fn set_up(
         if !staged {
             let secrets = credentials(objects, "NodeStageSecretRef", &v.stage_secret)
                 .await
-                .map_err(|e| (step.stage_failed(v, e), true))?;
+                .map_err(|e| (step.stage_failed(v, e.to_string()), true))?;
             let req = pb::NodeStageVolumeRequest {
                 volume_id: v.handle.clone(),
                 publish_context: publish_context.clone(),
@@ -260,7 +260,7 @@ pub(super) async fn set_up(
     }
     let secrets = credentials(objects, "NodePublishSecretRef", &v.publish_secret)
         .await
-        .map_err(|e| (step.publish_failed(v, e), true))?;
+        .map_err(|e| (step.publish_failed(v, e.to_string()), true))?;
     let req = pb::NodePublishVolumeRequest {
         volume_id: v.handle.clone(),
         publish_context,
@@ -288,7 +288,8 @@ pub(super) async fn set_up(
     let mapped = blocking(move || -> Result<PathBuf, (String, &'static str)> {
         let device = std::fs::canonicalize(&p)
             .map_err(|e| (format!("{}: {e}", p.display()), "EvalHostSymlinks"))?;
-        block::map(&device, &dev, &u, &l, mm.as_ref()).map_err(|r| (r, "MapBlockVolume"))?;
+        block::map(&device, &dev, &u, &l, mm.as_ref())
+            .map_err(|r| (r.to_string(), "MapBlockVolume"))?;
         Ok(device)
     })
     .await
@@ -462,6 +463,17 @@ async fn unstage(
         )),
         None => Ok(()),
     }
+}
+
+/// Why a block volume's data file or pod link could not be saved before its driver calls.
+#[derive(Debug, thiserror::Error)]
+enum SaveError {
+    #[error("{0}")]
+    Data(#[source] std::io::Error),
+    #[error("{0}")]
+    Link(#[source] block::MapError),
+    #[error("the blocking thread was lost")]
+    ThreadLost,
 }
 
 #[cfg(test)]

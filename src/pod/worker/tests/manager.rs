@@ -35,7 +35,7 @@ async fn orphans_found_at_start_are_removed_once_the_sources_have_reported() {
         .leave_running_sandbox(&orphan, "sandbox-of-the-orphan");
     let mut m = PodManager::new(h.shared.clone(), &[SourceKind::File]);
     m.recover().await;
-    assert!(m.orphans.contains_key("orphan-uid"));
+    assert!(m.pods.orphan("orphan-uid").is_some());
     let kept = pod(&[], &["app"], "Always");
     m.apply(update(&[&kept])).await;
     let done = tokio::time::timeout(Duration::from_secs(300), m.done_rx.recv())
