@@ -29,7 +29,6 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[
     ("metrics", "node"),
     ("metrics", "stats"),
     ("metrics", "volume"),
-    ("objects", "source"),
     ("pod", "node"),
     ("pod", "source"),
     ("runtime", "pod"),

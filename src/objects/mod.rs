@@ -212,7 +212,7 @@ pub enum ServicesWait {
 impl ServicesWait {
     /// Upstream's rule: only a static pod goes without the first listing.
     pub fn for_pod(pod: &Pod) -> ServicesWait {
-        if crate::source::static_pod::is_static_pod(pod) {
+        if crate::vocabulary::pod_source::is_static_pod(pod) {
             ServicesWait::No
         } else {
             ServicesWait::ForFirstList

@@ -21,7 +21,7 @@ pub(crate) use sysctls::normalize as normalize_sysctl;
 pub use sysctls::{kernel_version, SysctlAllowlist};
 
 use super::status::ktime;
-use crate::source::static_pod::is_static_pod;
+use crate::vocabulary::pod_source::is_static_pod;
 use crate::vocabulary::qos::qos_class;
 use crate::vocabulary::quantity::Quantity;
 use crate::volume::Allocatable;

@@ -240,7 +240,7 @@ impl PodManager {
             Some(p) if p.metadata.deletion_timestamp.is_some() => true,
             Some(p) => {
                 info!(pod = %pod_ref(&p).display(), "pod wanted again after it stopped; starting it again");
-                crate::metrics::pod_restarted(crate::source::static_pod::is_static_pod(&p));
+                crate::metrics::pod_restarted(crate::vocabulary::pod_source::is_static_pod(&p));
                 self.spawn(pod_ref(&p), Some(p));
                 return;
             }
@@ -264,7 +264,7 @@ impl PodManager {
     }
 
     fn pod_counts(&self) -> crate::metrics::PodCounts {
-        use crate::source::static_pod::is_static_pod;
+        use crate::vocabulary::pod_source::is_static_pod;
         let static_label = |s: bool| if s { "true" } else { "" };
         let mut counts = crate::metrics::PodCounts::default();
         let mut seen = HashSet::new();
@@ -454,7 +454,9 @@ impl PodManager {
 
     fn spawn(&mut self, r: PodRef, pod: Option<Arc<Pod>>) {
         let uid = r.uid.clone();
-        let static_pod = pod.as_deref().map(crate::source::static_pod::is_static_pod);
+        let static_pod = pod
+            .as_deref()
+            .map(crate::vocabulary::pod_source::is_static_pod);
         let (tx, rx) = watch::channel(pod);
         let wake = Arc::new(Notify::new());
         let pod = r.clone();

@@ -28,8 +28,8 @@ pub fn is_node_critical(pod: &Pod) -> bool {
 /// Upstream's IsCriticalPod: a static or mirror pod, or one at system-critical priority.
 /// Such pods are never evicted and pass admission under node pressure.
 pub fn is_critical(pod: &Pod) -> bool {
-    crate::source::static_pod::is_static_pod(pod)
-        || crate::source::apiserver::is_mirror_pod(pod)
+    crate::vocabulary::pod_source::is_static_pod(pod)
+        || crate::vocabulary::pod_source::is_mirror_pod(pod)
         || pod
             .spec
             .as_ref()

@@ -9,8 +9,8 @@ use super::*;
 use crate::config::Config;
 use crate::runtime::events::OomSeen;
 use crate::runtime::fake::FakeRuntime;
-use crate::source::static_pod::CONFIG_SOURCE_ANNOTATION;
 use crate::source::SourcedPod;
+use crate::vocabulary::pod_source::CONFIG_SOURCE_ANNOTATION;
 
 fn shared(dir: &std::path::Path) -> Arc<Shared> {
     shared_with(dir, |_| {})

@@ -26,11 +26,10 @@ use kube::Api;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use super::static_pod::{CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
 use super::{SourceKind, SourceUpdate, SourcedPod};
-
-/// Marks a mirror pod: the API server's copy of a static pod, made by the agent.
-pub const CONFIG_MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+use crate::vocabulary::pod_source::{
+    is_mirror_pod, CONFIG_MIRROR_ANNOTATION, CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION,
+};
 
 /// Annotations the agent keeps on its own copy of a pod (upstream's localAnnotations); a
 /// difference in them alone is not a change of the pod.
@@ -60,14 +59,6 @@ pub struct ApiPodsView {
 
 /// The source publishes each new view; readers hold a receiver.
 pub type ApiPods = watch::Receiver<Arc<ApiPodsView>>;
-
-/// Whether a pod is a mirror pod (`kubernetes.io/config.mirror` set).
-pub fn is_mirror_pod(pod: &Pod) -> bool {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(CONFIG_MIRROR_ANNOTATION))
-}
 
 /// Starts watching the pods bound to `node_name`. Desired pods go to `tx` (source `api`);
 /// the returned receiver sees every pod, mirrors included. The task ends only when `tx`'s

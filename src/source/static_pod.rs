@@ -12,21 +12,9 @@ use super::validation::{
     dns1123_subdomain_problems, validate_pod, FieldError, FieldErrorKind, ValidationErrors,
 };
 use super::{SourceKind, SourcedPod};
-
-pub const CONFIG_HASH_ANNOTATION: &str = "kubernetes.io/config.hash";
-pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
-pub const CONFIG_SEEN_ANNOTATION: &str = "kubernetes.io/config.seen";
-
-/// Whether the pod came from a file or URL rather than the API server (upstream's
-/// IsStaticPod): its `kubernetes.io/config.source` is set and is not "api". A pod without
-/// the annotation is not static.
-pub fn is_static_pod(pod: &Pod) -> bool {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(CONFIG_SOURCE_ANNOTATION))
-        .is_some_and(|s| s != "api")
-}
+use crate::vocabulary::pod_source::{
+    CONFIG_HASH_ANNOTATION, CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION,
+};
 
 /// `<name>-<node>`: unique among nodes, as upstream names static pods.
 pub fn static_pod_name(name: &str, node_name: &str) -> String {

@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::source::static_pod::CONFIG_SOURCE_ANNOTATION;
+use crate::vocabulary::pod_source::CONFIG_SOURCE_ANNOTATION;
 
 fn pod(port: serde_json::Value, host_net: bool) -> Pod {
     serde_json::from_value(json!({

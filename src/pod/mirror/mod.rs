@@ -33,7 +33,7 @@ use super::api_calls::{delete_now, error_chain, full_name, pods_api, SYNC_PERIOD
 use super::status_manager::{StatusManager, StatusSubscription};
 use crate::node::NodeView;
 use crate::source::apiserver::{ApiPods, ApiPodsView};
-use crate::source::static_pod::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
+use crate::vocabulary::pod_source::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
 
 pub const CONFIG_MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 /// The config source of pods from the API server.

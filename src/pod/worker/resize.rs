@@ -215,7 +215,7 @@ impl Worker {
         }
         let decision = allocation::decide(
             pod,
-            crate::source::static_pod::is_static_pod(pod),
+            crate::vocabulary::pod_source::is_static_pod(pod),
             self.pod_allocatable(),
             store.others_requests(&uid),
         );

@@ -982,7 +982,7 @@ mod tests {
         let mut static_pod = api_pod.clone();
         static_pod.metadata.annotations = Some(
             [(
-                crate::source::static_pod::CONFIG_SOURCE_ANNOTATION.to_string(),
+                crate::vocabulary::pod_source::CONFIG_SOURCE_ANNOTATION.to_string(),
                 "file".to_string(),
             )]
             .into(),

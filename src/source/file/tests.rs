@@ -1,5 +1,5 @@
 use super::*;
-use crate::source::static_pod::CONFIG_SEEN_ANNOTATION;
+use crate::vocabulary::pod_source::CONFIG_SEEN_ANNOTATION;
 
 /// Long enough that only inotify can explain a prompt update.
 const NO_RESYNC: Duration = Duration::from_secs(3600);
