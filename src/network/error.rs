@@ -34,7 +34,7 @@ pub enum NetworkError {
     InvalidConfig {
         file: PathBuf,
         #[source]
-        source: super::cni::ConfigError,
+        source: Box<super::cni::ConfigError>,
     },
 
     #[error("CNI plugin {plugin:?} of network {network:?} not found in {dirs}")]
@@ -92,7 +92,7 @@ pub enum NetworkError {
         command: &'static str,
         sandbox: String,
         #[source]
-        source: super::cni::ResultError,
+        source: Box<super::cni::ResultError>,
     },
 
     #[error("CNI network {network:?} gave sandbox {sandbox} no IP address on {ifname}")]

@@ -124,7 +124,7 @@ impl NetworkList {
     pub fn from_conflist_bytes(bytes: &[u8], file: &Path) -> Result<Self, NetworkError> {
         let invalid = |source: ConfigError| NetworkError::InvalidConfig {
             file: file.to_path_buf(),
-            source,
+            source: Box::new(source),
         };
         let top = parse_object(bytes).map_err(invalid)?;
         let name = required_string(&top, "name").map_err(invalid)?;
@@ -161,7 +161,7 @@ impl NetworkList {
     pub fn from_single_conf_bytes(bytes: &[u8], file: &Path) -> Result<Self, NetworkError> {
         let invalid = |source: ConfigError| NetworkError::InvalidConfig {
             file: file.to_path_buf(),
-            source,
+            source: Box::new(source),
         };
         let raw = parse_object(bytes).map_err(invalid)?;
         if !raw.contains_key("type") && raw.contains_key("plugins") {

@@ -160,7 +160,7 @@ impl Cni {
                 network: main.name.clone(),
                 command: CniCommand::Add.as_str(),
                 sandbox: att.req.sandbox_id.clone(),
-                source,
+                source: Box::new(source),
             }
         })?;
         if ips.is_empty() {
