@@ -118,7 +118,7 @@ pub(crate) fn client_config_valid_until(kubeconfig: &Path, now: SystemTime) -> O
     for cert in &certs {
         let (_, not_after) = match super::store::validity(cert) {
             Ok(v) => v,
-            Err(e) => return why_not(e),
+            Err(e) => return why_not(e.to_string()),
         };
         if now > not_after {
             return why_not(format!(

@@ -139,7 +139,7 @@ pub(crate) fn parse_pair(path: &Path, pem: &[u8]) -> Result<Pair, CertificateErr
         return Err(invalid("no certificate in it".into()));
     };
     let key = PrivateKeyDer::from_pem_slice(pem).map_err(|e| invalid(format!("its key: {e}")))?;
-    let (not_before, not_after) = validity(leaf).map_err(invalid)?;
+    let (not_before, not_after) = validity(leaf).map_err(|e| invalid(e.to_string()))?;
     let key_pem = key_pem_of(pem);
     Ok(Pair {
         chain,
@@ -176,9 +176,19 @@ fn leaf_public_key(cert: &CertificateDer<'_>) -> Option<Vec<u8>> {
     Some(parsed.public_key().raw.to_vec())
 }
 
+/// A certificate x509-parser could not read; shown as the parser's own message, which the
+/// pair's and the bootstrap kubeconfig's errors quote.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub(crate) struct UnparsableCertificate(
+    #[from] x509_parser::nom::Err<x509_parser::error::X509Error>,
+);
+
 /// The leaf's notBefore and notAfter.
-pub(crate) fn validity(cert: &CertificateDer<'_>) -> Result<(SystemTime, SystemTime), String> {
-    let (_, parsed) = x509_parser::parse_x509_certificate(cert).map_err(|e| e.to_string())?;
+pub(crate) fn validity(
+    cert: &CertificateDer<'_>,
+) -> Result<(SystemTime, SystemTime), UnparsableCertificate> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert)?;
     let at = |t: x509_parser::time::ASN1Time| {
         let secs = t.timestamp();
         if secs >= 0 {

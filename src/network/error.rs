@@ -30,8 +30,12 @@ pub enum NetworkError {
         source: std::io::Error,
     },
 
-    #[error("invalid CNI config {file}: {reason}")]
-    InvalidConfig { file: PathBuf, reason: String },
+    #[error("invalid CNI config {file}: {source}")]
+    InvalidConfig {
+        file: PathBuf,
+        #[source]
+        source: Box<super::cni::ConfigError>,
+    },
 
     #[error("CNI plugin {plugin:?} of network {network:?} not found in {dirs}")]
     PluginNotFound {
@@ -78,6 +82,17 @@ pub enum NetworkError {
         command: &'static str,
         sandbox: String,
         reason: String,
+    },
+
+    /// A result whose addresses cannot be read (the same message as [`Self::BadResult`]).
+    #[error("CNI plugin {plugin:?} of network {network:?} returned an unusable result on {command} for sandbox {sandbox}: {source}")]
+    BadAddresses {
+        plugin: String,
+        network: String,
+        command: &'static str,
+        sandbox: String,
+        #[source]
+        source: Box<super::cni::ResultError>,
     },
 
     #[error("CNI network {network:?} gave sandbox {sandbox} no IP address on {ifname}")]

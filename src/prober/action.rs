@@ -51,7 +51,7 @@ pub(crate) async fn run_probe(
     if let Some(action) = &probe.http_get {
         let req = http::request_for(action, target)?;
         return Ok(match http::get(&req, &user_agent("probe"), timeout).await {
-            Err(e) => Outcome::Failure(e),
+            Err(e) => Outcome::Failure(e.to_string()),
             Ok(r) => {
                 let body = String::from_utf8_lossy(&r.body).into_owned();
                 match r.status {
@@ -69,9 +69,9 @@ pub(crate) async fn run_probe(
     if let Some(action) = &probe.tcp_socket {
         let host = match action.host.as_deref().filter(|h| !h.is_empty()) {
             Some(h) => h.to_string(),
-            None => pod_ip(target)?,
+            None => pod_ip(target).map_err(|e| e.to_string())?,
         };
-        let port = resolve_port(&action.port, target)?;
+        let port = resolve_port(&action.port, target).map_err(|e| e.to_string())?;
         return Ok(tcp_probe(&host, port, timeout).await);
     }
     if let Some(action) = &probe.grpc {
@@ -91,11 +91,20 @@ pub(crate) async fn run_probe(
     ))
 }
 
-fn pod_ip(target: &ProbeTarget) -> Result<String, String> {
+/// A TCP probe without a host, for a pod that has no IP yet.
+#[derive(Debug, thiserror::Error)]
+#[error("pod {pod} has no IP to probe")]
+struct NoPodIp {
+    pod: String,
+}
+
+fn pod_ip(target: &ProbeTarget) -> Result<String, NoPodIp> {
     target
         .pod_ip
         .map(|ip| ip.to_string())
-        .ok_or_else(|| format!("pod {} has no IP to probe", target.pod))
+        .ok_or_else(|| NoPodIp {
+            pod: target.pod.clone(),
+        })
 }
 
 async fn exec_probe(

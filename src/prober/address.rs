@@ -20,9 +20,22 @@ pub(crate) fn join_host_port(host: &str, port: u16) -> String {
     }
 }
 
+/// Why a probe's or hook's port names no port, in upstream's words (they reach pod events).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PortError {
+    #[error("couldn't find port: {name} in container {container} of pod {pod}")]
+    NoSuchName {
+        name: String,
+        container: String,
+        pod: String,
+    },
+    #[error("invalid port number: {0}")]
+    OutOfRange(i64),
+}
+
 /// A probe's port: a number, or the name of one of the container's ports (a name that is
 /// all digits is taken as a number when no port has that name, as upstream does).
-pub(crate) fn resolve_port(port: &IntOrString, target: &ProbeTarget) -> Result<u16, String> {
+pub(crate) fn resolve_port(port: &IntOrString, target: &ProbeTarget) -> Result<u16, PortError> {
     let number = match port {
         IntOrString::Int(n) => i64::from(*n),
         IntOrString::String(name) => match target
@@ -31,16 +44,15 @@ pub(crate) fn resolve_port(port: &IntOrString, target: &ProbeTarget) -> Result<u
             .find(|p| p.name.as_deref() == Some(name.as_str()))
         {
             Some(p) => i64::from(p.container_port),
-            None => name.parse::<i64>().map_err(|_| {
-                format!(
-                    "couldn't find port: {name} in container {} of pod {}",
-                    target.container, target.pod
-                )
+            None => name.parse::<i64>().map_err(|_| PortError::NoSuchName {
+                name: name.clone(),
+                container: target.container.clone(),
+                pod: target.pod.clone(),
             })?,
         },
     };
     u16::try_from(number)
         .ok()
         .filter(|p| *p > 0)
-        .ok_or_else(|| format!("invalid port number: {number}"))
+        .ok_or(PortError::OutOfRange(number))
 }

@@ -53,7 +53,7 @@ pub async fn run_handler(
         return http::get(&req, &user_agent("lifecycle"), timeout)
             .await
             .map(|_| ())
-            .map_err(fail);
+            .map_err(|e| fail(e.to_string()));
     }
     if let Some(action) = &h.sleep {
         let wanted = Duration::from_secs(action.seconds.max(0) as u64);

@@ -30,13 +30,17 @@ mod tls {
 
     use crate::api_client::NoServerVerification;
 
-    fn connector() -> Result<tokio_rustls::TlsConnector, String> {
-        static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
+    /// rustls refusing the client configuration (shown as rustls words it).
+    #[derive(Debug, Clone, thiserror::Error)]
+    #[error(transparent)]
+    pub(super) struct TlsSetup(#[from] rustls::Error);
+
+    fn connector() -> Result<tokio_rustls::TlsConnector, TlsSetup> {
+        static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, TlsSetup>> = OnceLock::new();
         let cfg = CONFIG.get_or_init(|| {
             let provider = Arc::new(rustls::crypto::ring::default_provider());
             let cfg = rustls::ClientConfig::builder_with_provider(provider.clone())
-                .with_safe_default_protocol_versions()
-                .map_err(|e| e.to_string())?
+                .with_safe_default_protocol_versions()?
                 .dangerous()
                 .with_custom_certificate_verifier(Arc::new(NoServerVerification(
                     provider.signature_verification_algorithms,
@@ -53,11 +57,43 @@ mod tls {
     ) -> Result<TlsStream<TcpStream>, String> {
         let name = ServerName::try_from(host.to_string())
             .map_err(|e| format!("invalid TLS server name {host:?}: {e}"))?;
-        connector()?
+        connector()
+            .map_err(|e| e.to_string())?
             .connect(name, tcp)
             .await
             .map_err(|e| format!("TLS handshake with {host}: {e}"))
     }
+}
+
+/// Why a GET gave no response, worded like Go's client errors (`url` is quoted as Go's
+/// url.Error quotes it).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum GetError {
+    #[error(
+        "Get {url:?}: context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
+    )]
+    Timeout { url: String },
+    /// The connection or the exchange failed; `reason` is already worded like Go's.
+    #[error("Get {url:?}: {reason}")]
+    Send { url: String, reason: String },
+    #[error("Get {url:?}: failed to parse Location header {location:?}: {source}")]
+    Location {
+        url: String,
+        location: String,
+        #[source]
+        source: LocationError,
+    },
+    #[error("Get {url:?}: stopped after {MAX_REQUESTS} redirects")]
+    Redirects { url: String },
+}
+
+/// A Location header that names no URL.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LocationError {
+    #[error("{0}")]
+    Uri(#[source] hyper::http::uri::InvalidUri),
+    #[error("no host")]
+    NoHost,
 }
 
 /// Upstream's redirect limit: the tenth redirect is an error.
@@ -117,7 +153,7 @@ pub(crate) fn request_for(
             .map(|ip| ip.to_string())
             .ok_or_else(|| format!("pod {} has no IP to send the HTTP GET to", target.pod))?,
     };
-    let port = resolve_port(&action.port, target)?;
+    let port = resolve_port(&action.port, target).map_err(|e| e.to_string())?;
     let raw = action.path.as_deref().unwrap_or("");
     let path = if raw.starts_with('/') {
         raw.to_string()
@@ -147,32 +183,34 @@ pub(crate) async fn get(
     req: &GetRequest,
     user_agent: &str,
     timeout: Duration,
-) -> Result<Response, String> {
-    let first = req.url.to_string();
+) -> Result<Response, GetError> {
     match tokio::time::timeout(timeout, follow(req, user_agent)).await {
         Ok(r) => r,
-        Err(_) => Err(format!(
-            "Get {first:?}: context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
-        )),
+        Err(_) => Err(GetError::Timeout {
+            url: req.url.to_string(),
+        }),
     }
 }
 
-async fn follow(req: &GetRequest, user_agent: &str) -> Result<Response, String> {
+async fn follow(req: &GetRequest, user_agent: &str) -> Result<Response, GetError> {
     let mut url = req.url.clone();
     let mut sent = 0;
     loop {
-        let (resp, location) = send_once(&url, &req.headers, user_agent)
-            .await
-            .map_err(|e| format!("Get {:?}: {e}", url.to_string()))?;
+        let (resp, location) =
+            send_once(&url, &req.headers, user_agent)
+                .await
+                .map_err(|reason| GetError::Send {
+                    url: url.to_string(),
+                    reason,
+                })?;
         sent += 1;
         let Some(location) = location else {
             return Ok(resp);
         };
-        let next = resolve_location(&url, &location).map_err(|e| {
-            format!(
-                "Get {:?}: failed to parse Location header {location:?}: {e}",
-                url.to_string()
-            )
+        let next = resolve_location(&url, &location).map_err(|source| GetError::Location {
+            url: url.to_string(),
+            location: location.clone(),
+            source,
         })?;
         // Upstream's probes never leave the host they were pointed at: a redirect elsewhere
         // ends the exchange with the redirect response itself.
@@ -180,10 +218,9 @@ async fn follow(req: &GetRequest, user_agent: &str) -> Result<Response, String> 
             return Ok(resp);
         }
         if sent >= MAX_REQUESTS {
-            return Err(format!(
-                "Get {:?}: stopped after {MAX_REQUESTS} redirects",
-                next.to_string()
-            ));
+            return Err(GetError::Redirects {
+                url: next.to_string(),
+            });
         }
         url = next;
     }
@@ -281,16 +318,16 @@ fn is_redirect(s: StatusCode) -> bool {
 }
 
 /// Resolves a Location header against the URL that answered with it.
-pub(crate) fn resolve_location(base: &Url, location: &str) -> Result<Url, String> {
+pub(crate) fn resolve_location(base: &Url, location: &str) -> Result<Url, LocationError> {
     if let Some(rest) = location.strip_prefix("//") {
         return resolve_location(base, &format!("{}://{rest}", base.scheme));
     }
     if location.contains("://") {
-        let uri: hyper::Uri = location.parse().map_err(|e| format!("{e}"))?;
+        let uri: hyper::Uri = location.parse().map_err(LocationError::Uri)?;
         let scheme = uri.scheme_str().unwrap_or("http").to_ascii_lowercase();
         let host = uri
             .host()
-            .ok_or("no host")?
+            .ok_or(LocationError::NoHost)?
             .trim_start_matches('[')
             .trim_end_matches(']')
             .to_string();

@@ -160,6 +160,40 @@ pub enum HandlersError {
         field: String,
         reason: String,
     },
+    /// `field` is the runtime's table, `plugins."<cri>".containerd.runtimes.<name>`.
+    #[error("containerd config {path}: {field}: {source}")]
+    Runtime {
+        path: PathBuf,
+        field: String,
+        #[source]
+        source: RuntimeEntryError,
+    },
+}
+
+/// What is wrong with one `runtimes.<name>` entry; `key` is relative to the entry
+/// (`runtime_type`, `options.BinaryName`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuntimeEntryError {
+    #[error("expected a table")]
+    NotTable,
+    #[error("{key}: expected {expected}, got {got}")]
+    Type {
+        key: String,
+        expected: &'static str,
+        got: &'static str,
+    },
+    #[error("{key}: {value} is not a valid id")]
+    Id { key: String, value: i64 },
+}
+
+impl RuntimeEntryError {
+    fn wrong_type(key: impl Into<String>, expected: &'static str, got: &Value) -> Self {
+        RuntimeEntryError::Type {
+            key: key.into(),
+            expected,
+            got: got.type_str(),
+        }
+    }
 }
 
 /// The handlers this node serves, each with its containerd runtime.
@@ -278,7 +312,11 @@ impl RuntimeHandlers {
             })?;
             for (name, entry) in runtimes {
                 let at = format!("{section}.runtimes.{name}");
-                let runtime = runtime_of(&at, entry).map_err(|reason| field_err(at, reason))?;
+                let runtime = runtime_of(&at, entry).map_err(|source| HandlersError::Runtime {
+                    path: path.to_path_buf(),
+                    field: at,
+                    source,
+                })?;
                 handlers.runtimes.insert(name.clone(), runtime);
             }
         }
@@ -343,16 +381,17 @@ const NOT_APPLIED: &[&str] = &[
 ];
 
 /// One `runtimes.<name>` entry.
-fn runtime_of(at: &str, entry: &Value) -> Result<ContainerRuntime, String> {
-    let entry = entry.as_table().ok_or("expected a table")?;
+fn runtime_of(at: &str, entry: &Value) -> Result<ContainerRuntime, RuntimeEntryError> {
+    let entry = entry.as_table().ok_or(RuntimeEntryError::NotTable)?;
     let runtime_type = match entry.get("runtime_type") {
         None => RUNC_V2,
         Some(Value::String(t)) if t.is_empty() => RUNC_V2,
         Some(Value::String(t)) => t.as_str(),
         Some(other) => {
-            return Err(format!(
-                "runtime_type: expected a string, got {}",
-                other.type_str()
+            return Err(RuntimeEntryError::wrong_type(
+                "runtime_type",
+                "a string",
+                other,
             ))
         }
     };
@@ -363,21 +402,13 @@ fn runtime_of(at: &str, entry: &Value) -> Result<ContainerRuntime, String> {
         None => None,
         Some(Value::Table(o)) if o.is_empty() => None,
         Some(Value::Table(o)) => options_of(at, runtime_type, o)?,
-        Some(other) => {
-            return Err(format!(
-                "options: expected a table, got {}",
-                other.type_str()
-            ))
-        }
+        Some(other) => return Err(RuntimeEntryError::wrong_type("options", "a table", other)),
     };
-    let flag = |key: &str| -> Result<bool, String> {
+    let flag = |key: &str| -> Result<bool, RuntimeEntryError> {
         match entry.get(key) {
             None => Ok(false),
             Some(Value::Boolean(b)) => Ok(*b),
-            Some(other) => Err(format!(
-                "{key}: expected a boolean, got {}",
-                other.type_str()
-            )),
+            Some(other) => Err(RuntimeEntryError::wrong_type(key, "a boolean", other)),
         }
     };
     Ok(ContainerRuntime {
@@ -392,37 +423,32 @@ fn runtime_of(at: &str, entry: &Value) -> Result<ContainerRuntime, String> {
 
 /// A runtime's `options` in the message its shim reads, as containerd's CRI plugin
 /// builds it (`None` when nothing is set, as the runtime had before).
-fn options_of(at: &str, runtime_type: &str, o: &Table) -> Result<Option<Any>, String> {
-    let string = |key: &str| -> Result<String, String> {
+fn options_of(at: &str, runtime_type: &str, o: &Table) -> Result<Option<Any>, RuntimeEntryError> {
+    let wrong = |key: &str, expected, got| {
+        RuntimeEntryError::wrong_type(format!("options.{key}"), expected, got)
+    };
+    let string = |key: &str| -> Result<String, RuntimeEntryError> {
         match o.get(key) {
             None => Ok(String::new()),
             Some(Value::String(s)) => Ok(s.clone()),
-            Some(other) => Err(format!(
-                "options.{key}: expected a string, got {}",
-                other.type_str()
-            )),
+            Some(other) => Err(wrong(key, "a string", other)),
         }
     };
-    let boolean = |key: &str| -> Result<bool, String> {
+    let boolean = |key: &str| -> Result<bool, RuntimeEntryError> {
         match o.get(key) {
             None => Ok(false),
             Some(Value::Boolean(b)) => Ok(*b),
-            Some(other) => Err(format!(
-                "options.{key}: expected a boolean, got {}",
-                other.type_str()
-            )),
+            Some(other) => Err(wrong(key, "a boolean", other)),
         }
     };
-    let id = |key: &str| -> Result<u32, String> {
+    let id = |key: &str| -> Result<u32, RuntimeEntryError> {
         match o.get(key) {
             None => Ok(0),
-            Some(Value::Integer(i)) => {
-                u32::try_from(*i).map_err(|_| format!("options.{key}: {i} is not a valid id"))
-            }
-            Some(other) => Err(format!(
-                "options.{key}: expected an integer, got {}",
-                other.type_str()
-            )),
+            Some(Value::Integer(i)) => u32::try_from(*i).map_err(|_| RuntimeEntryError::Id {
+                key: format!("options.{key}"),
+                value: *i,
+            }),
+            Some(other) => Err(wrong(key, "an integer", other)),
         }
     };
     if matches!(runtime_type, RUNC_V2 | RUNC_V1 | RUNC_LEGACY) {

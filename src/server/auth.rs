@@ -46,6 +46,22 @@ pub enum AuthnError {
     NoCredentials,
 }
 
+/// Why a bearer token was not accepted.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum TokenError {
+    /// The TokenReview call itself failed: not an answer, so not cached.
+    #[error(transparent)]
+    Review(Arc<crate::api_client::ApiError>),
+    /// The API server's refusal: its status error, or upstream's wording when it gave none.
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// A SubjectAccessReview that could not be made (an answer, allowed or not, is no error).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct ReviewFailed(#[from] crate::api_client::ApiError);
+
 /// The time source of the caches; a function so tests can move time forward.
 pub type Clock = Arc<dyn Fn() -> Instant + Send + Sync>;
 
@@ -109,7 +125,7 @@ pub(crate) const TOKEN_CACHE_ENTRIES: usize = 4096;
 /// for the same TTL (upstream's `cache.New(tokenAuth, false, cacheTTL, cacheTTL)`).
 pub struct TokenReviewer {
     client: Arc<dyn ReviewClient>,
-    cache: TtlCache<Result<UserInfo, String>>,
+    cache: TtlCache<Result<UserInfo, TokenError>>,
     ttl: Duration,
 }
 
@@ -123,7 +139,7 @@ impl TokenReviewer {
     }
 
     /// The user the token belongs to, or why it is refused.
-    pub async fn review(&self, token: &str) -> Result<UserInfo, String> {
+    pub async fn review(&self, token: &str) -> Result<UserInfo, TokenError> {
         // Keyed by a hash: the cache should not be a store of live credentials.
         let key = hex::encode(Sha256::digest(token.as_bytes()));
         if let Some(answer) = self.cache.get(&key) {
@@ -141,7 +157,7 @@ impl TokenReviewer {
             .client
             .token_review(review)
             .await
-            .map_err(|e| e.to_string())?
+            .map_err(|e| TokenError::Review(Arc::new(e)))?
             .status
             .unwrap_or_default();
         let answer = if status.authenticated == Some(true) {
@@ -152,10 +168,10 @@ impl TokenReviewer {
                 groups: user.groups.unwrap_or_default(),
             })
         } else {
-            Err(match status.error {
+            Err(TokenError::Refused(match status.error {
                 Some(e) if !e.is_empty() => e,
                 _ => "invalid bearer token".to_string(),
-            })
+            }))
         };
         self.cache.insert(key, answer.clone(), self.ttl);
         answer
@@ -198,7 +214,7 @@ impl Authenticator {
             match tokens.review(token).await {
                 Ok(user) => return Ok(with_authenticated_group(user)),
                 Err(e) => {
-                    first_error.get_or_insert(AuthnError::Token(e));
+                    first_error.get_or_insert(AuthnError::Token(e.to_string()));
                 }
             }
         }
@@ -370,7 +386,7 @@ impl Authorizer {
                     match sar.review(a).await {
                         Ok(true) => return Decision::Allow,
                         Ok(false) => {}
-                        Err(e) => return Decision::Error(e),
+                        Err(e) => return Decision::Error(e.to_string()),
                     }
                 }
                 Decision::Deny
@@ -403,7 +419,7 @@ impl SubjectAccessReviewer {
         }
     }
 
-    pub async fn review(&self, a: &Attributes) -> Result<bool, String> {
+    pub async fn review(&self, a: &Attributes) -> Result<bool, ReviewFailed> {
         let spec = review_spec(a);
         // The whole spec is the key: two requests with the same attributes share an answer.
         let key = format!("{spec:?}");
@@ -417,8 +433,7 @@ impl SubjectAccessReviewer {
         let status = self
             .client
             .subject_access_review(review)
-            .await
-            .map_err(|e| e.to_string())?
+            .await?
             .status
             .unwrap_or_default();
         if let Some(e) = status.evaluation_error.as_deref().filter(|e| !e.is_empty()) {

@@ -21,18 +21,47 @@ struct PodListBody {
     items: Option<Vec<Pod>>,
 }
 
+/// Why bytes are no Pod or PodList. Every message is one line: it goes into one log line or
+/// pod event.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error("not UTF-8 text: {0}")]
+    Utf8(#[source] std::str::Utf8Error),
+    #[error("the manifest is empty")]
+    Empty,
+    #[error("apiVersion is {0:?}, expected \"v1\"")]
+    ApiVersion(String),
+    #[error("apiVersion: Required value (expected \"v1\")")]
+    NoApiVersion,
+    #[error("kind is {0:?}, expected \"Pod\" or \"PodList\"")]
+    Kind(String),
+    #[error("kind: Required value (expected \"Pod\" or \"PodList\")")]
+    NoKind,
+    /// serde_json may quote a multi-line value; its lines are joined.
+    #[error("{}", .0.to_string().replace('\n', " "))]
+    Json(#[source] serde_json::Error),
+    #[error(transparent)]
+    Yaml(#[from] YamlFailure),
+}
+
+/// The YAML parser's error: already one line (no snippets), with the path of the field at
+/// fault. A wrapper, as the crate's YAML error type is not public.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct YamlFailure(#[from] crate::yaml::YamlError);
+
 /// Decodes one Pod or one PodList. The error is one line; the YAML parser's messages carry the
 /// path of the field at fault (e.g. `spec.containers[0].ports[0].containerPort: invalid type`).
-pub(crate) fn decode_manifest(bytes: &[u8]) -> Result<Manifest, String> {
-    let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8 text: {e}"))?;
+pub(crate) fn decode_manifest(bytes: &[u8]) -> Result<Manifest, DecodeError> {
+    let text = std::str::from_utf8(bytes).map_err(DecodeError::Utf8)?;
     if text.trim().is_empty() {
-        return Err("the manifest is empty".into());
+        return Err(DecodeError::Empty);
     }
     let meta: TypeMeta = from_text(text)?;
     match meta.api_version.as_deref() {
         Some("v1") => {}
-        Some(other) => return Err(format!("apiVersion is {other:?}, expected \"v1\"")),
-        None => return Err("apiVersion: Required value (expected \"v1\")".into()),
+        Some(other) => return Err(DecodeError::ApiVersion(other.to_string())),
+        None => return Err(DecodeError::NoApiVersion),
     }
     match meta.kind.as_deref() {
         Some("Pod") => Ok(Manifest::Pod(Box::new(from_text(text)?))),
@@ -40,19 +69,16 @@ pub(crate) fn decode_manifest(bytes: &[u8]) -> Result<Manifest, String> {
             let list: PodListBody = from_text(text)?;
             Ok(Manifest::List(list.items.unwrap_or_default()))
         }
-        Some(other) => Err(format!(
-            "kind is {other:?}, expected \"Pod\" or \"PodList\""
-        )),
-        None => Err("kind: Required value (expected \"Pod\" or \"PodList\")".into()),
+        Some(other) => Err(DecodeError::Kind(other.to_string())),
+        None => Err(DecodeError::NoKind),
     }
 }
 
-fn from_text<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
-    let one_line = |s: String| s.replace('\n', " ");
+fn from_text<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, DecodeError> {
     if text.trim_start().starts_with('{') {
-        serde_json::from_str(text).map_err(|e| one_line(e.to_string()))
+        serde_json::from_str(text).map_err(DecodeError::Json)
     } else {
-        crate::yaml::from_str(text).map_err(|e| e.to_string())
+        crate::yaml::from_str(text).map_err(|e| DecodeError::Yaml(e.into()))
     }
 }
 
@@ -91,19 +117,22 @@ mod tests {
         assert_eq!(
             decode_manifest(b"apiVersion: v1\nkind: Deployment\n")
                 .err()
-                .unwrap(),
+                .unwrap()
+                .to_string(),
             "kind is \"Deployment\", expected \"Pod\" or \"PodList\""
         );
         assert!(decode_manifest(b"kind: Pod\n")
             .err()
             .unwrap()
+            .to_string()
             .starts_with("apiVersion"));
         assert!(decode_manifest(b"   \n").is_err());
         let err = decode_manifest(
             b"apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\nspec:\n  containers:\n  - name: a\n    ports:\n    - containerPort: eighty\n",
         )
         .err()
-        .unwrap();
+        .unwrap()
+        .to_string();
         assert!(
             err.contains("spec.containers[0].ports[0].containerPort"),
             "{err}"
@@ -114,7 +143,7 @@ mod tests {
     #[test]
     fn several_documents_in_one_file_are_an_error() {
         let two = b"apiVersion: v1\nkind: Pod\nmetadata:\n  name: a\n---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: b\n";
-        let err = decode_manifest(two).err().unwrap();
+        let err = decode_manifest(two).err().unwrap().to_string();
         assert!(err.contains("document"), "{err}");
         // A leading document marker alone is one document.
         let one = b"---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: a\n";

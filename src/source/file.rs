@@ -364,7 +364,7 @@ impl FileSource {
                             .into(),
                 })
             }
-            Err(message) => return Err(ManifestError::Parse { origin, message }),
+            Err(source) => return Err(ManifestError::Decode { origin, source }),
         };
         let name = pod.metadata.name.clone().unwrap_or_default();
         let pod = prepare_static_pod(pod, SourceKind::File, &origin, &self.node_name).map_err(

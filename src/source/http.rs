@@ -288,9 +288,9 @@ impl HttpSource {
         if body.iter().all(u8::is_ascii_whitespace) {
             return Ok(Vec::new());
         }
-        let parse_error = |message| ManifestError::Parse {
+        let parse_error = |source| ManifestError::Decode {
             origin: self.url.clone(),
-            message,
+            source,
         };
         let (pods, listed) = match decode_manifest(body).map_err(parse_error)? {
             Manifest::Pod(pod) => (vec![*pod], false),

@@ -64,6 +64,12 @@ pub enum ManifestError {
     },
     #[error("{origin}: cannot parse: {message}")]
     Parse { origin: String, message: String },
+    #[error("{origin}: cannot parse: {source}")]
+    Decode {
+        origin: String,
+        #[source]
+        source: decode::DecodeError,
+    },
     /// `pod` is the manifest's own metadata.name (empty when it has none).
     #[error("{origin}: invalid pod {pod:?}: {errors}")]
     Invalid {

@@ -297,7 +297,7 @@ mod tests {
                 Ok(Manifest::Pod(p)) => vec![*p],
                 Ok(Manifest::List(pods)) => pods,
                 Err(e) => {
-                    assert!(!e.contains('\n'), "{e}");
+                    assert!(!e.to_string().contains('\n'), "{e}");
                     return Vec::new();
                 }
             };

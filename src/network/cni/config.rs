@@ -8,6 +8,41 @@ use serde_json::{Map, Value};
 
 use crate::network::NetworkError;
 
+/// What is wrong in a CNI config file (the file is named by [`NetworkError::InvalidConfig`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("not valid JSON: {0}")]
+    Json(#[source] serde_json::Error),
+    #[error("not a JSON object")]
+    NotObject,
+    #[error("no \"{0}\"")]
+    Missing(&'static str),
+    #[error("\"{0}\" is empty")]
+    Empty(&'static str),
+    #[error("\"{0}\" is not a string")]
+    NotString(&'static str),
+    #[error("no \"plugins\" list")]
+    NoPlugins,
+    #[error("\"plugins\" is not a list")]
+    PluginsNotList,
+    #[error("\"plugins\" is empty")]
+    PluginsEmpty,
+    #[error("plugins[{index}] is not an object")]
+    PluginNotObject { index: usize },
+    #[error("plugins[{index}]: {source}")]
+    Plugin {
+        index: usize,
+        #[source]
+        source: Box<ConfigError>,
+    },
+    #[error("plugin type {0:?} is not a file name")]
+    PluginType(String),
+    #[error("\"capabilities\" is not an object")]
+    CapabilitiesNotObject,
+    #[error("holds a plugin list, which only a .conflist file may")]
+    PluginList,
+}
+
 /// File kinds libcni reads from a conf dir.
 const CONF_EXTENSIONS: [&str; 3] = ["conf", "conflist", "json"];
 
@@ -87,26 +122,30 @@ impl NetworkList {
     }
 
     pub fn from_conflist_bytes(bytes: &[u8], file: &Path) -> Result<Self, NetworkError> {
-        let invalid = |reason: String| NetworkError::InvalidConfig {
+        let invalid = |source: ConfigError| NetworkError::InvalidConfig {
             file: file.to_path_buf(),
-            reason,
+            source: Box::new(source),
         };
         let top = parse_object(bytes).map_err(invalid)?;
         let name = required_string(&top, "name").map_err(invalid)?;
         let cni_version = optional_string(&top, "cniVersion").map_err(invalid)?;
         let plugins = match top.get("plugins") {
             Some(Value::Array(items)) if !items.is_empty() => items,
-            Some(Value::Array(_)) => return Err(invalid("\"plugins\" is empty".into())),
-            Some(_) => return Err(invalid("\"plugins\" is not a list".into())),
-            None => return Err(invalid("no \"plugins\" list".into())),
+            Some(Value::Array(_)) => return Err(invalid(ConfigError::PluginsEmpty)),
+            Some(_) => return Err(invalid(ConfigError::PluginsNotList)),
+            None => return Err(invalid(ConfigError::NoPlugins)),
         };
         let plugins = plugins
             .iter()
             .enumerate()
             .map(|(i, p)| match p {
-                Value::Object(raw) => PluginConfig::new(raw.clone())
-                    .map_err(|r| invalid(format!("plugins[{i}]: {r}"))),
-                _ => Err(invalid(format!("plugins[{i}] is not an object"))),
+                Value::Object(raw) => PluginConfig::new(raw.clone()).map_err(|source| {
+                    invalid(ConfigError::Plugin {
+                        index: i,
+                        source: Box::new(source),
+                    })
+                }),
+                _ => Err(invalid(ConfigError::PluginNotObject { index: i })),
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
@@ -120,15 +159,13 @@ impl NetworkList {
     /// A `.conf`/`.json` holds one plugin; it becomes a one-plugin list with its own name and
     /// version, its config passed on unchanged.
     pub fn from_single_conf_bytes(bytes: &[u8], file: &Path) -> Result<Self, NetworkError> {
-        let invalid = |reason: String| NetworkError::InvalidConfig {
+        let invalid = |source: ConfigError| NetworkError::InvalidConfig {
             file: file.to_path_buf(),
-            reason,
+            source: Box::new(source),
         };
         let raw = parse_object(bytes).map_err(invalid)?;
         if !raw.contains_key("type") && raw.contains_key("plugins") {
-            return Err(invalid(
-                "holds a plugin list, which only a .conflist file may".into(),
-            ));
+            return Err(invalid(ConfigError::PluginList));
         }
         let name = required_string(&raw, "name").map_err(invalid)?;
         let cni_version = optional_string(&raw, "cniVersion").map_err(invalid)?;
@@ -157,11 +194,11 @@ impl NetworkList {
 }
 
 impl PluginConfig {
-    fn new(raw: Map<String, Value>) -> Result<Self, String> {
+    fn new(raw: Map<String, Value>) -> Result<Self, ConfigError> {
         let plugin_type = required_string(&raw, "type")?;
         // The type is joined onto a bin dir: it must stay a plain file name.
         if plugin_type.contains('/') || plugin_type == "." || plugin_type == ".." {
-            return Err(format!("plugin type {plugin_type:?} is not a file name"));
+            return Err(ConfigError::PluginType(plugin_type));
         }
         let capabilities = match raw.get("capabilities") {
             None | Some(Value::Null) => BTreeSet::new(),
@@ -170,7 +207,7 @@ impl PluginConfig {
                 .filter(|(_, on)| on.as_bool() == Some(true))
                 .map(|(k, _)| k.clone())
                 .collect(),
-            Some(_) => return Err("\"capabilities\" is not an object".into()),
+            Some(_) => return Err(ConfigError::CapabilitiesNotObject),
         };
         Ok(Self {
             plugin_type,
@@ -206,28 +243,28 @@ impl PluginConfig {
     }
 }
 
-fn parse_object(bytes: &[u8]) -> Result<Map<String, Value>, String> {
+fn parse_object(bytes: &[u8]) -> Result<Map<String, Value>, ConfigError> {
     match serde_json::from_slice::<Value>(bytes) {
         Ok(Value::Object(map)) => Ok(map),
-        Ok(_) => Err("not a JSON object".into()),
-        Err(e) => Err(format!("not valid JSON: {e}")),
+        Ok(_) => Err(ConfigError::NotObject),
+        Err(e) => Err(ConfigError::Json(e)),
     }
 }
 
-fn required_string(map: &Map<String, Value>, key: &str) -> Result<String, String> {
+fn required_string(map: &Map<String, Value>, key: &'static str) -> Result<String, ConfigError> {
     match map.get(key) {
         Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
-        Some(Value::String(_)) => Err(format!("\"{key}\" is empty")),
-        Some(_) => Err(format!("\"{key}\" is not a string")),
-        None => Err(format!("no \"{key}\"")),
+        Some(Value::String(_)) => Err(ConfigError::Empty(key)),
+        Some(_) => Err(ConfigError::NotString(key)),
+        None => Err(ConfigError::Missing(key)),
     }
 }
 
-fn optional_string(map: &Map<String, Value>, key: &str) -> Result<String, String> {
+fn optional_string(map: &Map<String, Value>, key: &'static str) -> Result<String, ConfigError> {
     match map.get(key) {
         Some(Value::String(s)) => Ok(s.clone()),
         None | Some(Value::Null) => Ok(String::new()),
-        Some(_) => Err(format!("\"{key}\" is not a string")),
+        Some(_) => Err(ConfigError::NotString(key)),
     }
 }
 

@@ -14,8 +14,10 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 
 use self::cache::CachedAttachment;
+pub use self::config::ConfigError;
 use self::config::NetworkList;
 use self::exec::{CniCommand, Invocation, PluginRunner};
+pub use self::result::{NotCidr, ResultError};
 use super::netns::netns_exists;
 use super::NetworkError;
 
@@ -152,13 +154,13 @@ impl Cni {
             .last()
             .expect("lists are never empty")
             .plugin_type;
-        let ips = result::interface_ips(&result, POD_IFNAME).map_err(|reason| {
-            NetworkError::BadResult {
+        let ips = result::interface_ips(&result, POD_IFNAME).map_err(|source| {
+            NetworkError::BadAddresses {
                 plugin: last_plugin.clone(),
                 network: main.name.clone(),
                 command: CniCommand::Add.as_str(),
                 sandbox: att.req.sandbox_id.clone(),
-                reason,
+                source: Box::new(source),
             }
         })?;
         if ips.is_empty() {

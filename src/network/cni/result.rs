@@ -5,19 +5,46 @@ use std::net::IpAddr;
 
 use serde_json::Value;
 
+/// Why a plugin's result gives no addresses.
+#[derive(Debug, thiserror::Error)]
+pub enum ResultError {
+    #[error("result is not a JSON object")]
+    NotObject,
+    #[error("\"ips\" is not a list")]
+    IpsNotList,
+    #[error("ips[{index}] has no \"address\"")]
+    NoAddress { index: usize },
+    /// `at` is where in the result: `ips[<i>]`, `ip4` or `ip6`.
+    #[error("{at}: {source}")]
+    Address {
+        at: String,
+        #[source]
+        source: NotCidr,
+    },
+}
+
+/// An address that is not `<ip>[/<prefix>]`.
+#[derive(Debug, thiserror::Error)]
+#[error("address {cidr:?} is not an IP in CIDR form")]
+pub struct NotCidr {
+    cidr: String,
+    #[source]
+    source: std::net::AddrParseError,
+}
+
 /// The addresses assigned to `ifname` inside the sandbox, IPv4 first, without duplicates.
 ///
 /// Like go-cni, an ip is eth0's when its `interface` index names an interface called `ifname`.
 /// Some IPAM-only chains report ips without an index; those are taken only when no ip is
 /// explicitly tied to `ifname`, which is the best a runtime can do with such a result.
-pub(crate) fn interface_ips(result: &Value, ifname: &str) -> Result<Vec<IpAddr>, String> {
+pub(crate) fn interface_ips(result: &Value, ifname: &str) -> Result<Vec<IpAddr>, ResultError> {
     let Value::Object(obj) = result else {
-        return Err("result is not a JSON object".into());
+        return Err(ResultError::NotObject);
     };
     let mut ips = match obj.get("ips") {
         Some(Value::Array(entries)) => ips_of_interface(entries, obj.get("interfaces"), ifname)?,
         Some(Value::Null) | None => legacy_ips(result)?,
-        Some(_) => return Err("\"ips\" is not a list".into()),
+        Some(_) => return Err(ResultError::IpsNotList),
     };
     // Stable sort: keeps the plugin's order within a family.
     ips.sort_by_key(|ip| ip.is_ipv6());
@@ -34,7 +61,7 @@ fn ips_of_interface(
     entries: &[Value],
     interfaces: Option<&Value>,
     ifname: &str,
-) -> Result<Vec<IpAddr>, String> {
+) -> Result<Vec<IpAddr>, ResultError> {
     let names: Vec<Option<&str>> = match interfaces {
         Some(Value::Array(ifaces)) => ifaces
             .iter()
@@ -47,8 +74,11 @@ fn ips_of_interface(
         let address = entry
             .get("address")
             .and_then(Value::as_str)
-            .ok_or_else(|| format!("ips[{i}] has no \"address\""))?;
-        let ip = parse_cidr_ip(address).map_err(|e| format!("ips[{i}]: {e}"))?;
+            .ok_or(ResultError::NoAddress { index: i })?;
+        let ip = parse_cidr_ip(address).map_err(|source| ResultError::Address {
+            at: format!("ips[{i}]"),
+            source,
+        })?;
         match entry.get("interface").and_then(Value::as_u64) {
             Some(idx) => {
                 if names.get(idx as usize).copied().flatten() == Some(ifname) {
@@ -61,7 +91,7 @@ fn ips_of_interface(
     Ok(if tied.is_empty() { untied } else { tied })
 }
 
-fn legacy_ips(result: &Value) -> Result<Vec<IpAddr>, String> {
+fn legacy_ips(result: &Value) -> Result<Vec<IpAddr>, ResultError> {
     let mut ips = Vec::new();
     for key in ["ip4", "ip6"] {
         if let Some(address) = result
@@ -69,16 +99,23 @@ fn legacy_ips(result: &Value) -> Result<Vec<IpAddr>, String> {
             .and_then(|v| v.get("ip"))
             .and_then(Value::as_str)
         {
-            ips.push(parse_cidr_ip(address).map_err(|e| format!("{key}: {e}"))?);
+            ips.push(
+                parse_cidr_ip(address).map_err(|source| ResultError::Address {
+                    at: key.to_string(),
+                    source,
+                })?,
+            );
         }
     }
     Ok(ips)
 }
 
-fn parse_cidr_ip(cidr: &str) -> Result<IpAddr, String> {
+fn parse_cidr_ip(cidr: &str) -> Result<IpAddr, NotCidr> {
     let ip = cidr.split_once('/').map_or(cidr, |(ip, _)| ip);
-    ip.parse()
-        .map_err(|_| format!("address {cidr:?} is not an IP in CIDR form"))
+    ip.parse().map_err(|source| NotCidr {
+        cidr: cidr.to_string(),
+        source,
+    })
 }
 
 #[cfg(test)]
@@ -143,6 +180,7 @@ mod tests {
         assert!(
             interface_ips(&json!({"ips": [{"address": "nope/24"}]}), "eth0")
                 .unwrap_err()
+                .to_string()
                 .contains("nope/24")
         );
         assert!(interface_ips(&json!([1]), "eth0").is_err());

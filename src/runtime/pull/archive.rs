@@ -30,11 +30,28 @@ pub enum ImportError {
     #[error("importing {path}: {reason}")]
     Archive { path: PathBuf, reason: String },
     #[error("importing {path}: {source}")]
+    Index {
+        path: PathBuf,
+        #[source]
+        source: IndexError,
+    },
+    #[error("importing {path}: {source}")]
     Image {
         path: PathBuf,
         #[source]
         source: PullError,
     },
+}
+
+/// Why an archive could not be indexed.
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    #[error(transparent)]
+    Open(std::io::Error),
+    #[error("the archive is gzip-compressed; decompress it first (gunzip)")]
+    Gzip,
+    #[error("not a tar archive ({0})")]
+    NotTar(#[source] std::io::Error),
 }
 
 /// One member of the archive: where its data starts and how long it is.
@@ -67,15 +84,13 @@ fn clean_path(p: &str) -> String {
 /// Indexes the archive with the `tar` crate (ustar, GNU long names, pax paths and sizes,
 /// base-256 sizes); `entries_with_seek` skips member data by seeking, so a multi-GiB archive
 /// is indexed by reading its headers only.
-fn index_tar<R: Read + Seek>(r: R) -> Result<TarIndex, String> {
+fn index_tar<R: Read + Seek>(r: R) -> Result<TarIndex, IndexError> {
     let mut archive = tar::Archive::new(r);
     let mut index = TarIndex::default();
     let mut links: Vec<(String, String)> = Vec::new();
-    let entries = archive
-        .entries_with_seek()
-        .map_err(|e| format!("not a tar archive ({e})"))?;
+    let entries = archive.entries_with_seek().map_err(IndexError::NotTar)?;
     for entry in entries {
-        let entry = entry.map_err(|e| format!("not a tar archive ({e})"))?;
+        let entry = entry.map_err(IndexError::NotTar)?;
         let name = clean_path(&String::from_utf8_lossy(&entry.path_bytes()));
         let link = || {
             entry
@@ -275,13 +290,13 @@ pub async fn import_archive(
     snapshotter: &str,
 ) -> Result<Vec<String>, ImportError> {
     let owned = path.to_path_buf();
-    let index = tokio::task::spawn_blocking(move || -> Result<TarIndex, String> {
-        let mut f = std::fs::File::open(&owned).map_err(|e| e.to_string())?;
+    let index = tokio::task::spawn_blocking(move || -> Result<TarIndex, IndexError> {
+        let mut f = std::fs::File::open(&owned).map_err(IndexError::Open)?;
         let mut magic = [0u8; 2];
         if f.read_exact(&mut magic).is_ok() && magic == [0x1f, 0x8b] {
-            return Err("the archive is gzip-compressed; decompress it first (gunzip)".into());
+            return Err(IndexError::Gzip);
         }
-        f.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
+        f.seek(SeekFrom::Start(0)).map_err(IndexError::Open)?;
         index_tar(std::io::BufReader::with_capacity(64 * 1024, f))
     })
     .await
@@ -289,9 +304,9 @@ pub async fn import_archive(
         path: path.to_path_buf(),
         reason: e.to_string(),
     })?
-    .map_err(|reason| ImportError::Archive {
+    .map_err(|source| ImportError::Index {
         path: path.to_path_buf(),
-        reason,
+        source,
     })?;
     let archive = Archive {
         path: path.to_path_buf(),
@@ -659,6 +674,7 @@ mod tests {
         let junk = vec![7u8; 1024];
         assert!(index_tar(std::io::Cursor::new(junk))
             .unwrap_err()
+            .to_string()
             .contains("not a tar"));
     }
 

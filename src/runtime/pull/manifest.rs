@@ -88,12 +88,25 @@ impl Document {
     }
 }
 
+/// Why bytes are no manifest or index this pull can walk.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("not a manifest: {0}")]
+    Json(#[source] serde_json::Error),
+    #[error(
+        "Docker schema 1 manifests are not supported (push the image again with a current client)"
+    )]
+    Schema1,
+    #[error("neither an image manifest nor an index")]
+    Shape,
+}
+
 /// Parses a manifest or an index. `mediaType` may be absent in OCI documents; the shape
 /// decides then.
-pub fn parse(bytes: &[u8]) -> Result<Document, String> {
-    let raw: Raw = serde_json::from_slice(bytes).map_err(|e| format!("not a manifest: {e}"))?;
+pub fn parse(bytes: &[u8]) -> Result<Document, ManifestError> {
+    let raw: Raw = serde_json::from_slice(bytes).map_err(ManifestError::Json)?;
     if raw.schema_version == Some(1) {
-        return Err("Docker schema 1 manifests are not supported (push the image again with a current client)".into());
+        return Err(ManifestError::Schema1);
     }
     match (raw.manifests, raw.config) {
         (Some(manifests), None) => Ok(Document::Index {
@@ -105,7 +118,7 @@ pub fn parse(bytes: &[u8]) -> Result<Document, String> {
             config,
             layers: raw.layers.unwrap_or_default(),
         }),
-        _ => Err("neither an image manifest nor an index".into()),
+        _ => Err(ManifestError::Shape),
     }
 }
 
@@ -221,6 +234,7 @@ mod tests {
     fn rejects_schema1_and_junk() {
         assert!(parse(br#"{"schemaVersion":1,"fsLayers":[]}"#)
             .unwrap_err()
+            .to_string()
             .contains("schema 1"));
         assert!(parse(br#"{"schemaVersion":2}"#).is_err());
         assert!(parse(b"<html>").is_err());

@@ -123,8 +123,8 @@ pub fn skip_verify(transport: Transport, plain_http: bool) -> bool {
 }
 
 /// The oci-client reference for a normalized image name, aimed at the API host.
-pub fn oci_reference(normalized: &str) -> Result<Reference, String> {
-    let mut r = Reference::from_str(normalized).map_err(|e| e.to_string())?;
+pub fn oci_reference(normalized: &str) -> Result<Reference, oci_client::ParseError> {
+    let mut r = Reference::from_str(normalized)?;
     let api = api_host(r.registry()).to_string();
     if api != r.registry() {
         r.set_mirror_registry(api);

@@ -11,6 +11,7 @@ use oci_spec::runtime::{
     LinuxDevice, LinuxDeviceBuilder, LinuxDeviceCgroupBuilder, LinuxDeviceType,
     LinuxResourcesBuilder, Spec,
 };
+use oci_spec::OciSpecError;
 
 use super::{built, spec_err};
 use crate::runtime::handlers::PrivilegedDevices;
@@ -26,20 +27,41 @@ pub struct DeviceInfo {
     pub permissions: &'static str,
 }
 
+/// Why a volume's device cannot be handed to the container (the reason of the spec error
+/// that names the container and `volumeDevices`).
+#[derive(Debug, thiserror::Error)]
+enum DeviceError {
+    #[error("cannot stat {}: {source}", path.display())]
+    Stat {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{} is not a device node", path.display())]
+    NotDevice { path: PathBuf },
+    #[error(transparent)]
+    Build(#[from] OciSpecError),
+}
+
 /// The device node at `path` as containerd's DeviceFromPath reads it (lstat: the path must
 /// already be resolved), its `Path` set to where the container sees it.
-fn device_from_path(d: &DeviceInfo, resolved: &std::path::Path) -> Result<LinuxDevice, String> {
-    let md = std::fs::symlink_metadata(resolved)
-        .map_err(|e| format!("cannot stat {}: {e}", resolved.display()))?;
-    device_from_metadata(&d.container_path, &md)
-        .ok_or_else(|| format!("{} is not a device node", resolved.display()))?
+fn device_from_path(d: &DeviceInfo, resolved: &Path) -> Result<LinuxDevice, DeviceError> {
+    let md = std::fs::symlink_metadata(resolved).map_err(|source| DeviceError::Stat {
+        path: resolved.to_path_buf(),
+        source,
+    })?;
+    let node =
+        device_from_metadata(&d.container_path, &md).ok_or_else(|| DeviceError::NotDevice {
+            path: resolved.to_path_buf(),
+        })?;
+    Ok(node?)
 }
 
 /// A device node from what lstat said of it; `None` when it is no device node.
 fn device_from_metadata(
     container_path: &str,
     md: &std::fs::Metadata,
-) -> Option<Result<LinuxDevice, String>> {
+) -> Option<Result<LinuxDevice, OciSpecError>> {
     let ft = md.file_type();
     let typ = if ft.is_block_device() {
         LinuxDeviceType::B
@@ -61,8 +83,7 @@ fn device_from_metadata(
             .file_mode(md.mode() & 0o7777)
             .uid(md.uid())
             .gid(md.gid())
-            .build()
-            .map_err(|e| e.to_string()),
+            .build(),
     )
 }
 
@@ -96,7 +117,8 @@ pub fn add_devices(
                 format!("cannot resolve {}: {e}", d.host_path.display()),
             )
         })?;
-        let node = device_from_path(d, &resolved).map_err(|r| spec_err(container, field, r))?;
+        let node = device_from_path(d, &resolved)
+            .map_err(|r| spec_err(container, field, r.to_string()))?;
         rules.push(
             LinuxDeviceCgroupBuilder::default()
                 .allow(true)

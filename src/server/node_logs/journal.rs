@@ -291,15 +291,28 @@ async fn copy_file_log(root: &Path, service: &str, out: &mut Output, deadline: I
     }
 }
 
+/// Why a log file's copy stopped short; written into the body as upstream writes it.
+#[derive(Debug, thiserror::Error)]
+enum SendFileError {
+    #[error("context deadline exceeded")]
+    Deadline,
+    #[error(transparent)]
+    Read(#[from] std::io::Error),
+}
+
 /// The whole file into the body, stopping at the deadline.
-async fn send_file(file: std::fs::File, out: &mut Output, deadline: Instant) -> Result<(), String> {
+async fn send_file(
+    file: std::fs::File,
+    out: &mut Output,
+    deadline: Instant,
+) -> Result<(), SendFileError> {
     let mut file = tokio::fs::File::from_std(file);
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         if Instant::now() >= deadline {
-            return Err("context deadline exceeded".into());
+            return Err(SendFileError::Deadline);
         }
-        let n = file.read(&mut buf).await.map_err(|e| e.to_string())?;
+        let n = file.read(&mut buf).await?;
         if n == 0 {
             return Ok(());
         }

@@ -67,21 +67,25 @@ pub(crate) struct NodeLogQuery {
     pub options: Options,
 }
 
-/// Go's strconv.Atoi error text.
-fn atoi(value: &str) -> Result<i64, String> {
+/// Why a number parameter is not one, in Go's strconv.Atoi wording (the field error quotes
+/// it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum AtoiError {
+    #[error("strconv.Atoi: parsing {}: invalid syntax", go_quote(.0))]
+    Syntax(String),
+    #[error("strconv.Atoi: parsing {}: value out of range", go_quote(.0))]
+    Range(String),
+}
+
+/// Go's strconv.Atoi.
+fn atoi(value: &str) -> Result<i64, AtoiError> {
     let digits = value.strip_prefix(['+', '-']).unwrap_or(value);
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!(
-            "strconv.Atoi: parsing {}: invalid syntax",
-            go_quote(value)
-        ));
+        return Err(AtoiError::Syntax(value.to_string()));
     }
-    value.parse::<i64>().map_err(|_| {
-        format!(
-            "strconv.Atoi: parsing {}: value out of range",
-            go_quote(value)
-        )
-    })
+    value
+        .parse::<i64>()
+        .map_err(|_| AtoiError::Range(value.to_string()))
 }
 
 /// The parameters upstream knows. `Ok(None)`: none of them was given, so the request is a
@@ -137,7 +141,7 @@ pub(crate) fn parse(
         if let Some(v) = first(key) {
             match atoi(v) {
                 Ok(n) => *slot = Some(n),
-                Err(e) => errors.push(FieldError::invalid(key, &go_quote(v), &e)),
+                Err(e) => errors.push(FieldError::invalid(key, &go_quote(v), &e.to_string())),
             }
         }
     }

@@ -70,23 +70,45 @@ impl Kind {
     }
 }
 
-/// The checks of upstream's stream handler, with its messages.
-fn validate(stream: &IncomingStream) -> Result<(u16, Kind), String> {
+/// Why a stream was refused: upstream's stream handler's checks, with its messages.
+#[derive(Debug, thiserror::Error)]
+enum StreamRefused {
+    #[error("{PORT:?} header is required")]
+    NoPort,
+    #[error("unable to parse {port:?} as a port: {source}")]
+    BadPort {
+        port: String,
+        #[source]
+        source: std::num::ParseIntError,
+    },
+    #[error("port {port:?} must be > 0")]
+    ZeroPort { port: String },
+    #[error("{STREAM_TYPE:?} header is required")]
+    NoStreamType,
+    #[error("invalid stream type {0:?}")]
+    BadStreamType(String),
+}
+
+/// The checks of upstream's stream handler.
+fn validate(stream: &IncomingStream) -> Result<(u16, Kind), StreamRefused> {
     let port = stream.headers.get(PORT).unwrap_or("");
     if port.is_empty() {
-        return Err(format!("{PORT:?} header is required"));
+        return Err(StreamRefused::NoPort);
     }
-    let number: u16 = port
-        .parse()
-        .map_err(|e| format!("unable to parse {port:?} as a port: {e}"))?;
+    let number: u16 = port.parse().map_err(|source| StreamRefused::BadPort {
+        port: port.to_string(),
+        source,
+    })?;
     if number < 1 {
-        return Err(format!("port {port:?} must be > 0"));
+        return Err(StreamRefused::ZeroPort {
+            port: port.to_string(),
+        });
     }
     match stream.headers.get(STREAM_TYPE).unwrap_or("") {
-        "" => Err(format!("{STREAM_TYPE:?} header is required")),
+        "" => Err(StreamRefused::NoStreamType),
         "error" => Ok((number, Kind::Error)),
         "data" => Ok((number, Kind::Data)),
-        other => Err(format!("invalid stream type {other:?}")),
+        other => Err(StreamRefused::BadStreamType(other.to_string())),
     }
 }
 
