@@ -31,8 +31,6 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[
     ("metrics", "volume"),
     ("pod", "node"),
     ("pod", "source"),
-    ("runtime", "pod"),
-    ("runtime", "volume"),
     ("volume", "pod"),
 ];
 

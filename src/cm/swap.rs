@@ -1,6 +1,6 @@
 //! Swap, as upstream's container manager checks it at start: with failSwapOn (the default)
 //! the agent refuses to start while /proc/swaps lists any swap area; with it off, the agent
-//! runs and memorySwap.swapBehavior decides what containers may swap (`runtime::spec`).
+//! runs and memorySwap.swapBehavior decides what containers may swap (`pod::spec`).
 
 use std::path::Path;
 

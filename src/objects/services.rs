@@ -1,6 +1,6 @@
 //! Every Service of the cluster, kept current by one list+watch ([`Reflected`]), as
 //! upstream's kubelet keeps its service informer: the containers' service environment
-//! variables are made from it (`runtime::spec::service_env`).
+//! variables are made from it (`pod::spec::service_env`).
 
 use std::sync::Arc;
 

@@ -21,6 +21,7 @@ mod lifecycle;
 pub mod mirror;
 pub mod qos;
 pub(crate) mod sidecar;
+pub mod spec;
 pub mod status;
 pub mod status_manager;
 pub mod status_sync;

@@ -25,7 +25,6 @@ pub mod images;
 pub mod labels;
 pub mod pull;
 pub mod service;
-pub mod spec;
 pub mod stdio;
 
 pub use client::Containerd;

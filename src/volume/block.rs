@@ -31,7 +31,7 @@ use tracing::info;
 use super::mounter::Mounter;
 use super::persistent::LOCAL_VOLUME_PLUGIN;
 use super::{Blame, HostVolume, PodVolumes, VolumeError, VolumeKind};
-use crate::runtime::spec::DeviceInfo;
+use crate::pod::spec::DeviceInfo;
 
 /// The pod's folder of device links, and each plugin's folder of global map paths.
 pub const VOLUME_DEVICES_DIR: &str = "volumeDevices";

@@ -20,7 +20,7 @@ use oci_spec::runtime::Mount;
 use super::mounter::{Mounter, SysMounter};
 use super::subpath::{self, SubPathError};
 use super::{PodVolumes, VolumeError, VolumeKind};
-use crate::runtime::spec::{bind_mount, expand};
+use crate::pod::spec::{bind_mount, expand};
 
 /// The bind mounts for one container's volumeMounts, in their order. `env` is the
 /// container's final environment (for subPathExpr). Blocking (subPath bind mounts).

@@ -2,7 +2,7 @@
 //! than unconfined: a container's or the pod's securityContext.appArmorProfile, or the
 //! deprecated `container.apparmor.security.beta.kubernetes.io/<container>` annotation) is
 //! refused with reason "AppArmor" when the host cannot enforce it. On a host with AppArmor
-//! the profiles are applied (`runtime::spec::apparmor`).
+//! the profiles are applied (`pod::spec::apparmor`).
 
 use k8s_openapi::api::core::v1::Pod;
 
@@ -10,7 +10,7 @@ use super::Rejection;
 
 /// Whether the kernel enforces AppArmor, read once.
 pub(super) fn host_enabled() -> bool {
-    crate::runtime::spec::apparmor::host_enabled()
+    crate::pod::spec::apparmor::host_enabled()
 }
 
 /// Refuses a pending pod whose containers ask for a profile, see the module doc.
@@ -30,7 +30,7 @@ pub(super) fn check(pod: &Pod, host_enabled: bool) -> Result<(), Rejection> {
 }
 
 fn requires_profile(pod: &Pod) -> bool {
-    use crate::runtime::spec::apparmor::{requested, Requested};
+    use crate::pod::spec::apparmor::{requested, Requested};
     let Some(spec) = pod.spec.as_ref() else {
         return false;
     };

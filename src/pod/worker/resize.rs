@@ -448,11 +448,12 @@ impl Worker {
                 .as_ref()
                 .map(|cm| cm.container_swap())
                 .unwrap_or_default();
-            let mut res = crate::runtime::spec::container_resources(&container, false, swap)
-                .map_err(|source| ResizeError::Update {
+            let mut res = crate::pod::spec::container_resources(&container, false, swap).map_err(
+                |source| ResizeError::Update {
                     container: u.name.clone(),
                     source,
-                })?;
+                },
+            )?;
             // Devices are not the resize's: the container keeps the ones it was made with.
             res.set_devices(None);
             let label = std::collections::HashMap::from([(

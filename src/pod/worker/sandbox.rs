@@ -15,10 +15,10 @@ use crate::network::cni::{AttachRequest, PortMapping};
 use crate::network::netns;
 use crate::pod::dns::DnsSettings;
 use crate::pod::files::SandboxState;
+use crate::pod::spec::{self, seccomp, PodContext};
 use crate::runtime::containers::TaskIo;
 use crate::runtime::containers::{new_container_id, ContainerRecord, NewContainer, State};
 use crate::runtime::labels::{self, Kind};
-use crate::runtime::spec::{self, seccomp, PodContext};
 use crate::runtime::RuntimeError;
 use crate::vocabulary::qos::qos_class;
 
@@ -39,7 +39,7 @@ pub enum SandboxError {
     #[error("{0}")]
     Hostname(String),
     #[error("seccomp: {0}")]
-    Seccomp(#[from] crate::runtime::spec::seccomp::SeccompError),
+    Seccomp(#[from] crate::pod::spec::seccomp::SeccompError),
     /// The pod's RuntimeClass could not be read (upstream's runtimeclass manager's error,
     /// as its event shows it).
     #[error(transparent)]

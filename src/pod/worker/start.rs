@@ -19,6 +19,7 @@ use crate::logs;
 use crate::objects::{ClusterObjects, ObjectError, ServicesWait};
 use crate::pod::ephemeral;
 use crate::pod::qos::container_oom_score_adj;
+use crate::pod::spec::{self, seccomp};
 use crate::pod::status::Waiting;
 use crate::prober;
 use crate::runtime::attach::{self, RelayConfig};
@@ -26,7 +27,6 @@ use crate::runtime::containers::{format_time, new_container_id, NewContainer, Ta
 use crate::runtime::images::ImageInfo;
 use crate::runtime::labels::{self, Kind};
 use crate::runtime::pull::credentials::{parse_docker_config, CredentialError, RegistryCredential};
-use crate::runtime::spec::{self, seccomp};
 use crate::runtime::RuntimeError;
 use crate::volume;
 

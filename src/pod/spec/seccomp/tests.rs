@@ -1,7 +1,7 @@
 use super::*;
+use crate::pod::spec::{container_env, container_spec, sandbox_spec, EnvObjects};
 use crate::runtime::accounts::Accounts;
 use crate::runtime::images::ImageConfig;
-use crate::runtime::spec::{container_env, container_spec, sandbox_spec, EnvObjects};
 use serde_json::{json, Value};
 
 fn pod(spec: Value) -> Pod {
@@ -30,7 +30,7 @@ fn settings(root: &Path, default: bool) -> Settings {
 /// The first container's spec as the worker builds it: the spec, then its seccomp.
 fn built(p: &Pod, s: &Settings) -> Result<Spec, SeccompError> {
     let c = &p.spec.as_ref().unwrap().containers[0];
-    let ctx = crate::runtime::spec::tests::ctx();
+    let ctx = crate::pod::spec::tests::ctx();
     let env = container_env(p, c, &image(), &ctx, &EnvObjects::default()).unwrap();
     let mut spec = container_spec(p, c, &image(), &ctx, &env, &[], &Accounts::default()).unwrap();
     let privileged = c
@@ -462,7 +462,7 @@ fn a_localhost_profile_cannot_leave_the_seccomp_root() {
 fn the_sandbox_follows_the_pod_level_profile_unless_a_container_is_privileged() {
     let s = settings(Path::new("/r"), false);
     let sandbox = |p: &Pod, s: &Settings| {
-        let ctx = crate::runtime::spec::tests::ctx();
+        let ctx = crate::pod::spec::tests::ctx();
         let mut spec = sandbox_spec(&ctx, &image()).unwrap();
         let seccomp = load(&choose(p, None, s).unwrap(), pod_has_privileged(p)).unwrap();
         apply(&mut spec, &seccomp).unwrap();

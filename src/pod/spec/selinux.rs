@@ -291,7 +291,7 @@ mod tests {
             decide(Some(&host), &p, Some(inherits))
         );
 
-        let mut s = crate::runtime::spec::tests::spec_of(
+        let mut s = crate::pod::spec::tests::spec_of(
             &p,
             &serde_json::from_value(json!({"name": "inherits", "image": "i"})).unwrap(),
         )

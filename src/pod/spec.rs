@@ -24,9 +24,9 @@ use oci_spec::runtime::{
 };
 use oci_spec::OciSpecError;
 
-use super::accounts::{self, Accounts, ResolvedUser, UserRef};
-use super::images::ImageConfig;
-use super::RuntimeError;
+use crate::runtime::accounts::{self, Accounts, ResolvedUser, UserRef};
+use crate::runtime::images::ImageConfig;
+use crate::runtime::RuntimeError;
 use crate::vocabulary::quantity::Quantity;
 use crate::vocabulary::swap::ContainerSwap;
 use crate::volume::Allocatable;

@@ -370,8 +370,8 @@ mod tests {
 
     #[test]
     fn the_profile_reaches_the_spec_and_the_default_profile_is_named_as_loaded() {
-        let (p, c) = crate::runtime::spec::tests::pod(json!({"name": "c", "image": "i"}));
-        let mut s = crate::runtime::spec::tests::spec_of(&p, &c).unwrap();
+        let (p, c) = crate::pod::spec::tests::pod(json!({"name": "c", "image": "i"}));
+        let mut s = crate::pod::spec::tests::spec_of(&p, &c).unwrap();
         apply(&mut s, Some(DEFAULT_PROFILE.into()));
         let v = serde_json::to_value(&s).unwrap();
         assert_eq!(v["process"]["apparmorProfile"], DEFAULT_PROFILE);
