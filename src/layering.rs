@@ -25,8 +25,6 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[
     ("cm", "node"),
     ("config", "cm"),
     ("config", "pod"),
-    ("config", "runtime"),
-    ("metrics", "node"),
     ("metrics", "stats"),
     ("metrics", "volume"),
     ("pod", "node"),

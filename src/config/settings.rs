@@ -218,8 +218,9 @@ declare_config! {
             flag("image-fs-path", "PATH", "kubelet-rs only: a path on the filesystem holding containerd's images, measured for image GC (default /var/lib/containerd)", arg::path),
             check(rule::absolute);
         /// --containerd-config (kubelet-rs only): containerd's config file, read for the runtimes
-        /// RuntimeClass handlers name (`runtime::handlers`), as containerd's CRI plugin reads it.
-        pub containerd_config: PathBuf = PathBuf::from(crate::runtime::handlers::DEFAULT_CONTAINERD_CONFIG),
+        /// RuntimeClass handlers name (`runtime::handlers`), as containerd's CRI plugin reads
+        /// it; the default is containerd's own.
+        pub containerd_config: PathBuf = PathBuf::from("/etc/containerd/config.toml"),
             flag("containerd-config", "PATH", "kubelet-rs only: containerd's config file, whose CRI runtimes are the RuntimeClass handlers this node serves (default /etc/containerd/config.toml)", arg::path);
         /// --enable-debugging-handlers / enableDebuggingHandlers: exec, attach, portForward, run,
         /// containerLogs, runningpods and configz are served (default true); off, upstream's

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::{Registry, Scalar, Stability};
-use crate::node::KUBELET_VERSION;
+use crate::vocabulary::version::KUBELET_VERSION;
 
 pub(super) fn register(registry: &Registry) {
     let info = registry.register(Arc::new(Scalar::gauge(

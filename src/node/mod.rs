@@ -32,7 +32,6 @@ use crate::config::Config;
 use crate::events::Recorder;
 
 pub use runtime::NodeRuntime;
-pub use status::KUBELET_VERSION;
 
 /// This node's Node object as last registered or updated (labels, taints, allocatable),
 /// `None` until registration succeeded. Admission reads it.

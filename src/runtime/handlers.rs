@@ -30,8 +30,6 @@ use prost_types::Any;
 use toml::{Table, Value};
 use tracing::warn;
 
-/// containerd's default config file, where its CRI plugin keeps the runtimes.
-pub const DEFAULT_CONTAINERD_CONFIG: &str = "/etc/containerd/config.toml";
 /// The runc v2 shim: containerd's default runtime, and every pod's before RuntimeClasses.
 pub const RUNC_V2: &str = "io.containerd.runc.v2";
 const RUNC_V1: &str = "io.containerd.runc.v1";
