@@ -2,7 +2,7 @@
 //! shape): the pods' cgroup tree — kubepods limited to node allocatable, the Burstable and
 //! BestEffort parents weighted as upstream's QoS manager weights them, and one cgroup per
 //! pod limited to what its containers may use — on cgroup v1 or v2, named as the cgroupfs
-//! or systemd driver names them (`names`), written through the cgroups layer's manager
+//! or systemd driver names them (`vocabulary::cgroup_names`), written through the cgroups layer's manager
 //! (`crate::cgroups::Manager`, cgroupfs v1 or v2).
 //!
 //! Pod workers call `ensure_pod` before a pod's sandbox exists (and on every pass, which
@@ -13,7 +13,6 @@
 //! it, and a memory limit below what a cgroup already uses is left for later.
 
 pub(crate) mod allocatable;
-pub mod names;
 pub(crate) mod pod;
 pub(crate) mod qos;
 pub mod swap;
@@ -25,22 +24,18 @@ use std::sync::{Arc, Mutex};
 use k8s_openapi::api::core::v1::Pod;
 use tracing::{info, warn};
 
-pub use names::{CgroupDriver, CgroupName};
+use crate::vocabulary::cgroup_names::{CgroupDriver, CgroupName};
 
 use crate::cgroups::{CgroupError, Manager, ResourceConfig, QUOTA_PERIOD};
 
 use crate::config::Config;
+use crate::config::{
+    ENFORCE_KUBE_RESERVED, ENFORCE_KUBE_RESERVED_COMPRESSIBLE, ENFORCE_PODS,
+    ENFORCE_SYSTEM_RESERVED, ENFORCE_SYSTEM_RESERVED_COMPRESSIBLE,
+};
 use crate::node::resources::Amounts;
 use crate::vocabulary::qos::{qos_class, QosClass};
 use crate::vocabulary::swap::ContainerSwap;
-
-/// enforceNodeAllocatable values (upstream's names).
-pub const ENFORCE_PODS: &str = "pods";
-pub const ENFORCE_SYSTEM_RESERVED: &str = "system-reserved";
-pub const ENFORCE_KUBE_RESERVED: &str = "kube-reserved";
-pub const ENFORCE_SYSTEM_RESERVED_COMPRESSIBLE: &str = "system-reserved-compressible";
-pub const ENFORCE_KUBE_RESERVED_COMPRESSIBLE: &str = "kube-reserved-compressible";
-pub const ENFORCE_NONE: &str = "none";
 
 /// Where pods' cgroups go, from the configuration alone (the pod worker names a pod's
 /// cgroup with it whether or not a manager runs).

@@ -153,14 +153,14 @@ impl Config {
                 self.unknown_config_fields.join(", ")
             ));
         }
-        if self.cgroup_driver == crate::cm::CgroupDriver::Systemd
+        if self.cgroup_driver == crate::vocabulary::cgroup_names::CgroupDriver::Systemd
             && self.cgroup_root.split('/').any(|p| p.ends_with(".slice"))
         {
             out.push(format!(
                 "cgroupRoot {:?} is read in the cgroupfs spelling with the systemd driver too, \
                  as upstream reads it: pods go under {}; write /NAME for NAME.slice",
                 self.cgroup_root,
-                crate::cm::CgroupName::parse_cgroup_root(&self.cgroup_root)
+                crate::vocabulary::cgroup_names::CgroupName::parse_cgroup_root(&self.cgroup_root)
                     .child("kubepods")
                     .to_path(self.cgroup_driver)
             ));
@@ -340,11 +340,11 @@ fn apply_file(config: &mut Config, file: FileSettings) -> Result<(), ConfigError
     );
     set(&mut config.cluster_dns, cluster_dns);
     if let Some(driver) = cgroup_driver {
-        config.cgroup_driver =
-            crate::cm::CgroupDriver::parse(&driver).map_err(|reason| ConfigError::Invalid {
+        config.cgroup_driver = crate::vocabulary::cgroup_names::CgroupDriver::parse(&driver)
+            .map_err(|reason| ConfigError::Invalid {
                 setting: "cgroupDriver (--cgroup-driver)",
                 value: driver.clone(),
-                reason,
+                reason: reason.to_string(),
             })?;
     }
     Ok(())
@@ -468,7 +468,8 @@ fn apply_flags(config: &mut Config, given: &[FlagValue]) -> Result<(), ConfigErr
                 }
             }
             "cgroup-driver" => {
-                config.cgroup_driver = crate::cm::CgroupDriver::parse(v).map_err(|r| bad(&r))?
+                config.cgroup_driver =
+                    crate::vocabulary::cgroup_names::CgroupDriver::parse(v).map_err(|r| bad(&r))?
             }
             other => unreachable!("flag --{other} is in the table but not applied"),
         }
@@ -666,11 +667,18 @@ fn validate_eviction(config: &Config) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// enforceNodeAllocatable values (upstream's names).
+pub const ENFORCE_PODS: &str = "pods";
+pub const ENFORCE_SYSTEM_RESERVED: &str = "system-reserved";
+pub const ENFORCE_KUBE_RESERVED: &str = "kube-reserved";
+pub const ENFORCE_SYSTEM_RESERVED_COMPRESSIBLE: &str = "system-reserved-compressible";
+pub const ENFORCE_KUBE_RESERVED_COMPRESSIBLE: &str = "kube-reserved-compressible";
+pub const ENFORCE_NONE: &str = "none";
+
 /// Upstream's rules for the container manager's settings: known enforcement keys, `none`
 /// alone, a reserved cgroup named for each reservation enforced on one, no enforcement
 /// without cgroupsPerQOS, and cgroup paths in the driver's spelling.
 fn validate_cgroups(config: &Config) -> Result<(), ConfigError> {
-    use crate::cm;
     const SETTING: &str = "enforceNodeAllocatable (--enforce-node-allocatable)";
     let invalid = |setting: &'static str, value: String, reason: String| ConfigError::Invalid {
         setting,
@@ -679,12 +687,12 @@ fn validate_cgroups(config: &Config) -> Result<(), ConfigError> {
     };
     let list = &config.enforce_node_allocatable;
     let keys = [
-        cm::ENFORCE_PODS,
-        cm::ENFORCE_SYSTEM_RESERVED,
-        cm::ENFORCE_KUBE_RESERVED,
-        cm::ENFORCE_SYSTEM_RESERVED_COMPRESSIBLE,
-        cm::ENFORCE_KUBE_RESERVED_COMPRESSIBLE,
-        cm::ENFORCE_NONE,
+        ENFORCE_PODS,
+        ENFORCE_SYSTEM_RESERVED,
+        ENFORCE_KUBE_RESERVED,
+        ENFORCE_SYSTEM_RESERVED_COMPRESSIBLE,
+        ENFORCE_KUBE_RESERVED_COMPRESSIBLE,
+        ENFORCE_NONE,
     ];
     for key in list {
         if !keys.contains(&key.as_str()) {
@@ -695,14 +703,14 @@ fn validate_cgroups(config: &Config) -> Result<(), ConfigError> {
             ));
         }
     }
-    if list.iter().any(|k| k == cm::ENFORCE_NONE) && list.len() > 1 {
+    if list.iter().any(|k| k == ENFORCE_NONE) && list.len() > 1 {
         return Err(invalid(
             SETTING,
             list.join(","),
             "none must not be combined with any other entries".into(),
         ));
     }
-    let enforcing = list.iter().any(|k| k != cm::ENFORCE_NONE);
+    let enforcing = list.iter().any(|k| k != ENFORCE_NONE);
     if enforcing && !config.cgroups_per_qos {
         return Err(invalid(
             SETTING,
@@ -713,17 +721,14 @@ fn validate_cgroups(config: &Config) -> Result<(), ConfigError> {
     for (keys, cgroup, setting) in [
         (
             [
-                cm::ENFORCE_SYSTEM_RESERVED,
-                cm::ENFORCE_SYSTEM_RESERVED_COMPRESSIBLE,
+                ENFORCE_SYSTEM_RESERVED,
+                ENFORCE_SYSTEM_RESERVED_COMPRESSIBLE,
             ],
             &config.system_reserved_cgroup,
             "systemReservedCgroup (--system-reserved-cgroup)",
         ),
         (
-            [
-                cm::ENFORCE_KUBE_RESERVED,
-                cm::ENFORCE_KUBE_RESERVED_COMPRESSIBLE,
-            ],
+            [ENFORCE_KUBE_RESERVED, ENFORCE_KUBE_RESERVED_COMPRESSIBLE],
             &config.kube_reserved_cgroup,
             "kubeReservedCgroup (--kube-reserved-cgroup)",
         ),
@@ -738,12 +743,12 @@ fn validate_cgroups(config: &Config) -> Result<(), ConfigError> {
             }
         }
         if !cgroup.is_empty() {
-            cm::CgroupName::parse(config.cgroup_driver, cgroup)
-                .map_err(|reason| invalid(setting, cgroup.clone(), reason))?;
+            crate::vocabulary::cgroup_names::CgroupName::parse(config.cgroup_driver, cgroup)
+                .map_err(|reason| invalid(setting, cgroup.clone(), reason.to_string()))?;
         }
     }
     // cgroupRoot: any path, read in the cgroupfs spelling for either driver as upstream
-    // reads it (`cm::CgroupName::parse_cgroup_root`); nothing to refuse.
+    // reads it (`vocabulary::cgroup_names::CgroupName::parse_cgroup_root`); nothing to refuse.
     Ok(())
 }
 

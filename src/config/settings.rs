@@ -308,7 +308,7 @@ declare_config! {
             file("cgroupRoot", read::text, show::non_empty_text);
         /// --enforce-node-allocatable / enforceNodeAllocatable (default ["pods"]). An explicit
         /// empty list in the file is kept (nothing enforced), as upstream.
-        pub enforce_node_allocatable: Vec<String> = vec![crate::cm::ENFORCE_PODS.to_string()],
+        pub enforce_node_allocatable: Vec<String> = vec![crate::config::ENFORCE_PODS.to_string()],
             flag("enforce-node-allocatable", "LIST", "comma-separated: pods, system-reserved, kube-reserved, system-reserved-compressible, kube-reserved-compressible, or none (enforceNodeAllocatable, default pods)", arg::list),
             file("enforceNodeAllocatable", read::list_kept, show::plain);
         /// --pod-max-pids / podPidsLimit: pids.max of each pod's cgroup; -1 (default) or 0 is
@@ -410,7 +410,7 @@ declare_config! {
         pub cluster_dns: Vec<IpAddr> = Vec::new();
         /// --cgroup-driver / cgroupDriver: how cgroups are named (default cgroupfs); a bad
         /// file value is reported against the setting, not the field.
-        pub cgroup_driver: crate::cm::CgroupDriver = crate::cm::CgroupDriver::Cgroupfs;
+        pub cgroup_driver: crate::vocabulary::cgroup_names::CgroupDriver = crate::vocabulary::cgroup_names::CgroupDriver::Cgroupfs;
     }
 }
 

@@ -923,7 +923,10 @@ fn node_settings_from_the_file() {
 fn container_manager_settings_default_as_upstream() {
     let c = load(&[]).unwrap();
     assert!(c.cgroups_per_qos);
-    assert_eq!(c.cgroup_driver, crate::cm::CgroupDriver::Cgroupfs);
+    assert_eq!(
+        c.cgroup_driver,
+        crate::vocabulary::cgroup_names::CgroupDriver::Cgroupfs
+    );
     assert_eq!(c.cgroup_root, "/");
     assert_eq!(c.enforce_node_allocatable, vec!["pods".to_string()]);
     assert_eq!(c.pod_pids_limit, -1);
@@ -943,7 +946,10 @@ fn container_manager_settings_from_file_and_flags() {
     ));
     let path = file.path().to_str().unwrap();
     let c = load(&["--config", path]).unwrap();
-    assert_eq!(c.cgroup_driver, crate::cm::CgroupDriver::Systemd);
+    assert_eq!(
+        c.cgroup_driver,
+        crate::vocabulary::cgroup_names::CgroupDriver::Systemd
+    );
     assert_eq!(c.cgroup_root, "/krs.slice");
     assert_eq!(c.pod_pids_limit, 1024);
     assert_eq!(c.enforce_node_allocatable, vec!["pods", "kube-reserved"]);
@@ -968,7 +974,10 @@ fn container_manager_settings_from_file_and_flags() {
         "--cgroups-per-qos=false",
     ])
     .unwrap();
-    assert_eq!(c.cgroup_driver, crate::cm::CgroupDriver::Cgroupfs);
+    assert_eq!(
+        c.cgroup_driver,
+        crate::vocabulary::cgroup_names::CgroupDriver::Cgroupfs
+    );
     assert_eq!((c.cgroup_root.as_str(), c.pod_pids_limit), ("/krs", -1));
     assert!(c.enforce_node_allocatable.is_empty() && !c.cgroups_per_qos);
     // An explicit empty list in the file is kept, as upstream's defaulting keeps it.
@@ -1093,7 +1102,10 @@ fn node_e2e_runner_command_line_and_config_load() {
     assert!(!c.authentication_token_webhook);
     assert_eq!(c.authorization_mode, AuthorizationMode::AlwaysAllow);
     assert_eq!(c.cgroup_root, "/");
-    assert_eq!(c.cgroup_driver, crate::cm::CgroupDriver::Cgroupfs);
+    assert_eq!(
+        c.cgroup_driver,
+        crate::vocabulary::cgroup_names::CgroupDriver::Cgroupfs
+    );
     assert!(c.cgroups_per_qos);
     assert_eq!(c.file_check_frequency, Duration::from_secs(10));
     assert!(!c.serialize_image_pulls);

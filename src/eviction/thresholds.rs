@@ -69,7 +69,7 @@ pub(crate) fn from_config(cfg: &Config) -> Vec<Threshold> {
     if cfg
         .enforce_node_allocatable
         .iter()
-        .any(|k| k == crate::cm::ENFORCE_PODS)
+        .any(|k| k == crate::config::ENFORCE_PODS)
     {
         let copies: Vec<Threshold> = out
             .iter()

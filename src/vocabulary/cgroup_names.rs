@@ -14,6 +14,17 @@
 
 use std::fmt;
 
+/// Why a driver or cgroup name was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CgroupNameError {
+    #[error("expected cgroupfs or systemd")]
+    UnknownDriver,
+    /// Systemd refuses such a slice name (`a--b.slice`, `-a.slice`), so would upstream's
+    /// driver when it makes the unit.
+    #[error("{0:?} is not a valid systemd slice name (empty component)")]
+    EmptySliceComponent(String),
+}
+
 /// Which naming the node uses (cgroupDriver).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CgroupDriver {
@@ -29,11 +40,11 @@ impl CgroupDriver {
         }
     }
 
-    pub(crate) fn parse(text: &str) -> Result<CgroupDriver, String> {
+    pub(crate) fn parse(text: &str) -> Result<CgroupDriver, CgroupNameError> {
         match text {
             "cgroupfs" => Ok(CgroupDriver::Cgroupfs),
             "systemd" => Ok(CgroupDriver::Systemd),
-            _ => Err("expected cgroupfs or systemd".into()),
+            _ => Err(CgroupNameError::UnknownDriver),
         }
     }
 }
@@ -76,7 +87,7 @@ impl CgroupName {
     /// a path, systemd as upstream's `ParseSystemdToCgroupName` (the last slice names its
     /// whole ancestry: `/a.slice/a-b_c.slice` and `a-b_c.slice` are both `["a", "b-c"]`; a
     /// name without the `.slice` suffix is read the same way, `/kubepods` as `["kubepods"]`).
-    pub fn parse(driver: CgroupDriver, path: &str) -> Result<CgroupName, String> {
+    pub fn parse(driver: CgroupDriver, path: &str) -> Result<CgroupName, CgroupNameError> {
         match driver {
             CgroupDriver::Cgroupfs => Ok(CgroupName::parse_cgroup_root(path)),
             CgroupDriver::Systemd => {
@@ -85,12 +96,8 @@ impl CgroupName {
                 };
                 let unit = last.strip_suffix(".slice").unwrap_or(last);
                 let parts: Vec<String> = unit.split('-').map(|p| p.replace('_', "-")).collect();
-                // Systemd refuses such a slice name (`a--b.slice`, `-a.slice`), so would
-                // upstream's driver when it makes the unit.
                 if parts.iter().any(String::is_empty) {
-                    return Err(format!(
-                        "{last:?} is not a valid systemd slice name (empty component)"
-                    ));
+                    return Err(CgroupNameError::EmptySliceComponent(last.to_string()));
                 }
                 Ok(CgroupName(parts))
             }
