@@ -142,20 +142,36 @@ fn pod_domain(pod: &Pod, cluster_domain: &str) -> Option<String> {
     Some(format!("{sub}.{ns}.svc.{cluster_domain}"))
 }
 
+/// A pod's FQDN past what the kernel holds as a hostname (upstream's words).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "failed to construct FQDN from pod hostname and cluster domain, FQDN {fqdn} is too long \
+     ({max} characters is the max, {} characters requested)",
+    fqdn.len()
+)]
+pub struct FqdnTooLong {
+    pub fqdn: String,
+    pub max: usize,
+}
+
 /// The kernel hostname of a pod's sandbox (upstream's GetNodenameForKernel): the FQDN under
 /// setHostnameAsFQDN when the pod has a domain, refused past the 64 bytes the kernel holds
 /// (the sandbox is then not created, and the pod stays Pending); else `hostname`.
-pub fn kernel_hostname(pod: &Pod, hostname: &str, cluster_domain: &str) -> Result<String, String> {
+pub fn kernel_hostname(
+    pod: &Pod,
+    hostname: &str,
+    cluster_domain: &str,
+) -> Result<String, FqdnTooLong> {
     const FQDN_MAX: usize = 64;
     let as_fqdn = pod.spec.as_ref().and_then(|s| s.set_hostname_as_fqdn) == Some(true);
     match pod_domain(pod, cluster_domain).filter(|_| as_fqdn) {
         Some(domain) => {
             let fqdn = format!("{hostname}.{domain}");
             if fqdn.len() > FQDN_MAX {
-                return Err(format!(
-                    "failed to construct FQDN from pod hostname and cluster domain, FQDN {fqdn} is too long ({FQDN_MAX} characters is the max, {} characters requested)",
-                    fqdn.len()
-                ));
+                return Err(FqdnTooLong {
+                    fqdn,
+                    max: FQDN_MAX,
+                });
             }
             Ok(fqdn)
         }
@@ -312,7 +328,9 @@ mod tests {
         );
         // The e2e spec's name: 55 characters and the domain are past 64.
         let long = "hostfqdnveryveryveryverylongforfqdntobemorethan64bytes-1";
-        let e = kernel_hostname(&pod(long, true), long, "cluster.local").unwrap_err();
+        let e = kernel_hostname(&pod(long, true), long, "cluster.local")
+            .unwrap_err()
+            .to_string();
         assert!(
             e.starts_with("failed to construct FQDN from pod hostname and cluster domain, FQDN "),
             "{e}"

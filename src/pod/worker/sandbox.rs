@@ -36,8 +36,8 @@ pub enum SandboxError {
     #[error("pod cgroup: {0}")]
     Cgroup(#[from] crate::cgroups::CgroupError),
     /// The pod's hostname cannot be the sandbox's (upstream's wording).
-    #[error("{0}")]
-    Hostname(String),
+    #[error(transparent)]
+    Hostname(crate::pod::files::FqdnTooLong),
     #[error("seccomp: {0}")]
     Seccomp(#[from] crate::pod::spec::seccomp::SeccompError),
     /// The pod's RuntimeClass could not be read (upstream's runtimeclass manager's error,
@@ -410,7 +410,7 @@ pub(super) fn sandbox_hostnames(
     pod: &Pod,
     node_name: &str,
     cluster_domain: &str,
-) -> Result<(String, String), String> {
+) -> Result<(String, String), crate::pod::files::FqdnTooLong> {
     if host_network(pod) {
         let h = nix::unistd::gethostname()
             .map(|h| h.to_string_lossy().into_owned())
