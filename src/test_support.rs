@@ -123,3 +123,17 @@ pub(crate) fn test_gid() -> u32 {
         nix::unistd::getegid().as_raw()
     }
 }
+
+/// Copies a folder of fixtures (a captured cgroup tree) into a test's scratch folder.
+pub(crate) fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), dst).unwrap();
+        }
+    }
+}

@@ -400,22 +400,10 @@ fn read_io(dir: &Path, v2: bool) -> Vec<DeviceIo> {
 mod tests {
     use super::*;
     use crate::cgroups::testdata;
+    use crate::test_support::copy_tree;
 
     const POD: &str = "/kubepods/burstable/pod7c1f4a2e-9d3b-4e5f-8a6b-1c2d3e4f5a6b";
     const APP: &str = "5e0c1a9d3f7b2e4a6c8d0f1b3a5c7e9d1f3b5a7c9e1d3f5b7a9c1e3d5f7b9a1c";
-
-    fn copy_tree(from: &Path, to: &Path) {
-        std::fs::create_dir_all(to).unwrap();
-        for e in std::fs::read_dir(from).unwrap() {
-            let e = e.unwrap();
-            let dst = to.join(e.file_name());
-            if e.file_type().unwrap().is_dir() {
-                copy_tree(&e.path(), &dst);
-            } else {
-                std::fs::copy(e.path(), dst).unwrap();
-            }
-        }
-    }
 
     /// The captured v2 tree (see testdata/README.md): the app leaf has `cpu.max 50000 100000`
     /// and was throttled 59 times; the pod has `memory.max` 256 MiB and `pids.max` 64.

@@ -1,5 +1,6 @@
 use super::*;
 use crate::stats::parse::parse_mem_total;
+use crate::test_support::copy_tree;
 
 const UID: &str = "7c1f4a2e-9d3b-4e5f-8a6b-1c2d3e4f5a6b";
 const POD: &str = "/kubepods/burstable/pod7c1f4a2e-9d3b-4e5f-8a6b-1c2d3e4f5a6b";
@@ -10,19 +11,6 @@ fn testdata(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("src/stats/testdata")
         .join(rel)
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dst = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_tree(&e.path(), &dst);
-        } else {
-            std::fs::copy(e.path(), dst).unwrap();
-        }
-    }
 }
 
 struct Fixture {
